@@ -1,0 +1,216 @@
+"""Import an ONNX model into the pegasus IR.
+
+Steps: read and check the file; fix every input's static shape (``--input-size-list``,
+``--define-symbol``); cut the subgraph between ``--inputs`` and ``--outputs``; list every unsupported
+op in one error; convert node by node through the converter registry (types inferred and constant
+subgraphs folded as we go); then run the import passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from pegasus.errors import NeedsConstantError, PegasusError, UnsupportedOpsError
+from pegasus.fileio import require_file
+from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
+from pegasus.importers.onnx.registry import OnnxContext, OnnxNode, find_converter
+from pegasus.ir.builder import GraphBuilder
+from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Graph
+from pegasus.ir.tensor import TensorType
+from pegasus.passes.pipeline import run_import_passes
+
+MIN_OPSET = 7
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    """Parse an .onnx file (external data next to it is loaded too)."""
+    path = require_file(path, "ONNX model")
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # protobuf raises DecodeError and others for non-ONNX bytes
+        raise PegasusError(f"not a valid ONNX model ({type(exc).__name__}: {exc})".rstrip(": )") + ")",
+                           where=str(path)) from exc
+    if not model.graph.node and not model.graph.output:
+        raise PegasusError("not a valid ONNX model (no graph found; is the file truncated?)", where=str(path))
+    return model
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 1
+
+
+def _declared_dims(value_info: onnx.ValueInfoProto) -> list[int | str | None]:
+    if not value_info.type.HasField("tensor_type") or not value_info.type.tensor_type.HasField("shape"):
+        return []
+    dims: list[int | str | None] = []
+    for dim in value_info.type.tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param"):
+            dims.append(dim.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+def _resolve_shape(name: str, declared: list[int | str | None], given: Sequence[int] | None,
+                   symbols: Mapping[str, int]) -> tuple[int, ...]:
+    """The static shape of one input from its declaration, --input-size-list and --define-symbol."""
+    if given is not None:
+        return tuple(int(d) for d in given)
+    shape = []
+    for axis, dim in enumerate(declared):
+        if isinstance(dim, int) and dim > 0:
+            shape.append(dim)
+        elif isinstance(dim, str) and dim in symbols:
+            shape.append(int(symbols[dim]))
+        elif isinstance(dim, str):
+            raise PegasusError(f"input '{name}' has symbolic dimension '{dim}' (axis {axis}): set it with "
+                               f"--define-symbol {dim}=VALUE or give the shape with --input-size-list")
+        else:
+            raise PegasusError(f"input '{name}' has an unknown dimension at axis {axis}: "
+                               "give its shape with --input-size-list")
+    return tuple(shape)
+
+
+def _needed_nodes(graph: onnx.GraphProto, outputs: Sequence[str], stop_at: set[str]) -> list[int]:
+    """Indices of the nodes that outputs depend on, not looking past the tensors in ``stop_at``."""
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    needed: set[int] = set()
+    stack = [name for name in outputs if name not in stop_at]
+    while stack:
+        name = stack.pop()
+        index = producer.get(name)
+        if index is None or index in needed:
+            continue
+        needed.add(index)
+        stack.extend(i for i in graph.node[index].input if i and i not in stop_at)
+    return sorted(needed)
+
+
+def _check_supported(nodes: list[OnnxNode], opset: int) -> None:
+    problems: dict[str, str] = {}
+    for node in nodes:
+        if find_converter(node.op_type, opset, node.domain) is None:
+            key = f"{node.domain}::{node.op_type}"
+            if key not in problems:
+                domain = f" (domain {node.domain})" if node.domain else ""
+                problems[key] = f"{node.op_type}{domain} at node '{node.name}' (opset {opset})"
+    if problems:
+        raise UnsupportedOpsError(list(problems.values()))
+
+
+def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | None = None,
+                outputs: Sequence[str] | None = None,
+                input_shapes: Sequence[Sequence[int] | None] | None = None,
+                input_dtypes: Sequence[DType | None] | None = None,
+                symbols: Mapping[str, int] | None = None,
+                constant_inputs: Mapping[str, np.ndarray] | None = None,
+                name: str | None = None, optimize: bool = True) -> Graph:
+    """Convert an ONNX model to a verified pegasus Graph.
+
+    ``inputs``/``outputs`` cut a subgraph (tensor names). ``input_shapes``/``input_dtypes`` are per
+    graph input, in order (None keeps the declared one). ``constant_inputs`` binds graph inputs to
+    values known at compile time (they become constants and fold away).
+    """
+    if isinstance(model, (str, Path)):
+        name = name or Path(model).stem
+        model = load_model(model)
+    opset = model_opset(model)
+    if opset < MIN_OPSET:
+        raise PegasusError(f"model uses opset {opset}; pegasus supports opset {MIN_OPSET} and newer "
+                           "(upgrade it with onnx.version_converter)")
+    onnx_graph = model.graph
+    symbols = dict(symbols or {})
+    constant_inputs = dict(constant_inputs or {})
+    initializers = {init.name: init for init in onnx_graph.initializer}
+
+    known = {vi.name: vi for vi in list(onnx_graph.input) + list(onnx_graph.value_info) + list(onnx_graph.output)}
+    declared_inputs = [vi.name for vi in onnx_graph.input if vi.name not in initializers]
+    input_names = list(inputs) if inputs else declared_inputs
+    all_tensors = {o for node in onnx_graph.node for o in node.output} | set(declared_inputs)
+    for wanted in input_names:
+        if wanted not in all_tensors:
+            raise PegasusError(f"--inputs: '{wanted}' is not a tensor of the model "
+                               f"(graph inputs: {' '.join(declared_inputs)})")
+    output_names = list(outputs) if outputs else [o.name for o in onnx_graph.output]
+    for wanted in output_names:
+        if wanted not in all_tensors and wanted not in initializers:
+            raise PegasusError(f"--outputs: '{wanted}' is not a tensor of the model "
+                               f"(graph outputs: {' '.join(o.name for o in onnx_graph.output)})")
+    for count, flag in ((len(input_shapes or []), "--input-size-list"), (len(input_dtypes or []), "--input-dtype-list")):
+        if count and count != len(input_names):
+            raise PegasusError(f"{flag} gives {count} entries but the model has {len(input_names)} "
+                               f"input(s): {' '.join(input_names)}")
+
+    if inputs:  # a cut: intermediate tensors need declared types, from ONNX shape inference
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+            known.update({vi.name: vi for vi in inferred.graph.value_info})
+        except Exception:  # inference is only a source of declared shapes here; shapes may come from flags
+            pass
+
+    graph = Graph(name or onnx_graph.name or "model")
+    builder = GraphBuilder(graph)
+    for index, input_name in enumerate(input_names):
+        info = known.get(input_name)
+        if input_name in constant_inputs:
+            builder.set_constant(input_name, np.asarray(constant_inputs[input_name]))
+            continue
+        given = input_shapes[index] if input_shapes else None
+        shape = _resolve_shape(input_name, _declared_dims(info) if info else [], given, symbols)
+        dtype = input_dtypes[index] if input_dtypes and input_dtypes[index] else None
+        if dtype is None:
+            if info is None or not info.type.HasField("tensor_type"):
+                raise PegasusError(f"input '{input_name}' has no declared type: give it with --input-dtype-list")
+            dtype = DType.from_onnx(info.type.tensor_type.elem_type)
+        builder.add_input(input_name, TensorType(shape, dtype))
+
+    stop_at = set(input_names)
+    node_indices = _needed_nodes(onnx_graph, output_names, stop_at)
+    nodes = [OnnxNode.from_proto(onnx_graph.node[i], i) for i in node_indices]
+    _check_supported(nodes, opset)
+    for init_name in {n for node in nodes for n in node.inputs} | set(output_names):
+        if init_name in initializers and init_name not in stop_at:
+            builder.set_constant(init_name, numpy_helper.to_array(initializers[init_name]))
+
+    ctx = OnnxContext(builder, opset)
+    for node in nodes:
+        missing = [n for n in node.inputs if n and not builder.has(n)]
+        if missing:
+            raise PegasusError(f"node '{node.name}' ({node.op_type}) reads '{missing[0]}', which nothing defines")
+        try:
+            find_converter(node.op_type, opset, node.domain)(ctx, node)
+        except NeedsConstantError:
+            raise
+        except PegasusError as exc:
+            if exc.where is None and f"'{node.name}'" not in exc.message:
+                raise PegasusError(f"{node.op_type} node '{node.name}' (opset {opset}): {exc.message}") from exc
+            raise
+    graph.outputs = output_names
+    for out in output_names:
+        if not builder.has(out):
+            raise PegasusError(f"output '{out}' was not produced by the converted graph")
+    graph.inputs = [n for n in graph.inputs if n not in constant_inputs]
+    return run_import_passes(graph, optimize=optimize)
+
+
+def declared_batches(model: onnx.ModelProto, inputs: Sequence[str] | None = None) -> list[int | None]:
+    """The fixed batch (first dim) each input declares, None when symbolic or absent."""
+    initializers = {init.name for init in model.graph.initializer}
+    infos = {vi.name: vi for vi in list(model.graph.input) + list(model.graph.value_info)}
+    names = list(inputs) if inputs else [vi.name for vi in model.graph.input if vi.name not in initializers]
+    batches: list[int | None] = []
+    for name in names:
+        dims = _declared_dims(infos[name]) if name in infos else []
+        batches.append(dims[0] if dims and isinstance(dims[0], int) and dims[0] > 0 else None)
+    return batches

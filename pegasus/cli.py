@@ -1,0 +1,53 @@
+"""The ``pegasus`` command line: sub-commands mirroring Acuity's pegasus flags.
+
+Bad input (a ``PegasusError``) prints one line on stderr and exits with 2; ``--verbose`` adds the
+traceback. Any other exception is a bug in pegasus and exits with 1, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from pegasus import __version__
+from pegasus.commands import import_model, inference
+from pegasus.errors import PegasusError
+
+COMMANDS = [import_model, inference]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pegasus",
+        description="Convert trained neural networks into microcontroller code: import → quantize → export.")
+    parser.add_argument("--version", action="version", version=f"pegasus {__version__}")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks and extra detail on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    if verbose:  # accepted anywhere on the line, not only before the sub-command
+        argv.remove("--verbose")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except PegasusError as exc:
+        if verbose:
+            traceback.print_exc()
+        print(f"pegasus: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("pegasus: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if verbose:
+            traceback.print_exc()
+        print(f"pegasus: internal error: {type(exc).__name__}: {exc} (re-run with --verbose for the traceback "
+              "and please report it)", file=sys.stderr)
+        return 1

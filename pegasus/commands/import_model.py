@@ -1,0 +1,119 @@
+"""``pegasus import <framework>``: convert a framework's model file into NAME.json + NAME.data."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from pegasus.errors import PegasusError
+from pegasus.ir import serialize
+from pegasus.ir.dtypes import DType
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("import", help="import a trained model into pegasus' model files",
+                                   description="Convert a trained model into NAME.json (graph) + NAME.data (weights).")
+    frameworks = parser.add_subparsers(dest="framework", metavar="FRAMEWORK", required=True)
+    onnx = frameworks.add_parser("onnx", help="import an ONNX model (.onnx), opset 7 and newer",
+                                 description="Import an ONNX model (.onnx), opsets 7 to the newest onnx knows.")
+    onnx.add_argument("--model", required=True, help="the .onnx file to import")
+    _add_common(onnx)
+    onnx.set_defaults(run=run_onnx)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inputs", help="input tensor names, space separated, e.g. 'input_1 input_2'; cuts the "
+                                         "graph there (default: the model's inputs)")
+    parser.add_argument("--outputs", help="output tensor names, space separated (default: the model's outputs)")
+    parser.add_argument("--input-size-list", help="shape of each input without the batch dimension, dims "
+                                                  "separated by ',' and inputs by '#', e.g. '3,224,224#10'")
+    parser.add_argument("--size-with-batch", help="per input, 'True' if its --input-size-list entry includes "
+                                                  "the batch dimension, e.g. 'True,False' (default: False)")
+    parser.add_argument("--input-dtype-list", help="dtype of each input separated by '#': float, int8, uint8, "
+                                                   "int16, uint16, int32, int64 (default: as the model declares)")
+    parser.add_argument("--define-symbol", action="append", default=[], metavar="NAME=VALUE",
+                        help="value of a symbolic dimension (e.g. N=1 or unk__286=1); repeat for several")
+    parser.add_argument("--output-model", help="the .json file to write (default: MODEL_STEM.json here)")
+    parser.add_argument("--output-data", help="the .data file to write (default: MODEL_STEM.data here)")
+    parser.add_argument("--no-optimize", action="store_true",
+                        help="skip folding/fusion passes (still infers shapes); for debugging an import")
+
+
+def parse_symbols(items: list[str]) -> dict[str, int]:
+    symbols = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise PegasusError(f"--define-symbol expects NAME=INTEGER, got '{item}'")
+        symbols[name.strip()] = int(value)
+    return symbols
+
+
+def parse_size_list(text: str | None, with_batch: str | None, batch_of: list[int | None]) -> list[list[int]] | None:
+    """--input-size-list + --size-with-batch → full shapes (batch = the model's fixed batch, else 1)."""
+    if not text:
+        return None
+    entries = text.split("#")
+    flags = [f.strip().lower() for f in with_batch.split(",")] if with_batch else ["false"] * len(entries)
+    if len(flags) != len(entries):
+        raise PegasusError(f"--size-with-batch has {len(flags)} entries for {len(entries)} sizes in --input-size-list")
+    shapes = []
+    for index, (entry, flag) in enumerate(zip(entries, flags)):
+        if flag not in ("true", "false"):
+            raise PegasusError(f"--size-with-batch: expected True or False, got '{flag}'")
+        try:
+            dims = [int(d) for d in entry.split(",") if d.strip()]
+        except ValueError:
+            raise PegasusError(f"--input-size-list: '{entry}' is not a comma-separated list of integers") from None
+        if any(d <= 0 for d in dims):
+            raise PegasusError(f"--input-size-list: dimensions must be positive, got '{entry}'")
+        if flag == "false":
+            batch = batch_of[index] if index < len(batch_of) and batch_of[index] else 1
+            dims = [batch] + dims
+        shapes.append(dims)
+    return shapes
+
+
+def parse_dtype_list(text: str | None) -> list[DType] | None:
+    if not text:
+        return None
+    try:
+        return [DType.parse(item) for item in text.split("#")]
+    except ValueError as exc:
+        raise PegasusError(f"--input-dtype-list: {exc}") from None
+
+
+def output_paths(args: argparse.Namespace) -> tuple[Path, Path, str]:
+    stem = Path(args.model).stem
+    json_path = Path(args.output_model) if args.output_model else Path(f"{stem}.json")
+    data_path = Path(args.output_data) if args.output_data else json_path.with_suffix(".data")
+    name = re.sub(r"\W", "_", json_path.stem)
+    return json_path, data_path, name
+
+
+def run_onnx(args: argparse.Namespace) -> int:
+    from pegasus.importers.onnx.loader import declared_batches, import_onnx, load_model
+
+    model = load_model(args.model)
+    json_path, data_path, name = output_paths(args)
+    inputs = args.inputs.split() if args.inputs else None
+    shapes = parse_size_list(args.input_size_list, args.size_with_batch, declared_batches(model, inputs))
+    graph = import_onnx(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+                        input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list),
+                        symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize)
+    source = {"framework": "onnx", "file": Path(args.model).name, "opset": _opset(model)}
+    serialize.save(graph, json_path, data_path, source)
+    print(f"imported {args.model}: {len(graph.nodes)} layers, {len(graph.constants())} constant tensors "
+          f"-> {json_path}, {data_path}")
+    for name_ in graph.inputs:
+        print(f"  input  {name_}: {graph.type_of(name_)}")
+    for name_ in graph.outputs:
+        print(f"  output {name_}: {graph.type_of(name_)}")
+    return 0
+
+
+def _opset(model) -> int:
+    from pegasus.importers.onnx.loader import model_opset
+
+    return model_opset(model)

@@ -1,0 +1,1 @@
+"""The intermediate representation: dtypes, tensor types, graph, builder, verifier, model files."""

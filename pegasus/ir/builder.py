@@ -1,0 +1,116 @@
+"""Builds a graph node by node, inferring types and folding constants as it goes.
+
+Every importer emits registry ops through ``GraphBuilder.emit``. Each new node's output types are
+inferred at once, and when all its inputs are constants the node is evaluated with the reference
+kernel and replaced by its result. That is what makes shape chains (Shape → Gather → Concat →
+Reshape) collapse during import, so converters can ask for a parameter with ``constant()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pegasus.errors import NeedsConstantError, PegasusError
+from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.ops.registry import OpDef, ShapeError, get_op, make_attrs
+
+
+def infer_node(opdef: type[OpDef], attrs: Any, types: Sequence[TensorType | None], node: str) -> list[TensorType]:
+    """Run an op's shape rule, turning a mismatch into a user-facing shape-conflict error."""
+    try:
+        return opdef.infer(attrs, types)
+    except (ShapeError, ValueError, IndexError) as exc:
+        shapes = ", ".join("-" if t is None else str(t) for t in types)
+        raise PegasusError(f"shape conflict at layer '{node}' ({opdef.name}) with inputs ({shapes}): {exc}") from exc
+
+
+def evaluate(opdef: type[OpDef], attrs: Any, values: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """Run the reference kernel on constant inputs (used for folding)."""
+    return [np.asarray(v) for v in opdef.reference(attrs, values)]
+
+
+class GraphBuilder:
+    """Accumulates nodes into ``graph``; ``fold`` turns constant-input nodes into constants."""
+
+    def __init__(self, graph: Graph, *, fold: bool = True):
+        self.graph = graph
+        self.fold = fold
+
+    # ---- tensors -------------------------------------------------------------------------------
+    def add_input(self, name: str, ttype: TensorType) -> None:
+        self.graph.tensors[name] = Tensor(name, ttype)
+        self.graph.inputs.append(name)
+
+    def add_constant(self, base: str, array: np.ndarray) -> str:
+        return self.graph.add_constant(base, np.asarray(array))
+
+    def set_constant(self, name: str, array: np.ndarray) -> None:
+        self.graph.tensors[name] = Tensor.constant(name, np.asarray(array))
+
+    def type_of(self, name: str) -> TensorType:
+        return self.graph.type_of(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.graph.tensors
+
+    def value(self, name: str) -> np.ndarray | None:
+        return self.graph.value_of(name) if name else None
+
+    def constant(self, name: str, *, node: str, op: str, what: str) -> np.ndarray:
+        """The compile-time value of tensor ``name``, or an error naming the node and parameter."""
+        value = self.value(name)
+        if value is None:
+            raise NeedsConstantError(name, node, op, what)
+        return value
+
+    # ---- nodes ---------------------------------------------------------------------------------
+    def emit(self, op: str, inputs: Sequence[str], attrs: Any = None, *, name: str,
+             outputs: Sequence[str] | None = None, num_outputs: int = 1) -> list[str]:
+        """Append ``op`` applied to ``inputs``; returns the output tensor names."""
+        opdef = get_op(op)
+        if attrs is None:
+            attrs = make_attrs(opdef)
+        elif isinstance(attrs, dict):
+            attrs = make_attrs(opdef, **attrs)
+        lo, hi = opdef.num_inputs
+        given = len(inputs)
+        if given < lo or (hi is not None and given > hi):
+            raise PegasusError(f"layer '{name}' ({op}) takes {lo}..{hi if hi is not None else 'n'} inputs, got {given}")
+        node_name = self.graph.unique_name(name) if any(n.name == name for n in self.graph.nodes) else name
+        if outputs is None:
+            outputs = [self.graph.unique_name(node_name if num_outputs == 1 else f"{node_name}_out{i}")
+                       for i in range(num_outputs)]
+        types = [self.graph.type_of(n) if n else None for n in inputs]
+        out_types = infer_node(opdef, attrs, types, node_name)
+        outputs = list(outputs)
+        if len(out_types) < len(outputs):
+            raise PegasusError(f"layer '{node_name}' ({op}) produces {len(out_types)} outputs, {len(outputs)} requested")
+        if self.fold and self._foldable(opdef, inputs):
+            values = [self._value_for_fold(opdef, n) for n in inputs]
+            for out, value in zip(outputs, evaluate(opdef, attrs, values)):
+                if out:
+                    self.set_constant(out, value)
+            return outputs
+        for out, ttype in zip(outputs, out_types):
+            if out:
+                self.graph.tensors[out] = Tensor(out, ttype)
+        self.graph.nodes.append(Node(node_name, op, attrs, list(inputs), outputs))
+        return outputs
+
+    def _foldable(self, opdef: type[OpDef], inputs: Sequence[str]) -> bool:
+        present = [n for n in inputs if n]
+        if opdef.needs_values:
+            return all(self.graph.tensors[n].is_constant for n in present)
+        return True
+
+    def _value_for_fold(self, opdef: type[OpDef], name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        tensor = self.graph.tensors[name]
+        if tensor.is_constant:
+            return tensor.data
+        return np.empty(tensor.type.shape, tensor.type.dtype.numpy)  # shape-only ops read no values

@@ -1,0 +1,1 @@
+"""The reference interpreter (float; integer later) and its input/output helpers."""
