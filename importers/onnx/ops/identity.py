@@ -1,5 +1,8 @@
 """ONNX converters for Identity and Dropout (inference mode: Dropout is the identity)."""
 
+import numpy as np
+
+from pegasus.errors import PegasusError
 from pegasus.importers.onnx.registry import OnnxContext, OnnxNode, converter, direct
 
 direct("Identity")
@@ -8,8 +11,9 @@ direct("Identity")
 @converter("Dropout", since=1)
 def dropout(ctx: OnnxContext, node: OnnxNode) -> None:
     """Inference-time Dropout returns its input; the optional mask output is all ones."""
-    import numpy as np
-
+    training = ctx.constant(node, 2, "training_mode", default=False)
+    if bool(np.asarray(training).item()):
+        raise PegasusError(f"Dropout node '{node.name}' is in training mode (random); export the model for inference")
     ctx.emit("Identity", [node.inputs[0]], node=node, outputs=[node.outputs[0]])
     if len(node.outputs) > 1 and node.outputs[1]:
         ctx.builder.set_constant(node.outputs[1], np.ones(ctx.type_of(node.inputs[0]).shape, dtype=bool))
