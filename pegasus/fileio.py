@@ -16,6 +16,13 @@ from pathlib import Path
 from pegasus.errors import PegasusError
 
 
+def check_target(target: str | os.PathLike) -> Path:
+    """Fail early, before any work, if ``target``'s folder does not exist or is not writable."""
+    target = Path(target)
+    _check_dir(target.parent if str(target.parent) else Path("."))
+    return target
+
+
 def _check_dir(folder: Path) -> None:
     if not folder.is_dir():
         raise PegasusError(f"output folder does not exist: {folder}")

@@ -147,7 +147,8 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         if wanted not in all_tensors and wanted not in initializers:
             raise PegasusError(f"--outputs: '{wanted}' is not a tensor of the model "
                                f"(graph outputs: {' '.join(o.name for o in onnx_graph.output)})")
-    for count, flag in ((len(input_shapes or []), "--input-size-list"), (len(input_dtypes or []), "--input-dtype-list")):
+    given_lists = ((len(input_shapes or []), "--input-size-list"), (len(input_dtypes or []), "--input-dtype-list"))
+    for count, flag in given_lists:
         if count and count != len(input_names):
             raise PegasusError(f"{flag} gives {count} entries but the model has {len(input_names)} "
                                f"input(s): {' '.join(input_names)}")

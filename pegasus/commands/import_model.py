@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from pegasus.errors import PegasusError
+from pegasus.fileio import check_target
 from pegasus.ir import serialize
 from pegasus.ir.dtypes import DType
 
@@ -95,8 +96,9 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path, str]:
 def run_onnx(args: argparse.Namespace) -> int:
     from pegasus.importers.onnx.loader import declared_batches, import_onnx, load_model
 
-    model = load_model(args.model)
     json_path, data_path, name = output_paths(args)
+    check_target(json_path), check_target(data_path)
+    model = load_model(args.model)
     inputs = args.inputs.split() if args.inputs else None
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, declared_batches(model, inputs))
     graph = import_onnx(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,

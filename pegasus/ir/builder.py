@@ -88,7 +88,8 @@ class GraphBuilder:
         out_types = infer_node(opdef, attrs, types, node_name)
         outputs = list(outputs)
         if len(out_types) < len(outputs):
-            raise PegasusError(f"layer '{node_name}' ({op}) produces {len(out_types)} outputs, {len(outputs)} requested")
+            raise PegasusError(f"layer '{node_name}' ({op}) produces {len(out_types)} outputs, "
+                               f"{len(outputs)} requested")
         if self.fold and self._foldable(opdef, inputs):
             values = [self._value_for_fold(opdef, n) for n in inputs]
             for out, value in zip(outputs, evaluate(opdef, attrs, values)):

@@ -1,0 +1,125 @@
+"""Every bad input to ``pegasus import onnx`` gives one clear line on stderr, exit code 2, no traceback
+(unless --verbose) and no partial output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tests.conftest import run_cli
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path
+
+
+def model_with(nodes, inputs, outputs, opset=13, initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.code == 2, (result.code, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pegasus: error:"), lines[0]
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def import_model(path: Path, tmp_path: Path, *extra: str):
+    return run_cli("import", "onnx", "--model", path, "--output-model", tmp_path / "out.json",
+                   "--output-data", tmp_path / "out.data", *extra)
+
+
+def test_missing_file(tmp_path):
+    result = import_model(tmp_path / "nope.onnx", tmp_path)
+    assert_one_line_error(result, "not found", "nope.onnx")
+
+
+def test_truncated_file(tmp_path, demo_onnx):
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(demo_onnx.read_bytes()[:5000])
+    assert_one_line_error(import_model(path, tmp_path), "not a valid ONNX model", "cut.onnx")
+
+
+def test_not_onnx(tmp_path):
+    path = tmp_path / "notes.onnx"
+    path.write_text("this is a text file, not a model\n" * 20)
+    assert_one_line_error(import_model(path, tmp_path), "not a valid ONNX model")
+
+
+def test_every_unsupported_op_listed_once(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok_relu"),
+             helper.make_node("Det", ["a"], ["b"], name="det_1"),
+             helper.make_node("Foo", ["b"], ["c"], name="custom_1", domain="com.example"),
+             helper.make_node("Det", ["c"], ["y"], name="det_2")]
+    model = model_with(nodes, [tensor("x", [2, 2])], [tensor("y", [])])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    result = import_model(save(model, tmp_path / "m.onnx"), tmp_path)
+    assert_one_line_error(result, "unsupported operators (2)", "Det", "det_1", "opset 13", "Foo", "com.example",
+                          "custom_1")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_shape_conflict(tmp_path):
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="the_add")]
+    model = model_with(nodes, [tensor("a", [1, 3]), tensor("b", [1, 4])], [tensor("y", [1, 3])])
+    result = import_model(save(model, tmp_path / "m.onnx"), tmp_path)
+    assert_one_line_error(result, "shape conflict", "the_add", "Add", "[1, 3]", "[1, 4]")
+
+
+def test_undefined_symbol_then_defined(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
+    model = model_with(nodes, [tensor("x", ["N", 3])], [tensor("y", ["N", 3])])
+    path = save(model, tmp_path / "m.onnx")
+    assert_one_line_error(import_model(path, tmp_path), "'N'", "--define-symbol")
+    ok = import_model(path, tmp_path, "--define-symbol", "N=4")
+    assert ok.code == 0, ok.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["inputs"][0]["shape"] == [4, 3]
+
+
+def test_unknown_output_name(tmp_path, demo_onnx):
+    result = import_model(demo_onnx, tmp_path, "--outputs", "no_such_tensor")
+    assert_one_line_error(result, "--outputs", "no_such_tensor")
+
+
+def test_failed_import_leaves_existing_files_untouched(tmp_path):
+    (tmp_path / "out.json").write_text("precious json")
+    (tmp_path / "out.data").write_bytes(b"precious data")
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="bad")]
+    model = model_with(nodes, [tensor("a", [1, 3]), tensor("b", [1, 4])], [tensor("y", [1, 3])])
+    assert import_model(save(model, tmp_path / "m.onnx"), tmp_path).code == 2
+    assert (tmp_path / "out.json").read_text() == "precious json"
+    assert (tmp_path / "out.data").read_bytes() == b"precious data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.data", "out.json"]
+
+
+def test_unwritable_output_folder(tmp_path, demo_onnx):
+    result = run_cli("import", "onnx", "--model", demo_onnx, "--output-model", tmp_path / "missing" / "x.json")
+    assert_one_line_error(result, "output folder does not exist")
+
+
+def test_verbose_shows_traceback(tmp_path):
+    result = run_cli("--verbose", "import", "onnx", "--model", tmp_path / "nope.onnx")
+    assert result.code == 2
+    assert "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("flag,value,fragment", [
+    ("--input-size-list", "1,x,3", "--input-size-list"),
+    ("--input-dtype-list", "complex", "--input-dtype-list"),
+    ("--define-symbol", "N", "--define-symbol"),
+])
+def test_bad_flag_values(tmp_path, demo_onnx, flag, value, fragment):
+    assert_one_line_error(import_model(demo_onnx, tmp_path, flag, value), fragment)
