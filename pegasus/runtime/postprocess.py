@@ -21,7 +21,9 @@ def top_n(values: np.ndarray, n: int = 5) -> list[tuple[int, float]]:
 
 def format_top_n(name: str, values: np.ndarray, n: int = 5) -> str:
     pairs = top_n(values, n)
-    return f"{name}: top-{len(pairs)} " + " ".join(f"{index}:{score:.6f}" for index, score in pairs)
+    best, score = pairs[0]
+    ranked = " ".join(f"{index}:{value:.6f}" for index, value in pairs)
+    return f"{name}: class {best} ({score:.4f}); top-{len(pairs)} {ranked}"
 
 
 def dump_name(tensor: str, sample: int, shape: tuple[int, ...]) -> str:

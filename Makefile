@@ -1,0 +1,33 @@
+# Two entry points for a fresh machine: `make demo` and `make test`. Each creates .venv and installs
+# what it needs first. PYTHON may name another interpreter (3.10+).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO := conversion_scripts/demo
+OUT := out/demo
+
+.PHONY: install demo test lint clean
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Import the demo LeNet (ONNX) and classify one held-out digit with the float reference.
+demo: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH conversion_scripts/0_import_model.sh $(DEMO)/lenet_mnist.onnx $(OUT)
+	PATH=$(CURDIR)/$(BIN):$$PATH INPUT_META=$(DEMO)/lenet_mnist_inputmeta.yml \
+	  conversion_scripts/inference.sh $(OUT)/lenet_mnist.json $(DEMO)/images/digit_400_4.png
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+clean:
+	rm -rf $(VENV) out
