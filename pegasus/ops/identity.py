@@ -11,6 +11,8 @@ from pegasus.ops.registry import register
 
 @register
 class Identity(Unary):
+    """y = x (a copy when input and output do not share memory)."""
+
     name = "Identity"
     alias = True
 

@@ -94,7 +94,7 @@ def fold_batchnorm(graph: Graph) -> bool:
         producer = producers.get(source)
         extra_outputs = [o for o in bn.outputs[1:] if o]
         if (producer is None or producer.op not in FOLDERS or len(consumers.get(source, [])) != 1
-                or source in graph.outputs or extra_outputs):
+                or source in graph.outputs or extra_outputs or getattr(bn.attrs, "training_mode", 0)):
             continue
         coefficients = _bn_coefficients(graph, bn)
         if coefficients is None or not graph.type_of(source).dtype.is_float:
