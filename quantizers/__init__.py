@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Quantizers: calibration observers, quantization schemes and the editable .quantize file."""

@@ -1,1 +1,1 @@
-"""placeholder"""
+"""The ONNX importer: loader (model checks, input shapes, subgraph cuts) and per-family converters."""

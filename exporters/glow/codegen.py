@@ -1,0 +1,84 @@
+"""Lowers a planned graph to one LLVM module: an internal function per layer, called in order by the
+bundle's entry point ``int NAME(uint8_t *constantWeight, uint8_t *mutableWeight, uint8_t *activations)``.
+
+Each layer function takes typed pointers to its tensors; pointers whose byte ranges overlap no other
+argument are marked ``noalias`` so LLVM can vectorise freely. The module has no globals with mutable
+state and calls nothing outside itself (math functions come from ``llvm.mathlib``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+from pegasus.errors import PegasusError
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type
+from pegasus.exporters.glow.llvm.mathlib import MathLib
+from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CONSTANT, MUTABLE, Location, MemoryPlan
+from pegasus.exporters.glow.target import Target
+from pegasus.ir.graph import Graph
+
+BYTE_PTR = ir.IntType(8).as_pointer()
+REGION_ARG = {CONSTANT: 0, MUTABLE: 1, ACTIVATIONS: 2}
+
+
+def check_emitters(graph: Graph) -> None:
+    """Refuse, before any work, a graph with an op that has no emitter (naming op and layer)."""
+    missing = [f"{node.op} (layer '{node.name}')" for node in graph.nodes if get_emitter(node.op) is None]
+    if missing:
+        raise PegasusError(f"no code generator for {len(missing)} layer(s): " + "; ".join(missing))
+
+
+def _overlaps(a: Location, b: Location) -> bool:
+    return a.region == b.region and a.offset < b.offset + b.size and b.offset < a.offset + a.size
+
+
+def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> ir.Module:
+    check_emitters(graph)
+    module = ir.Module(name=name)
+    module.triple = target.triple
+    math = MathLib(module, target)
+    entry = ir.Function(module, ir.FunctionType(ir.IntType(32), [BYTE_PTR] * 3), name=name)
+    for arg, arg_name in zip(entry.args, ("constantWeight", "mutableWeight", "activations")):
+        arg.name = arg_name
+        arg.add_attribute("noalias")
+    builder = ir.IRBuilder(entry.append_basic_block("entry"))
+    for index, node in enumerate(graph.nodes):
+        tensors = [n for n in node.inputs] + [n for n in node.outputs]
+        present = [n for n in tensors if n]
+        layer = _layer_function(module, graph, plan, index, node, present)
+        args = []
+        for tensor in present:
+            loc = plan.locations[tensor]
+            raw = builder.gep(entry.args[REGION_ARG[loc.region]], [ir.Constant(ir.IntType(32), loc.offset)],
+                              inbounds=True)
+            args.append(builder.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer()))
+        builder.call(layer, args)
+        _emit_layer_body(layer, graph, node, present, math, target)
+    builder.ret(ir.Constant(ir.IntType(32), 0))
+    return module
+
+
+def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, node, present: list[str]):
+    types = [llvm_type(graph.type_of(n).dtype).as_pointer() for n in present]
+    safe = re.sub(r"\W", "_", node.op.lower())
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=f"layer{index}_{safe}")
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    locations = [plan.locations[n] for n in present]
+    for position, (arg, loc) in enumerate(zip(function.args, locations)):
+        others = [other for j, other in enumerate(locations) if j != position and present[j] != present[position]]
+        if not any(_overlaps(loc, other) for other in others) and present.count(present[position]) == 1:
+            arg.add_attribute("noalias")
+    return function
+
+
+def _emit_layer_body(function: ir.Function, graph: Graph, node, present: list[str], math: MathLib,
+                     target: Target) -> None:
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    refs = {name: TensorRef(arg, graph.type_of(name)) for name, arg in zip(present, function.args)}
+    inputs = [refs[n] if n else None for n in node.inputs]
+    outputs = [refs[n] if n else None for n in node.outputs]
+    get_emitter(node.op)(KernelContext(node, node.attrs, builder, inputs, outputs, math, target))
+    builder.ret_void()

@@ -1,0 +1,55 @@
+"""``export glow``: plan memory, generate and compile the LLVM module, write the bundle atomically.
+
+Everything is staged in temporary files and renamed at the end, so a failed export leaves the output
+folder as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pegasus.errors import PegasusError
+from pegasus.exporters.glow import bundle_files, memory_report
+from pegasus.exporters.glow.codegen import build_module, check_emitters
+from pegasus.exporters.glow.compile import compile_object
+from pegasus.exporters.glow.memory_plan import MemoryPlan, plan_memory
+from pegasus.exporters.glow.target import Target
+from pegasus.fileio import AtomicFileSet
+from pegasus.ir.graph import Graph
+
+
+@dataclass
+class BundleResult:
+    name: str
+    files: list[Path]
+    plan: MemoryPlan
+    report: str
+
+
+def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
+                  bundle_api: str = "static") -> BundleResult:
+    if not out_dir.is_dir():
+        raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
+    check_emitters(graph)
+    plan = plan_memory(graph)
+    module = build_module(graph, plan, target, name)
+    if bundle_api == "dynamic":
+        bundle_files.add_dynamic_config(module, name, graph, plan)
+    obj = compile_object(module, target)
+    weights = bundle_files.weights_blob(graph, plan)
+    report_text, report_json = memory_report.memory_report(name, plan, obj)
+    contents = {
+        f"{name}.o": obj,
+        f"{name}.h": bundle_files.render_header(name, graph, plan, bundle_api),
+        f"{name}.weights.bin": weights,
+        f"{name}.weights.txt": bundle_files.render_weights_txt(weights),
+        "main.c": bundle_files.render_main_c(name, graph, plan),
+        "Makefile": bundle_files.render_makefile(name),
+        f"{name}.memory.txt": report_text,
+        f"{name}.memory.json": report_json,
+    }
+    with AtomicFileSet() as files:
+        for file_name, data in contents.items():
+            files.stage(out_dir / file_name, data)
+    return BundleResult(name, [out_dir / f for f in contents], plan, report_text)

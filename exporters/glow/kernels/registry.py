@@ -1,0 +1,122 @@
+"""LLVM emitters, registered against registry op names: ``@emitter("Relu")``.
+
+An emitter receives a ``KernelContext``: the layer's node and attributes, an IRBuilder positioned in
+the layer's own function, typed views of its input/output tensors, and the bundle's math library.
+It writes the loop nest computing the op with every shape baked in as a constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+
+from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Node
+from pegasus.ir.tensor import TensorType
+
+I32 = ir.IntType(32)
+
+LLVM_TYPES: dict[DType, ir.Type] = {
+    DType.FLOAT32: ir.FloatType(), DType.FLOAT64: ir.DoubleType(), DType.FLOAT16: ir.HalfType(),
+    DType.INT8: ir.IntType(8), DType.UINT8: ir.IntType(8), DType.BOOL: ir.IntType(8),
+    DType.INT16: ir.IntType(16), DType.UINT16: ir.IntType(16), DType.INT32: ir.IntType(32),
+    DType.UINT32: ir.IntType(32), DType.INT64: ir.IntType(64), DType.UINT64: ir.IntType(64),
+}
+
+
+def llvm_type(dtype: DType) -> ir.Type:
+    return LLVM_TYPES[dtype]
+
+
+def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for dim in reversed(shape):
+        strides.append(running)
+        running *= dim
+    return tuple(reversed(strides))
+
+
+@dataclass
+class TensorRef:
+    """A tensor of the layer as a typed pointer with its static shape."""
+
+    ptr: ir.Value
+    type: TensorType
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return strides_of(self.type.shape)
+
+    @property
+    def element(self) -> ir.Type:
+        return llvm_type(self.type.dtype)
+
+    def flat(self, builder: ir.IRBuilder, indices: list[ir.Value | int]) -> ir.Value:
+        """Flat element index of multi-dimensional ``indices`` (ints are folded)."""
+        total: ir.Value = ir.Constant(I32, 0)
+        for index, stride in zip(indices, self.strides):
+            if stride == 0 or (isinstance(index, int) and index == 0):
+                continue
+            term = ir.Constant(I32, index * stride) if isinstance(index, int) else (
+                index if stride == 1 else builder.mul(index, ir.Constant(I32, stride), flags=("nsw",)))
+            total = term if isinstance(total, ir.Constant) and total.constant == 0 else builder.add(
+                total, term, flags=("nsw",))
+        return total
+
+    def address(self, builder: ir.IRBuilder, flat: ir.Value | int) -> ir.Value:
+        flat = ir.Constant(I32, flat) if isinstance(flat, int) else flat
+        return builder.gep(self.ptr, [flat], inbounds=True)
+
+    def load(self, builder: ir.IRBuilder, flat: ir.Value | int) -> ir.Value:
+        return builder.load(self.address(builder, flat))
+
+    def store(self, builder: ir.IRBuilder, value: ir.Value, flat: ir.Value | int) -> None:
+        builder.store(value, self.address(builder, flat))
+
+
+@dataclass
+class KernelContext:
+    node: Node
+    attrs: Any
+    builder: ir.IRBuilder
+    inputs: list[TensorRef | None]
+    outputs: list[TensorRef | None]
+    math: Any        # exporters.glow.llvm.mathlib.MathLib
+    target: Any      # exporters.glow.target.Target
+
+    @property
+    def module(self) -> ir.Module:
+        return self.builder.module
+
+
+Emitter = Callable[[KernelContext], None]
+_EMITTERS: dict[str, Emitter] = {}
+
+
+def emitter(*ops: str) -> Callable[[Emitter], Emitter]:
+    def decorate(fn: Emitter) -> Emitter:
+        for op in ops:
+            if op in _EMITTERS:
+                raise ValueError(f"emitter for {op} registered twice")
+            _EMITTERS[op] = fn
+        return fn
+    return decorate
+
+
+def get_emitter(op: str) -> Emitter | None:
+    import pegasus.exporters.glow.kernels  # noqa: F401  (registers every family)
+
+    return _EMITTERS.get(op)
+
+
+def emitted_ops() -> list[str]:
+    import pegasus.exporters.glow.kernels  # noqa: F401
+
+    return sorted(_EMITTERS)

@@ -1,0 +1,49 @@
+"""Counted loops for kernels: ``for_range`` and ``loop_nest`` build the blocks, phi and branch of a
+loop with a static trip count (what LLVM unrolls and vectorises best)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+I32 = ir.IntType(32)
+
+
+def const(value: int) -> ir.Constant:
+    return ir.Constant(I32, int(value))
+
+
+@contextmanager
+def for_range(builder: ir.IRBuilder, count: int | ir.Value, start: int | ir.Value = 0, step: int = 1,
+              name: str = "i") -> Iterator[ir.Value]:
+    """``for (i = start; i < count; i += step) { body }``; yields i (i32)."""
+    count = const(count) if isinstance(count, int) else count
+    start = const(start) if isinstance(start, int) else start
+    before = builder.block
+    header = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    after = builder.append_basic_block(f"{name}.end")
+    builder.branch(header)
+    builder.position_at_end(header)
+    index = builder.phi(I32, name=name)
+    index.add_incoming(start, before)
+    builder.cbranch(builder.icmp_signed("<", index, count), body, after)
+    builder.position_at_end(body)
+    yield index
+    following = builder.add(index, const(step), name=f"{name}.next", flags=("nsw",))
+    index.add_incoming(following, builder.block)
+    builder.branch(header)
+    builder.position_at_end(after)
+
+
+@contextmanager
+def loop_nest(builder: ir.IRBuilder, counts: Sequence[int], names: str = "ijklmnop") -> Iterator[list[ir.Value]]:
+    """Nested counted loops, outermost first; yields the list of indices."""
+    if not counts:
+        yield []
+        return
+    with for_range(builder, counts[0], name=f"{names[0]}{len(counts)}") as index:
+        with loop_nest(builder, counts[1:], names[1:]) as inner:
+            yield [index, *inner]

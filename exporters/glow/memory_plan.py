@@ -1,0 +1,143 @@
+"""Static memory plan of a bundle: where every tensor lives in Glow's three buffers.
+
+- constant weights: every constant, in first-use order, 64-byte aligned;
+- mutable weights: the placeholders (graph inputs, then outputs), 64-byte aligned, at the offsets the
+  header names;
+- activations: every intermediate tensor. Tensors are grouped into buffers first: an ``alias`` op
+  (Reshape, Flatten, Squeeze...) reuses its input's bytes, and an ``inplace`` op may write over an
+  input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
+  greedy best-fit by size, largest first (the usual static planner of AOT compilers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pegasus.ir.graph import Graph
+from pegasus.ops.registry import get_op
+
+ALIGN = 64
+CONSTANT, MUTABLE, ACTIVATIONS = "constant", "mutable", "activations"
+
+
+def align(value: int, to: int = ALIGN) -> int:
+    return -(-value // to) * to
+
+
+@dataclass(frozen=True)
+class Location:
+    region: str
+    offset: int
+    size: int
+
+
+@dataclass
+class Buffer:
+    """Tensors sharing one allocation, and the layer indices between which it must stay intact."""
+
+    tensors: list[str]
+    size: int
+    start: int
+    end: int
+    placeholder: str | None = None
+
+
+@dataclass
+class MemoryPlan:
+    locations: dict[str, Location]
+    constant_size: int
+    mutable_size: int
+    activations_size: int
+    buffers: list[Buffer] = field(default_factory=list)
+
+    def placeholders(self) -> list[tuple[str, Location]]:
+        items = [(n, loc) for n, loc in self.locations.items() if loc.region == MUTABLE]
+        return sorted(items, key=lambda item: item[1].offset)
+
+
+def _stack(names: list[str], sizes: dict[str, int], region: str) -> tuple[dict[str, Location], int]:
+    offset, placed = 0, {}
+    for name in names:
+        if name in placed:
+            continue
+        placed[name] = Location(region, offset, sizes[name])
+        offset = align(offset + sizes[name])
+    return placed, offset
+
+
+def _group_buffers(graph: Graph) -> dict[str, Buffer]:
+    """Map every non-constant tensor to its buffer (aliases and in-place writes share one)."""
+    placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
+    last_use: dict[str, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for name in node.present_inputs():
+            last_use[name] = index
+    end_of_graph = len(graph.nodes)
+    of: dict[str, Buffer] = {}
+
+    def new_buffer(name: str, start: int) -> Buffer:
+        buffer = Buffer([name], graph.type_of(name).nbytes, start, start,
+                        name if name in placeholders else None)
+        of[name] = buffer
+        return buffer
+
+    for name in graph.inputs:
+        new_buffer(name, -1)
+    for index, node in enumerate(graph.nodes):
+        opdef = get_op(node.op)
+        for position, out in enumerate(node.outputs):
+            if not out:
+                continue
+            source = node.inputs[0] if node.inputs and position == 0 else ""
+            shared = of.get(source) if source else None
+            can_share = (shared is not None and graph.type_of(out).nbytes == graph.type_of(source).nbytes
+                         and not (shared.placeholder and out in placeholders))
+            if can_share and opdef.alias:
+                pass
+            elif (can_share and opdef.inplace and last_use.get(source) == index and source not in graph.outputs
+                  and not any(t in graph.inputs for t in shared.tensors)):  # the caller's input stays intact
+                pass
+            else:
+                shared = None
+            if shared is None:
+                new_buffer(out, index)
+            else:
+                shared.tensors.append(out)
+                shared.placeholder = shared.placeholder or (out if out in placeholders else None)
+                of[out] = shared
+    for name, buffer in of.items():
+        end = end_of_graph if name in graph.outputs else last_use.get(name, buffer.start)
+        buffer.end = max(buffer.end, end)
+    return of
+
+
+def plan_memory(graph: Graph) -> MemoryPlan:
+    constants = graph.constants()
+    constant_locations, constant_size = _stack([t.name for t in constants], {t.name: t.type.nbytes
+                                                                              for t in constants}, CONSTANT)
+    placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
+    mutable_locations, mutable_size = _stack(placeholders, {n: graph.type_of(n).nbytes for n in placeholders},
+                                             MUTABLE)
+    locations = {**constant_locations}
+    of = _group_buffers(graph)
+    buffers = list({id(b): b for b in of.values()}.values())
+    placed: list[tuple[Buffer, int]] = []
+    for buffer in sorted(buffers, key=lambda b: (-b.size, b.start, b.tensors[0])):
+        if buffer.placeholder:
+            base = mutable_locations[buffer.placeholder]
+            for name in buffer.tensors:
+                locations[name] = Location(MUTABLE, base.offset, graph.type_of(name).nbytes)
+            continue
+        offset = 0
+        clashes = sorted((off, off + b.size) for b, off in placed if b.start <= buffer.end and buffer.start <= b.end)
+        for lo, hi in clashes:
+            if offset + buffer.size <= lo:
+                break
+            offset = max(offset, align(hi))
+        placed.append((buffer, offset))
+        for name in buffer.tensors:
+            locations[name] = Location(ACTIVATIONS, offset, graph.type_of(name).nbytes)
+    activations_size = align(max((off + b.size for b, off in placed), default=0))
+    for name in placeholders:  # placeholders fed straight from a constant or another placeholder
+        locations.setdefault(name, mutable_locations[name])
+    return MemoryPlan(locations, constant_size, mutable_size, activations_size, buffers)

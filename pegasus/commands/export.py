@@ -1,0 +1,69 @@
+"""``pegasus export glow``: compile an imported model ahead of time into a Glow-format bundle."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from pegasus.errors import PegasusError
+from pegasus.ir import serialize
+
+TARGETS = ("x86_64", "i386", "arm", "aarch64")
+MCPUS = ("cortex-m0", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55", "cortex-a53", "cortex-a72", "native")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("export", help="export a model as deployable code",
+                                   description="Export an imported model as deployable code.")
+    kinds = parser.add_subparsers(dest="exporter", metavar="EXPORTER", required=True)
+    glow = kinds.add_parser("glow", help="Glow-format AOT bundle: NAME.o, NAME.h, weights, example, memory report",
+                            description="Compile the model with LLVM into a Glow-format bundle in --output-path.")
+    glow.add_argument("--model", required=True, help="the model's .json file")
+    glow.add_argument("--model-data", required=True, help="the model's .data file")
+    glow.add_argument("--output-path", required=True, help="folder for the bundle files (must exist)")
+    glow.add_argument("--network-name", help="bundle name: file names, entry point and macro prefix "
+                                             "(default: the model's stem, as a C identifier)")
+    glow.add_argument("--target", help=f"CPU architecture: {', '.join(TARGETS)} (default: the host)")
+    glow.add_argument("--mcpu", help=f"CPU: {', '.join(MCPUS)} (default: cortex-m7 for arm, cortex-a53 for "
+                                     "aarch64, generic for x86)")
+    glow.add_argument("--float-abi", help="soft or hard (default: hard where the CPU has an FPU)")
+    glow.add_argument("--relocation-model", default="static", help="static (default) or pic")
+    glow.add_argument("--bundle-api", default="static", help="static (default): offsets as macros; dynamic: also "
+                                                             "a BundleConfig NAME_config with a symbol table")
+    glow.add_argument("--dump-graph-DAG", dest="dump_graph_dag", metavar="FILE.dot",
+                      help="write the graph as Graphviz dot")
+    glow.add_argument("--dump-memory-plan", metavar="FILE.png",
+                      help="draw the activation memory plan (lifetime × address) as a PNG")
+    glow.set_defaults(run=run_glow)
+
+
+def c_identifier(text: str) -> str:
+    name = re.sub(r"\W", "_", text)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def run_glow(args: argparse.Namespace) -> int:
+    from pegasus.exporters.glow.export import export_bundle
+    from pegasus.exporters.glow.target import resolve_target
+
+    target = resolve_target(args.target, args.mcpu, args.float_abi, args.relocation_model)
+    if args.bundle_api not in ("static", "dynamic"):
+        raise PegasusError(f"unknown --bundle-api '{args.bundle_api}' (valid: static, dynamic)")
+    out_dir = Path(args.output_path)
+    if not out_dir.is_dir():
+        raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
+    graph = serialize.load(args.model, args.model_data)
+    name = c_identifier(args.network_name or Path(args.model).stem)
+    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api)
+    if args.dump_graph_dag:
+        from pegasus.exporters.glow.graph_dot import write_dot
+
+        write_dot(graph, result.plan, Path(args.dump_graph_dag))
+    if args.dump_memory_plan:
+        from pegasus.exporters.glow.plan_plot import plot_memory_plan
+
+        plot_memory_plan(graph, result.plan, Path(args.dump_memory_plan))
+    print(f"exported {name} for {target.triple} ({target.cpu}) to {out_dir}")
+    print(result.report)
+    return 0
