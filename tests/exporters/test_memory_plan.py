@@ -1,0 +1,82 @@
+"""The static memory plan: LeNet's sizes against Glow's, and, for every light model, that no two tensors
+alive at the same time share bytes unless one is an alias or in-place rewrite of the other."""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import pytest
+
+from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CONSTANT, MUTABLE, plan_memory
+from pegasus.importers.onnx.loader import import_onnx
+from pegasus.ops.registry import get_op
+
+LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+LIGHT = sorted(f for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))
+
+
+def test_lenet_sizes_beat_or_match_glow(demo_onnx):
+    plan = plan_memory(import_onnx(demo_onnx))
+    print(f"LeNet float: constant {plan.constant_size}, mutable {plan.mutable_size}, "
+          f"activations {plan.activations_size} (Glow: 1724672 / 3200 / 57600)")
+    assert plan.mutable_size == 3200
+    assert plan.activations_size <= 57600
+    assert plan.constant_size <= 1724672
+    assert all(loc.offset % 64 == 0 for loc in plan.locations.values())
+
+
+def _live_ranges(graph):
+    last = {}
+    first = {name: -1 for name in graph.inputs}
+    for index, node in enumerate(graph.nodes):
+        for name in node.present_inputs():
+            last[name] = index
+        for name in node.outputs:
+            if name:
+                first[name] = index
+    end = len(graph.nodes)
+    return {name: (start, end if name in graph.outputs else last.get(name, start)) for name, start in first.items()}
+
+
+def _related(graph, a, b):
+    """True when b is written by an alias/in-place layer from a (or the reverse), transitively."""
+    links = {}
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        if (opdef.alias or opdef.inplace) and node.inputs and node.inputs[0]:
+            links.setdefault(node.outputs[0], set()).add(node.inputs[0])
+            links.setdefault(node.inputs[0], set()).add(node.outputs[0])
+    seen, stack = {a}, [a]
+    while stack:
+        for other in links.get(stack.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                stack.append(other)
+    return b in seen
+
+
+@pytest.mark.parametrize("file", LIGHT + ["demo"])
+def test_live_tensors_never_overlap(file, demo_onnx):
+    graph = import_onnx(demo_onnx if file == "demo" else os.path.join(LIGHT_DIR, file))
+    plan = plan_memory(graph)
+    ranges = _live_ranges(graph)
+    names = sorted(ranges)
+    for i, a in enumerate(names):
+        la = plan.locations[a]
+        for b in names[i + 1:]:
+            lb = plan.locations[b]
+            if la.region != lb.region or la.region == CONSTANT:
+                continue
+            (sa, ea), (sb, eb) = ranges[a], ranges[b]
+            if sa > eb or sb > ea:  # never alive together
+                continue
+            overlap = la.offset < lb.offset + lb.size and lb.offset < la.offset + la.size
+            assert not overlap or _related(graph, a, b), f"{a} and {b} overlap while both alive"
+    for name in graph.inputs + graph.outputs:
+        assert plan.locations[name].region == MUTABLE
+    for tensor in graph.constants():
+        assert plan.locations[tensor.name].region == CONSTANT
+    sizes = {ACTIVATIONS: plan.activations_size, MUTABLE: plan.mutable_size, CONSTANT: plan.constant_size}
+    for loc in plan.locations.values():
+        assert loc.offset + loc.size <= sizes[loc.region]
