@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+import pegasus.importers.onnx.ops  # noqa: F401  (registers the converters)
 from pegasus.importers.onnx.registry import supported_op_types
 from pegasus.ops.registry import OpDef, all_ops
 

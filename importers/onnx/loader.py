@@ -173,7 +173,10 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         if dtype is None:
             if info is None or not info.type.HasField("tensor_type"):
                 raise PegasusError(f"input '{input_name}' has no declared type: give it with --input-dtype-list")
-            dtype = DType.from_onnx(info.type.tensor_type.elem_type)
+            try:
+                dtype = DType.from_onnx(info.type.tensor_type.elem_type)
+            except TypeError as exc:
+                raise PegasusError(f"input '{input_name}': {exc}") from None
         builder.add_input(input_name, TensorType(shape, dtype))
 
     stop_at = set(input_names)
@@ -182,7 +185,10 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
     _check_supported(nodes, opset)
     for init_name in {n for node in nodes for n in node.inputs} | set(output_names):
         if init_name in initializers and init_name not in stop_at:
-            builder.set_constant(init_name, numpy_helper.to_array(initializers[init_name]))
+            try:
+                builder.set_constant(init_name, numpy_helper.to_array(initializers[init_name]))
+            except TypeError as exc:
+                raise PegasusError(f"initializer '{init_name}': {exc}") from None
 
     ctx = OnnxContext(builder, opset)
     for node in nodes:

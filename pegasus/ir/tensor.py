@@ -65,5 +65,5 @@ class Tensor:
 
     @classmethod
     def constant(cls, name: str, array: np.ndarray) -> Tensor:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # (ascontiguousarray would turn scalars into 1-D)
         return cls(name, TensorType.of(array), array)

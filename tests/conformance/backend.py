@@ -1,8 +1,8 @@
 """A pegasus backend for ONNX test cases: import a ModelProto, run the float reference.
 
 Inputs that feed compile-time parameters (a Reshape shape, Slice starts...) are bound as constants,
-as a user does by fixing input sizes: the importer names such an input and we re-import with its
-value. Every other input stays a run-time input of the imported graph.
+as a user does by fixing input sizes: the importer names the tensor it needs, we bind the graph inputs
+that tensor is computed from and re-import. Every other input stays a run-time input.
 """
 
 from __future__ import annotations
@@ -32,9 +32,27 @@ def prepare(model: onnx.ModelProto, inputs: list[np.ndarray]) -> Graph:
             return import_onnx(model, input_shapes=[values[n].shape if n not in constants else None for n in names],
                                constant_inputs=constants, name="case")
         except NeedsConstantError as exc:
-            if exc.tensor not in values or exc.tensor in constants or exc.tensor not in runtime:
+            sources = [n for n in _graph_inputs_feeding(model, exc.tensor) if n in runtime]
+            if not sources:
                 raise
-            constants[exc.tensor] = values[exc.tensor]
+            constants.update({n: values[n] for n in sources})
+
+
+def _graph_inputs_feeding(model: onnx.ModelProto, tensor: str) -> list[str]:
+    """The graph inputs that ``tensor``'s value is computed from (itself, if it is one)."""
+    producer = {out: node for node in model.graph.node for out in node.output}
+    inputs = set(graph_inputs(model))
+    found, seen, stack = [], set(), [tensor]
+    while stack:
+        name = stack.pop()
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found.append(name)
+        elif name in producer:
+            stack.extend(producer[name].input)
+    return sorted(found)
 
 
 def run_model(model: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]:
