@@ -23,6 +23,7 @@ from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import TensorType
+from pegasus.ops.registry import ShapeError
 from pegasus.passes.pipeline import run_import_passes
 
 MIN_OPSET = 7
@@ -199,6 +200,8 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
             find_converter(node.op_type, opset, node.domain)(ctx, node)
         except NeedsConstantError:
             raise
+        except ShapeError as exc:
+            raise PegasusError(f"{node.op_type} node '{node.name}' (opset {opset}): {exc}") from exc
         except PegasusError as exc:
             if exc.where is None and f"'{node.name}'" not in exc.message:
                 raise PegasusError(f"{node.op_type} node '{node.name}' (opset {opset}): {exc.message}") from exc

@@ -5,18 +5,18 @@ class to the family file where it belongs (or a new file listed below).
 """
 
 from pegasus.ops import (  # noqa: F401  (each import registers a family)
-    identity,
-    elementwise,
     binary,
-    quantize_linear,
     conv,
+    elementwise,
+    identity,
     linear,
-    pool,
     normalization,
-    shape_ops,
-    resize,
+    pool,
+    quantize_linear,
     reduce,
+    resize,
     rnn,
+    shape_ops,
 )
 from pegasus.ops.registry import OpDef, all_ops, get_op, make_attrs, register
 

@@ -35,7 +35,8 @@ def _exclusions() -> dict[str, str]:
 
 def _op_under_test(case) -> str:
     ops = [node.op_type for node in case.model.graph.node]
-    named = [op for op in ops if op.lower() in case.name.replace("_", "").lower()]
+    bare = case.name.removesuffix("_expanded").replace("_", "").lower()
+    named = [op for op in ops if op.lower() in bare]
     return max(named, key=len) if named else (ops[0] if ops else "?")
 
 

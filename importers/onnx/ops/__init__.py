@@ -1,17 +1,17 @@
 """ONNX converters, one module per op family (mirrors pegasus/ops/); importing registers them."""
 
 from pegasus.importers.onnx.ops import (  # noqa: F401  (each import registers its converters)
-    constant,
-    identity,
-    elementwise,
     binary,
-    quantize_linear,
+    constant,
     conv,
+    elementwise,
+    identity,
     linear,
-    pool,
     normalization,
-    shape_ops,
-    resize,
+    pool,
+    quantize_linear,
     reduce,
+    resize,
     rnn,
+    shape_ops,
 )

@@ -1,0 +1,3 @@
+"""Reduction cases we do not run (Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax): none."""
+
+EXCLUDED: dict[str, str] = {}
