@@ -13,6 +13,7 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow import bundle_files, memory_report
 from pegasus.exporters.glow.codegen import build_module, check_emitters
 from pegasus.exporters.glow.compile import compile_object
+from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import MemoryPlan, plan_memory
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet
@@ -22,6 +23,7 @@ from pegasus.ir.graph import Graph
 @dataclass
 class BundleResult:
     name: str
+    graph: Graph        # the graph as compiled (after lowering): its outputs name the placeholders
     files: list[Path]
     plan: MemoryPlan
     report: str
@@ -31,6 +33,7 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
                   bundle_api: str = "static") -> BundleResult:
     if not out_dir.is_dir():
         raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
+    graph = lower_for_export(graph)
     check_emitters(graph)
     plan = plan_memory(graph)
     module = build_module(graph, plan, target, name)
@@ -52,4 +55,4 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
     with AtomicFileSet() as files:
         for file_name, data in contents.items():
             files.stage(out_dir / file_name, data)
-    return BundleResult(name, [out_dir / f for f in contents], plan, report_text)
+    return BundleResult(name, graph, [out_dir / f for f in contents], plan, report_text)

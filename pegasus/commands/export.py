@@ -59,11 +59,11 @@ def run_glow(args: argparse.Namespace) -> int:
     if args.dump_graph_dag:
         from pegasus.exporters.glow.graph_dot import write_dot
 
-        write_dot(graph, result.plan, Path(args.dump_graph_dag))
+        write_dot(result.graph, result.plan, Path(args.dump_graph_dag))
     if args.dump_memory_plan:
         from pegasus.exporters.glow.plan_plot import plot_memory_plan
 
-        plot_memory_plan(graph, result.plan, Path(args.dump_memory_plan))
+        plot_memory_plan(result.graph, result.plan, Path(args.dump_memory_plan))
     print(f"exported {name} for {target.triple} ({target.cpu}) to {out_dir}")
     print(result.report)
     return 0

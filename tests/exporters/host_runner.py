@@ -46,8 +46,8 @@ def run_bundle_host(graph: Graph, feeds: dict[str, np.ndarray], name: str = "net
         status = entry(*(buf.ctypes.data_as(pointer) for buf in (constant, mutable, activations)))
         assert status == 0
         outputs = {}
-        for output in graph.outputs:
-            loc = plan.locations[output]
+        for output, placeholder in zip(graph.outputs, result.graph.outputs):
+            loc = plan.locations[placeholder]
             ttype = graph.type_of(output)
             outputs[output] = np.frombuffer(mutable[loc.offset:loc.offset + loc.size].tobytes(),
                                             dtype=ttype.dtype.numpy).reshape(ttype.shape).copy()

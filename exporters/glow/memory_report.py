@@ -1,0 +1,110 @@
+"""NAME.memory.txt/.json: how much Flash and RAM a bundle needs, as NXP's AN13001 tabulates it.
+
+Rows: weights (CONSTANT_MEM_SIZE), input/output (MUTABLE_MEM_SIZE), activations
+(ACTIVATIONS_MEM_SIZE) and code — the ``.text*`` and ``.rodata*`` sections of NAME.o, read with
+pyelftools. Totals for weights kept in Flash (a ``const`` array) and weights copied to RAM:
+Flash = code + weights both ways; RAM = input/output + activations (+ weights when copied).
+Writable sections of the object (normally none: a bundle has no global state) count in RAM, and the
+initialised ones in Flash too; other allocated sections (unwind tables) are listed but not counted.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+
+from pegasus.exporters.glow.memory_plan import MemoryPlan
+
+CODE_PREFIXES = (".text", ".rodata")
+
+
+@dataclass
+class ObjectSizes:
+    """Allocated section sizes of an object by section name, in three groups."""
+
+    code: dict[str, int]     # .text*, .rodata*: Flash
+    data: dict[str, int]     # writable: RAM (and Flash for the initial values of .data)
+    other: dict[str, int]    # everything else that would be loaded (unwind tables): not counted
+
+    @property
+    def code_size(self) -> int:
+        return sum(self.code.values())
+
+    @property
+    def data_size(self) -> int:
+        return sum(self.data.values())
+
+    @property
+    def data_image_size(self) -> int:
+        """Bytes of initial values of writable data kept in Flash (zero-filled .bss needs none)."""
+        return sum(size for name, size in self.data.items() if not name.startswith((".bss", ".tbss")))
+
+
+def object_sizes(object_bytes: bytes) -> ObjectSizes:
+    sizes = ObjectSizes({}, {}, {})
+    for section in ELFFile(io.BytesIO(object_bytes)).iter_sections():
+        flags, name = section["sh_flags"], section.name
+        if not flags & SH_FLAGS.SHF_ALLOC or not section["sh_size"]:
+            continue
+        if name.startswith(CODE_PREFIXES):
+            group = sizes.code
+        elif flags & SH_FLAGS.SHF_WRITE:
+            group = sizes.data
+        else:
+            group = sizes.other
+        group[name] = group.get(name, 0) + section["sh_size"]
+    return sizes
+
+
+def _totals(plan: MemoryPlan, sizes: ObjectSizes) -> dict[str, dict[str, int]]:
+    flash = sizes.code_size + sizes.data_image_size + plan.constant_size
+    ram = plan.mutable_size + plan.activations_size + sizes.data_size
+    return {"weights_in_flash": {"flash": flash, "ram": ram},
+            "weights_in_ram": {"flash": flash, "ram": ram + plan.constant_size}}
+
+
+def _listing(sections: dict[str, int]) -> str:
+    return ", ".join(f"{name} {size:,}" for name, size in sorted(sections.items())) or "none"
+
+
+def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dict[str, int]]) -> str:
+    rows = [("Weights", "CONSTANT_MEM_SIZE", plan.constant_size, "Flash, or RAM when copied there"),
+            ("Input/Output", "MUTABLE_MEM_SIZE", plan.mutable_size, "RAM"),
+            ("Activations", "ACTIVATIONS_MEM_SIZE", plan.activations_size, "RAM"),
+            ("Code", f".text + .rodata of {name}.o", sizes.code_size, "Flash")]
+    if sizes.data:
+        rows.append(("Data", f"writable sections of {name}.o", sizes.data_size, "RAM (+ initial values in Flash)"))
+    lines = [f'Memory report of bundle "{name}" (bytes)', ""]
+    lines += [f"  {kind:<13}{source:<32}{size:>12,}  {where}" for kind, source, size, where in rows]
+    lines += ["", f"  {'':<18}{'Flash':>12}{'RAM':>12}"]
+    for label, key in (("Weights in Flash", "weights_in_flash"), ("Weights in RAM", "weights_in_ram")):
+        lines.append(f"  {label:<18}{totals[key]['flash']:>12,}{totals[key]['ram']:>12,}")
+    lines += [
+        "",
+        "Flash = code + weights; RAM = input/output + activations, plus the weights when they are copied to RAM",
+        "(weights in Flash: declare the constantWeight array const). The three buffers are the header's",
+        "*_MEM_SIZE values, each allocated 64-byte aligned.",
+        f"Code counts these sections of {name}.o: {_listing(sizes.code)}.",
+        "Not counted: the application around the bundle (startup, C library, stack, I/O), alignment padding",
+        f"added by the linker, and other sections of {name}.o: {_listing(sizes.other)}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str, str]:
+    """The AN13001 memory table of bundle ``name`` as (text, JSON text)."""
+    sizes = object_sizes(object_bytes)
+    totals = _totals(plan, sizes)
+    report = {
+        "bundle": name, "unit": "bytes",
+        "weights": plan.constant_size, "input_output": plan.mutable_size, "activations": plan.activations_size,
+        "code": sizes.code_size, "code_sections": dict(sorted(sizes.code.items())),
+        "data": sizes.data_size, "data_sections": dict(sorted(sizes.data.items())),
+        "not_counted_sections": dict(sorted(sizes.other.items())),
+        **totals,
+    }
+    return _text(name, plan, sizes, totals), json.dumps(report, indent=2) + "\n"
