@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO := conversion_scripts/demo
 OUT := out/demo
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint clean toolchains
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) lint
+# Cross compilers and emulators the bundle tests run on (apt-get, only when one is missing):
+# arm-none-eabi-gcc + newlib, qemu-system-arm (mps2 boards), gcc-aarch64-linux-gnu + qemu-aarch64.
+toolchains:
+	bash scripts/install_toolchains.sh
+
+test: $(STAMP) lint toolchains
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 clean:

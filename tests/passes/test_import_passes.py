@@ -94,7 +94,8 @@ def test_identity_and_dropout_are_removed():
     nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
              helper.make_node("Dropout", ["b"], ["c"]), helper.make_node("Sigmoid", ["c"], ["d"]),
              helper.make_node("Identity", ["d"], ["y"])]
-    graph = check_against_onnxruntime(make_model(nodes, [x], [y]), {"x": RNG.standard_normal((1, 8)).astype(np.float32)})
+    feeds = {"x": RNG.standard_normal((1, 8)).astype(np.float32)}
+    graph = check_against_onnxruntime(make_model(nodes, [x], [y]), feeds)
     assert [n.op for n in graph.nodes] == ["Relu", "Sigmoid"]
     assert graph.outputs == ["y"] and graph.nodes[-1].outputs == ["y"]
 
