@@ -1,0 +1,225 @@
+/* Test harness that runs one Glow bundle once: the program the exporter tests link a NAME.o into.
+ *
+ * Why it exists: to check a bundle the way a user's application calls it — through the macros of NAME.h
+ * and the entry point, with the three memory regions declared statically and GLOW_MEM_ALIGN'ed — on every
+ * toolchain (host gcc, aarch64 Linux under qemu-aarch64, bare-metal Cortex-M under qemu-system-arm).
+ *
+ * tests/exporters/toolchains.py generates harness_config.h for each bundle: it includes NAME.h and names
+ * the entry, the region sizes and, as X-macros, each input and output placeholder's offset macro and size.
+ *
+ * Two ways in and out:
+ *  - hosted (default): `prog WEIGHTS.bin INPUTS.bin OUTPUTS.bin` reads the weights file and the inputs
+ *    (concatenated in placeholder order) and writes the outputs (concatenated) raw.
+ *  - HARNESS_BARE_METAL: weights and inputs are linked in (harness_weights / harness_inputs, from the
+ *    generated .incbin file); the weights are used in place, from flash. Outputs are printed over
+ *    semihosting as hex bytes ("@out INDEX" then lines of hex), and the SysTick ticks spent in the entry
+ *    call as "@ticks HEX" (under `qemu -icount shift=0`: instructions / 40 at 25 MHz, / 50 at 20 MHz).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness_config.h"
+
+#define NONZERO(n) ((n) > 0 ? (n) : 1)
+
+struct slot {
+    uint32_t offset;
+    uint32_t size;
+};
+
+#define HARNESS_SLOT(offset, size) {(offset), (size)},
+static const struct slot inputs[] = {HARNESS_INPUTS(HARNESS_SLOT){0, 0}};
+static const struct slot outputs[] = {HARNESS_OUTPUTS(HARNESS_SLOT){0, 0}};
+#define INPUT_COUNT (sizeof(inputs) / sizeof(inputs[0]) - 1)
+#define OUTPUT_COUNT (sizeof(outputs) / sizeof(outputs[0]) - 1)
+
+GLOW_MEM_ALIGN(HARNESS_MEM_ALIGN)
+static uint8_t mutable_mem[NONZERO(HARNESS_MUTABLE_SIZE)];
+GLOW_MEM_ALIGN(HARNESS_MEM_ALIGN)
+static uint8_t activations_mem[NONZERO(HARNESS_ACTIVATIONS_SIZE)];
+
+static void report_error(const char *message);
+
+static int slots_fit(const struct slot *slots, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if ((uint64_t)slots[i].offset + slots[i].size > HARNESS_MUTABLE_SIZE) {
+            report_error("a placeholder lies outside the mutable region");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void scatter_inputs(const uint8_t *blob)
+{
+    for (size_t i = 0; i < INPUT_COUNT; i++) {
+        memcpy(GLOW_GET_ADDR(mutable_mem, inputs[i].offset), blob, inputs[i].size);
+        blob += inputs[i].size;
+    }
+}
+
+#if defined(HARNESS_BARE_METAL)
+
+extern const uint8_t harness_weights[], harness_weights_end[];
+extern const uint8_t harness_inputs[];
+extern volatile uint32_t systick_wraps;
+
+#define SYST_CSR (*(volatile uint32_t *)0xE000E010u)
+#define SYST_RVR (*(volatile uint32_t *)0xE000E014u)
+#define SYST_CVR (*(volatile uint32_t *)0xE000E018u)
+#define SYST_RELOAD 0xFFFFFFu
+
+/* SysTick on the processor clock, wrapping every 2^24 ticks; the interrupt counts the wraps. */
+static void systick_start(void)
+{
+    SYST_RVR = SYST_RELOAD;
+    SYST_CVR = 0;
+    SYST_CSR = 0x7u; /* CLKSOURCE = processor clock, TICKINT, ENABLE */
+}
+
+/* Ticks since systick_start. The counter runs RELOAD, ..., 1, 0, RELOAD, ...; a read of 0 (just enabled,
+ * or the tick of a wrap, where the wrap count may or may not have moved yet) is ambiguous, so it is read
+ * again: that costs at most one tick and leaves the count monotonic and repeatable. */
+static uint64_t systick_now(void)
+{
+    uint32_t wraps, value;
+    do {
+        wraps = systick_wraps;
+        value = SYST_CVR;
+    } while (value == 0 || wraps != systick_wraps);
+    return ((uint64_t)wraps << 24) + (SYST_RELOAD - value);
+}
+
+static void put_hex(const uint8_t *bytes, size_t count)
+{
+    static const char digits[] = "0123456789abcdef";
+    char line[2 * 64 + 2];
+    while (count > 0) {
+        size_t chunk = count < 64 ? count : 64;
+        for (size_t i = 0; i < chunk; i++) {
+            line[2 * i] = digits[bytes[i] >> 4];
+            line[2 * i + 1] = digits[bytes[i] & 0xF];
+        }
+        line[2 * chunk] = '\n';
+        line[2 * chunk + 1] = '\0';
+        fputs(line, stdout);
+        bytes += chunk;
+        count -= chunk;
+    }
+}
+
+/* Bare metal: everything, errors included, goes to semihosting stdout (no printf: keeps the program small). */
+static void report_error(const char *message)
+{
+    fputs("@error ", stdout);
+    fputs(message, stdout);
+    fputs("\n", stdout);
+}
+
+static void put_tagged_u64(const char *tag, uint64_t value)
+{
+    uint8_t big_endian[8];
+    for (int i = 0; i < 8; i++) {
+        big_endian[i] = (uint8_t)(value >> (56 - 8 * i));
+    }
+    fputs(tag, stdout);
+    put_hex(big_endian, sizeof big_endian);
+}
+
+int main(void)
+{
+    if ((size_t)(harness_weights_end - harness_weights) != HARNESS_CONSTANT_SIZE) {
+        report_error("embedded weights differ in size from CONSTANT_MEM_SIZE");
+        return 2;
+    }
+    if (!slots_fit(inputs, INPUT_COUNT) || !slots_fit(outputs, OUTPUT_COUNT)) {
+        return 2;
+    }
+    scatter_inputs(harness_inputs);
+    systick_start();
+    uint64_t start = systick_now();
+    int status = HARNESS_ENTRY((uint8_t *)harness_weights, mutable_mem, activations_mem);
+    uint64_t stop = systick_now();
+    for (size_t i = 0; i < OUTPUT_COUNT; i++) {
+        put_tagged_u64("@out ", i);
+        put_hex(GLOW_GET_ADDR(mutable_mem, outputs[i].offset), outputs[i].size);
+    }
+    put_tagged_u64("@ticks ", stop - start);
+    fflush(stdout);
+    return status;
+}
+
+#else /* hosted */
+
+GLOW_MEM_ALIGN(HARNESS_MEM_ALIGN)
+static uint8_t constant_mem[NONZERO(HARNESS_CONSTANT_SIZE)];
+static uint8_t input_blob[NONZERO(HARNESS_MUTABLE_SIZE)];
+
+static void report_error(const char *message) { fprintf(stderr, "@error %s\n", message); }
+
+/* Reads exactly `size` bytes (and no more) from `path` into `buffer`. */
+static int read_exactly(const char *path, uint8_t *buffer, size_t size)
+{
+    FILE *file = fopen(path, "rb");
+    if (file == NULL) {
+        fprintf(stderr, "@error cannot open %s\n", path);
+        return 0;
+    }
+    size_t got = fread(buffer, 1, size, file);
+    int extra = fgetc(file);
+    fclose(file);
+    if (got != size || extra != EOF) {
+        fprintf(stderr, "@error %s does not hold exactly %lu bytes\n", path, (unsigned long)size);
+        return 0;
+    }
+    return 1;
+}
+
+static size_t total_size(const struct slot *slots, size_t count)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        total += slots[i].size;
+    }
+    return total;
+}
+
+static int write_outputs(const char *path)
+{
+    FILE *file = fopen(path, "wb");
+    if (file == NULL) {
+        fprintf(stderr, "@error cannot create %s\n", path);
+        return 0;
+    }
+    int ok = 1;
+    for (size_t i = 0; i < OUTPUT_COUNT; i++) {
+        ok &= fwrite(GLOW_GET_ADDR(mutable_mem, outputs[i].offset), 1, outputs[i].size, file) == outputs[i].size;
+    }
+    return fclose(file) == 0 && ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s WEIGHTS.bin INPUTS.bin OUTPUTS.bin\n", argv[0]);
+        return 2;
+    }
+    if (!slots_fit(inputs, INPUT_COUNT) || !slots_fit(outputs, OUTPUT_COUNT)) {
+        return 2;
+    }
+    if (!read_exactly(argv[1], constant_mem, HARNESS_CONSTANT_SIZE) ||
+        !read_exactly(argv[2], input_blob, total_size(inputs, INPUT_COUNT))) {
+        return 2;
+    }
+    scatter_inputs(input_blob);
+    int status = HARNESS_ENTRY(constant_mem, mutable_mem, activations_mem);
+    if (status != 0) {
+        fprintf(stderr, "@error entry returned %d\n", status);
+        return status;
+    }
+    return write_outputs(argv[3]) ? 0 : 2;
+}
+
+#endif
