@@ -1,9 +1,11 @@
-"""Shared fixtures: paths of the demo model and a runner for the ``pegasus`` command line."""
+"""Shared fixtures (the demo model, a runner for the ``pegasus`` command line) and the per-op summary of
+the ONNX conformance run (kept here, in the root conftest, so pytest-xdist's controller sees it)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,3 +42,29 @@ def demo_model(tmp_path_factory, demo_onnx) -> tuple[Path, Path]:
                      "--output-data", folder / "lenet_mnist.data")
     assert result.code == 0, result.stderr
     return folder / "lenet_mnist.json", folder / "lenet_mnist.data"
+
+
+_OUTCOMES: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+
+def pytest_runtest_logreport(report):
+    if "test_node_case[" not in report.nodeid:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome == "skipped"):
+        op = report.nodeid.split("[", 1)[1].split(":", 1)[0]
+        _OUTCOMES[op][report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _OUTCOMES:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("ONNX node conformance per op (passed / failed / excluded):")
+    totals = defaultdict(int)
+    for op in sorted(_OUTCOMES):
+        counts = _OUTCOMES[op]
+        for key, value in counts.items():
+            totals[key] += value
+        write(f"  {op:28s} {counts['passed']:4d} / {counts['failed']:3d} / {counts['skipped']:3d}")
+    write(f"  {'TOTAL':28s} {totals['passed']:4d} / {totals['failed']:3d} / {totals['skipped']:3d}")

@@ -123,3 +123,14 @@ def test_verbose_shows_traceback(tmp_path):
 ])
 def test_bad_flag_values(tmp_path, demo_onnx, flag, value, fragment):
     assert_one_line_error(import_model(demo_onnx, tmp_path, flag, value), fragment)
+
+
+def test_input_size_list_with_and_without_batch(tmp_path):
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    model = model_with(nodes, [tensor("a", ["N", "C"]), tensor("b", ["unk__286"])], [tensor("y", None)])
+    path = save(model, tmp_path / "m.onnx")
+    result = import_model(path, tmp_path, "--input-size-list", "3#2,3", "--size-with-batch", "False,True")
+    assert result.code == 0, result.stderr
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert [entry["shape"] for entry in doc["inputs"]] == [[1, 3], [2, 3]]
+    assert doc["outputs"][0]["shape"] == [2, 3]

@@ -100,3 +100,15 @@ def test_cli_inference_npy_and_tensor_inputs(demo_model, tmp_path, digits):
         assert result.code == 0, result.stderr
         outputs.append(np.load(out / "outputs.npz")["softmax"])
     np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-6)
+
+
+def test_cli_inference_pb_input_matches_npy(demo_model, tmp_path, digits):
+    from onnx import numpy_helper
+
+    images, _ = digits
+    (tmp_path / "d.pb").write_bytes(numpy_helper.from_array(images[7][None]).SerializeToString())
+    result = run_cli("inference", "--model", demo_model[0], "--model-data", demo_model[1], "--input",
+                     tmp_path / "d.pb", "--postprocess", "print_topn")
+    assert result.code == 0, result.stderr
+    expected = interpreter.run(serialize.load(*demo_model), {"data": images[7][None]})["softmax"]
+    assert f"class {int(np.argmax(expected))} ({expected.max():.4f})" in result.stdout
