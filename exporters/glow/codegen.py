@@ -57,7 +57,18 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         builder.call(layer, args)
         _emit_layer_body(layer, graph, node, present, math, target)
     builder.ret(ir.Constant(ir.IntType(32), 0))
+    forbid_library_calls(module)
     return module
+
+
+def forbid_library_calls(module: ir.Module) -> None:
+    """Mark every defined function "no-builtins": LLVM then keeps copy/fill loops as loops instead of
+    turning them into memcpy/memset calls the bare target may lack. (llvmlite's attribute list does not
+    know this string attribute, so it is admitted for each function explicitly.)"""
+    for function in module.functions:
+        if not function.is_declaration:
+            function.attributes._known = function.attributes._known | {'"no-builtins"'}
+            function.attributes.add('"no-builtins"')
 
 
 def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, node, present: list[str]):

@@ -1,0 +1,140 @@
+"""Float bundle speed against a peer measured in the same run.
+
+For the demo LeNet and the nine light models in the onnx wheel: the median latency of the host bundle
+(exported for this machine, linked into a shared library, called through ctypes) and of onnxruntime
+with one thread (also called from Python), and their ratio. For LeNet on Cortex-M7 (qemu mps2-an500,
+``-icount shift=0``): instructions per inference, and the code size of NAME.o for that CPU.
+
+    python benchmarks/bench_glow.py [--runs 200] [--models lenet,resnet50,...] [--skip-cortex-m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx.backend.test.runner import Runner
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pegasus.exporters.glow.export import export_bundle  # noqa: E402
+from pegasus.exporters.glow.target import resolve_target  # noqa: E402
+from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
+
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+DEMO = ROOT / "conversion_scripts" / "demo" / "lenet_mnist.onnx"
+
+
+def models() -> dict[str, Path]:
+    found = {"lenet": DEMO}
+    for path in sorted(LIGHT_DIR.glob("light_*.onnx")):
+        found[path.stem[len("light_"):]] = path
+    return found
+
+
+def feeds_for(model: onnx.ModelProto, name: str) -> dict[str, np.ndarray]:
+    initializers = {init.name for init in model.graph.initializer}
+    return {vi.name: Runner.generate_dummy_data(vi, seed=0, name=name, random=False)
+            for vi in model.graph.input if vi.name not in initializers}
+
+
+def median_us(call, runs: int) -> float:
+    for _ in range(max(3, runs // 10)):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter_ns()
+        call()
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1000
+
+
+def aligned(size: int) -> np.ndarray:
+    raw = np.zeros(size + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + max(size, 1)]
+
+
+def bundle_caller(graph, feeds, folder: Path):
+    result = export_bundle(graph, folder, "net", resolve_target(None, None, None, "pic"))
+    library = folder / "libnet.so"
+    subprocess.run(["gcc", "-shared", "-o", str(library), str(folder / "net.o")], check=True)
+    plan = result.plan
+    constant = aligned(plan.constant_size)
+    blob = (folder / "net.weights.bin").read_bytes()
+    constant[:len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+    mutable, activations = aligned(plan.mutable_size), aligned(plan.activations_size)
+    for name, value in feeds.items():
+        loc = plan.locations[name]
+        mutable[loc.offset:loc.offset + loc.size] = np.frombuffer(value.tobytes(), dtype=np.uint8)
+    entry = ctypes.CDLL(str(library)).net
+    pointer = ctypes.POINTER(ctypes.c_uint8)
+    args = [buf.ctypes.data_as(pointer) for buf in (constant, mutable, activations)]
+    return lambda: entry(*args)
+
+
+def host_rows(names: list[str], runs: int) -> list[dict]:
+    rows = []
+    for name in names:
+        path = models()[name]
+        model = onnx.load(str(path))
+        feeds = feeds_for(model, name) if name != "lenet" else {
+            "data": np.random.default_rng(0).uniform(0, 1, (1, 1, 28, 28)).astype(np.float32)}
+        graph = import_onnx(model, name=name)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        with tempfile.TemporaryDirectory() as tmp:
+            ours = median_us(bundle_caller(graph, feeds, Path(tmp)), runs)
+        theirs = median_us(lambda s=session, f=feeds: s.run(None, f), runs)
+        rows.append({"model": name, "bundle_us": ours, "onnxruntime_us": theirs, "speedup": theirs / ours})
+    return rows
+
+
+def cortex_m7_row() -> dict:
+    from pegasus.exporters.glow.memory_report import memory_report
+    from tests.exporters.toolchains import count_instructions_cortex_m
+
+    graph = import_onnx(DEMO, name="lenet_mnist")
+    image = np.random.default_rng(0).uniform(0, 1, (1, 1, 28, 28)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = export_bundle(graph, Path(tmp), "lenet_mnist", resolve_target("arm", "cortex-m7"))
+        instructions = count_instructions_cortex_m(Path(tmp), "lenet_mnist", "cortex-m7", {"data": image})
+        report = json.loads(memory_report("lenet_mnist", result.plan, (Path(tmp) / "lenet_mnist.o").read_bytes())[1])
+    macs = 2_293_000
+    return {"instructions": instructions, "macs_per_instruction": macs / instructions, "report": report}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--models", default=",".join(models()))
+    parser.add_argument("--skip-cortex-m", action="store_true")
+    args = parser.parse_args()
+    rows = host_rows(args.models.split(","), args.runs)
+    print(f"{'model':16s} {'bundle µs':>12s} {'onnxruntime µs':>15s} {'ort/bundle':>11s}")
+    for row in rows:
+        print(f"{row['model']:16s} {row['bundle_us']:12.1f} {row['onnxruntime_us']:15.1f} {row['speedup']:10.2f}x")
+    if not args.skip_cortex_m:
+        m7 = cortex_m7_row()
+        print(f"\nLeNet float on Cortex-M7 (qemu mps2-an500, -icount shift=0): {m7['instructions']:,} instructions "
+              f"per inference, {m7['macs_per_instruction']:.3f} MACs/instruction (2.29 M MACs)")
+        print(f"memory report: {json.dumps(m7['report'])}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

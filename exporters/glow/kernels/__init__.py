@@ -1,0 +1,16 @@
+"""LLVM emitters, one module per op family (mirrors pegasus/ops/); importing registers them."""
+
+from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registers its emitters)
+    binary,
+    conv,
+    elementwise,
+    identity,
+    linear,
+    normalization,
+    pool,
+    quantize_linear,
+    reduce,
+    resize,
+    rnn,
+    shape_ops,
+)

@@ -1,0 +1,352 @@
+"""Emitters for the convolutions (Conv, ConvTranspose), and the sliding-window sweeps that the pooling
+kernels share with them.
+
+Geometry comes from the ops themselves (``Conv.geometry``, ``ConvTranspose.geometry``): this file only
+turns a resolved ``Window`` into loops. ``Axis`` answers, per spatial axis, which taps of an output
+position fall inside the input: statically for the interior, with a few integer instructions near
+the padding, so no tap ever tests a bound. Both sweeps loop over the outer spatial axes and cut the
+last (contiguous) axis into tiles of ``width`` positions, one vector each: ``sweep_tiles`` (Conv) gives
+the tiles crossing the padding static lane masks per tap (``Edge``: masked loads, no scalar border
+code); ``sweep`` (pooling) visits the border positions one at a time.
+
+Conv is a direct convolution in register tiles (``Correlation``): a block of output channels times a
+tile of one output row, all accumulators in registers (bias as their initial value), reduced over
+input channels and taps; each tap multiplies one broadcast weight per channel with a vector of inputs
+shared by the block. ConvTranspose is the same kernel once per stride phase: the outputs
+o = q*stride + r of one residue r read a fixed subset of the taps, a dense stride-1 correlation over q
+(``_axis_phases``), so it needs no scatter and no accumulation in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.linear import (
+    FLOATS,
+    Accumulators,
+    Numeric,
+    Simd,
+    Value,
+    affine,
+    cover,
+    for_tiles,
+    range_nest,
+    require_dtype,
+    simd_of,
+)
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ops.conv import Conv, ConvTranspose
+from pegasus.ops.spatial import Window
+
+Range = tuple[Value, Value]
+
+
+def _ceil_div(a: int, d: int) -> int:
+    return -(-a // d)
+
+
+def _clamp(b: ir.IRBuilder, value: Value, lo: int, hi: int) -> Value:
+    value = b.select(b.icmp_signed("<", value, const(lo)), const(lo), value)
+    return b.select(b.icmp_signed(">", value, const(hi)), const(hi), value)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One spatial axis: output position o reads input o*stride - pad + k*dilation for k < kernel."""
+
+    size: int
+    out: int
+    kernel: int
+    stride: int
+    dilation: int
+    pad: int
+
+    def origin(self, b: ir.IRBuilder, o: Value) -> Value:
+        return affine(b, -self.pad, (o, self.stride))
+
+    def interior(self, lower: int = 0, upper: int | None = None) -> tuple[int, int]:
+        """[first, end) of the outputs whose every tap lies in [lower, upper) (default: the input)."""
+        upper = self.size if upper is None else upper
+        first = max(0, min(self.out, _ceil_div(lower + self.pad, self.stride)))
+        last = (upper - 1 + self.pad - (self.kernel - 1) * self.dilation) // self.stride
+        return first, max(first, min(self.out, last + 1))
+
+    def taps(self, b: ir.IRBuilder, o: Value, lower: int = 0, upper: int | None = None) -> Range:
+        """[lo, hi) of the taps k of output ``o`` reading inside [lower, upper) (hi >= lo)."""
+        upper = self.size if upper is None else upper
+        if self.interior(lower, upper) == (0, self.out):
+            return const(0), const(self.kernel)
+        origin = self.origin(b, o)
+        smallest = min(lower, upper) - ((self.out - 1) * self.stride - self.pad)
+        lo = _clamp(b, self._ceil_div(b, b.sub(const(lower), origin), smallest), 0, self.kernel)
+        hi = _clamp(b, self._ceil_div(b, b.sub(const(upper), origin), smallest), 0, self.kernel)
+        return lo, b.select(b.icmp_signed("<", hi, lo), lo, hi)
+
+    def _ceil_div(self, b: ir.IRBuilder, a: Value, smallest: int) -> Value:
+        """ceil(a / dilation) for a >= smallest (sdiv rounds toward zero: shift a to be >= 0 first)."""
+        d = self.dilation
+        if d == 1:
+            return a
+        shift = _ceil_div(max(0, -smallest), d) + 1
+        return b.sub(b.sdiv(b.add(a, const(shift * d + d - 1)), const(d)), const(shift))
+
+
+def axes_of(win: Window, in_sizes: tuple[int, ...]) -> list[Axis]:
+    return [Axis(size, out, k, s, d, p) for size, out, k, s, d, p in
+            zip(in_sizes, win.out, win.kernel, win.strides, win.dilations, win.pads_begin)]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A tile crossing the padding or the row's end: the last-axis taps that read inside the input,
+    each with the lanes that do, and how many lanes lie inside the output row."""
+
+    taps: tuple[tuple[int, tuple[bool, ...]], ...]
+    stored: int
+
+
+def edge_of(axis: Axis, start: int, width: int) -> Edge | None:
+    """The Edge of the tile of ``width`` outputs from ``start``; None when every tap is inside."""
+    taps = []
+    for k in range(axis.kernel):
+        mask = tuple(start + lane < axis.out and 0 <= (start + lane) * axis.stride - axis.pad + k * axis.dilation
+                     < axis.size for lane in range(width))
+        if any(mask):
+            taps.append((k, mask))
+    stored = min(width, axis.out - start)
+    if stored == width and len(taps) == axis.kernel and all(all(mask) for _, mask in taps):
+        return None
+    return Edge(tuple(taps), stored)
+
+
+def row_runs(axis: Axis, width: int) -> list[tuple[int, int]]:
+    """(start, count) runs of tiles of ``width`` outputs covering the axis: tiles every ``width``, the
+    last one moved back to end at the row's end (overlapping its neighbour) when the row is longer
+    than a tile. A run of several tiles is a loop of interior tiles; edge tiles stand alone."""
+    starts = list(range(0, axis.out - width, width)) + [max(0, axis.out - width)]
+    runs: list[list[int]] = []
+    for start in starts:
+        interior = edge_of(axis, start, width) is None
+        previous = runs[-1] if runs else None
+        if interior and previous and previous[2] and previous[0] + previous[1] * width == start:
+            previous[1] += 1
+        else:
+            runs.append([start, 1, interior])
+    return [(start, count) for start, count, _ in runs]
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Output positions being computed: ``outer`` indices of the outer axes, ``width`` positions of
+    the last axis from ``first``. ``last_taps`` (a single border position) or ``edge`` (a tile
+    crossing the padding) say which last-axis taps read inside; with neither, all of them do."""
+
+    outer: list[Value]
+    first: Value
+    width: int
+    last_taps: Range | None = None
+    edge: Edge | None = None
+
+
+def sweep(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile], None]) -> None:
+    """Visit every output position: loops over the outer axes; the last axis in interior tiles of
+    ``width`` (the tail tile overlapping its neighbour), then its border positions one by one."""
+    *outer, last = axes
+    first, end = last.interior()
+    left, right = first, last.out - end
+    with loop_nest(b, [a.out for a in outer]) as position:
+        if end > first:
+            cover(b, first, end - first, width, lambda start, count: visit(Tile(position, start, count)))
+        if left + right:
+            with for_range(b, left + right, name="border") as i:
+                o = b.select(b.icmp_signed("<", i, const(left)), i, b.add(i, const(end - first)))
+                visit(Tile(position, o, 1, last_taps=last.taps(b, o)))
+
+
+def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile], None]) -> None:
+    """Visit every output position in tiles of ``width`` along the last axis only: interior tiles in
+    loops, tiles crossing the padding as edge tiles (lanes masked per tap, no scalar border code)."""
+    *outer, last = axes
+    runs = row_runs(last, width)
+    with loop_nest(b, [a.out for a in outer]) as position:
+        for start, count in runs:
+            if count == 1:
+                visit(Tile(position, const(start), width, edge=edge_of(last, start, width)))
+                continue
+            with for_range(b, count, name="tile") as t:
+                visit(Tile(position, affine(b, start, (t, width)), width))
+
+
+def tile_shape(simd: Simd, num: Numeric, row: int, channels: int) -> tuple[int, int]:
+    """(positions, channels) of a Conv register tile: two vectors of the output row (four positions on
+    a scalar FPU; for a shorter row, the power of two that holds it), and as many channels as the
+    accumulator registers then allow."""
+    lanes = simd.lanes(num.compute)
+    positions = min(2 * lanes if lanes > 1 else 4, 1 << (row - 1).bit_length())
+    vectors = -(-positions // lanes)
+    return positions, max(1, min(channels, simd.accumulators // vectors, 16))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Conv
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Y[n, m, o] = bias[m] + sum over the group's input channels ci and taps k of
+    X[n, ci, o*stride - pad + k*dilation] * W[...], the weight's flat index being affine in (m, ci, k).
+    Conv is one; ConvTranspose is one per stride phase (see ``_phases``)."""
+
+    x: TensorRef
+    w: TensorRef
+    bias: TensorRef | None
+    y: TensorRef
+    axes: list[Axis]
+    group: int
+    w_channel: int                # weight index step per output channel of the group
+    w_input: int                  # ... per input channel of the group
+    w_group: int                  # ... per group
+    w_taps: tuple[int, ...]       # ... per tap along each spatial axis
+    w_offset: int = 0
+    y_steps: tuple[int, ...] = ()  # output index step per position along each axis (default: Y's strides)
+    y_offset: int = 0
+
+    @property
+    def in_group(self) -> int:
+        return self.x.shape[1] // self.group
+
+    @property
+    def out_group(self) -> int:
+        return self.y.shape[1] // self.group
+
+    @property
+    def y_strides(self) -> tuple[int, ...]:
+        return self.y_steps or self.y.strides[2:]
+
+
+def _correlation_tile(num: Numeric, cr: Correlation, batch: Value, group: Value, local0: Value, channels: int,
+                      tile: Tile) -> None:
+    """Y[batch, channels local0:+channels of the group, tile] = bias + the sum over input channels and taps:
+    one broadcast weight per channel times a vector of the tile's inputs, per tap."""
+    b = num.b
+    *outer_axes, last = cr.axes
+    x_strides = cr.x.strides[2:]
+    channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
+    acc = Accumulators(num, channels, tile.width)
+    for j in range(channels):
+        start = num.load(cr.bias, affine(b, j, (channel0, 1)), tile.width, 0) if cr.bias is not None \
+            else num.constant(0, tile.width)
+        acc.set(j, start)
+
+    def tap(x_flat: Value, w_flat: Value, mask: tuple[bool, ...] | None) -> None:
+        inputs = num.load(cr.x, x_flat, tile.width, last.stride) if mask is None else \
+            num.load_lanes(cr.x, x_flat, tile.width, last.stride, mask)
+        for j in range(channels):
+            acc.mul_add(j, num.load(cr.w, affine(b, j * cr.w_channel, (w_flat, 1)), tile.width, 0), inputs)
+
+    ranges = [axis.taps(b, o) for axis, o in zip(outer_axes, tile.outer)]
+    if tile.edge is None:
+        ranges.append((const(0), const(last.kernel)))
+    with for_range(b, cr.in_group, name="ci") as ci:
+        x_plane = affine(b, 0, (batch, cr.x.strides[0]), (group, cr.in_group * cr.x.strides[1]), (ci, cr.x.strides[1]))
+        w_plane = affine(b, cr.w_offset, (group, cr.w_group), (local0, cr.w_channel), (ci, cr.w_input))
+        with range_nest(b, ranges) as taps:
+            x_terms = [(axis.origin(b, o), s) for axis, o, s in zip(outer_axes, tile.outer, x_strides)]
+            x_terms += [(k, axis.dilation * s) for axis, k, s in zip(cr.axes, taps, x_strides)]
+            x_flat = affine(b, 0, (x_plane, 1), (last.origin(b, tile.first), x_strides[-1]), *x_terms)
+            w_flat = affine(b, 0, (w_plane, 1), *zip(taps, cr.w_taps))
+            if tile.edge is None:
+                tap(x_flat, w_flat, None)
+            for k, mask in tile.edge.taps if tile.edge else ():
+                tap(affine(b, k * last.dilation, (x_flat, 1)), affine(b, k * cr.w_taps[-1], (w_flat, 1)), mask)
+    y_flat = affine(b, cr.y_offset, (batch, cr.y.strides[0]), (channel0, cr.y.strides[1]),
+                    *zip([*tile.outer, tile.first], cr.y_strides))
+    stored = tile.edge.stored if tile.edge else None
+    for j in range(channels):
+        num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), acc.get(j), stored, cr.y_strides[-1])
+
+
+def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
+    """Loops over batch, group and blocks of output channels; tiles of the output rows inside."""
+    b = k.builder
+    width, block = tile_shape(simd_of(k.target), num, cr.axes[-1].out, cr.out_group)
+
+    def channel_block(batch: Value, group: Value, local0: Value, channels: int) -> None:
+        sweep_tiles(b, cr.axes, width,
+                    lambda tile: _correlation_tile(num, cr, batch, group, local0, channels, tile))
+
+    with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
+        for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+
+
+@emitter("Conv")
+def conv(k: KernelContext) -> None:
+    x, w = k.inputs[0], k.inputs[1]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    y = k.outputs[0]
+    num = Numeric(k.builder, require_dtype(k, FLOATS))
+    win = Conv.geometry(k.attrs, x.shape, w.shape)
+    group = k.attrs.group
+    emit_correlation(k, num, Correlation(x, w, bias, y, axes_of(win, x.shape[2:]), group, w.strides[0], w.strides[1],
+                                         y.shape[1] // group * w.strides[0], w.strides[2:]))
+
+
+# ----------------------------------------------------------------------------------------------------
+# ConvTranspose
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Outputs o = q*stride + residue of one ConvTranspose axis as a stride-1 correlation over q:
+    tap t reads input q - axis.pad + t*axis.dilation with weight tap ``first_tap - t*tap_step``."""
+
+    axis: Axis
+    residue: int
+    first_tap: int
+    tap_step: int
+
+
+def _axis_phases(win: Window, index: int, in_size: int) -> list[Phase]:
+    """The ``stride`` phases of one axis. Output o gets tap k from input i = (o + pad - k*d) / s when
+    that divides; with o = q*s + r the taps that divide are k = k_r + t*s/g (g = gcd(s, d)) and
+    i = q + c_r - t*d/g, c_r = (r + pad - k_r*d) / s; counting t from the far end makes the
+    dilation positive (pad = (T-1)*d/g - c_r)."""
+    s, d, pad, kernel, out = (win.strides[index], win.dilations[index], win.pads_begin[index],
+                              win.kernel[index], win.out[index])
+    g = math.gcd(s, d)
+    phases = []
+    for r in range(min(s, out)):
+        k_r = next((k for k in range(s // g) if (k * d - r - pad) % s == 0), kernel)
+        taps = max(0, -(-(kernel - k_r) // (s // g)))
+        c_r = (r + pad - k_r * d) // s
+        axis = Axis(in_size, -(-(out - r) // s), taps, 1, d // g, (taps - 1) * (d // g) - c_r)
+        phases.append(Phase(axis, r, k_r + (taps - 1) * (s // g), s // g))
+    return phases
+
+
+@emitter("ConvTranspose")
+def conv_transpose(k: KernelContext) -> None:
+    """Y[o] = bias + sum of X[i] * W[tap] over the (i, tap) with i*stride - pad + tap*dilation = o:
+    each combination of per-axis phases (o mod stride) is a dense stride-1 correlation, register
+    tiled like Conv, whose outputs land every ``stride`` positions of Y."""
+    x, w = k.inputs[0], k.inputs[1]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    y = k.outputs[0]
+    num = Numeric(k.builder, require_dtype(k, FLOATS))
+    win = ConvTranspose.geometry(k.attrs, x.shape, w.shape)
+    group = k.attrs.group
+    in_group = x.shape[1] // group
+    w_taps, y_strides = w.strides[2:], y.strides[2:]
+    for phases in itertools.product(*(_axis_phases(win, i, size) for i, size in enumerate(x.shape[2:]))):
+        cr = Correlation(x, w, bias, y, [p.axis for p in phases], group, w.strides[1], w.strides[0],
+                         in_group * w.strides[0], tuple(-p.tap_step * ws for p, ws in zip(phases, w_taps)),
+                         sum(p.first_tap * ws for p, ws in zip(phases, w_taps)),
+                         tuple(s * ys for s, ys in zip(win.strides, y_strides)),
+                         sum(p.residue * ys for p, ys in zip(phases, y_strides)))
+        emit_correlation(k, num, cr)
