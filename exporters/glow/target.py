@@ -80,7 +80,12 @@ def resolve_target(arch: str | None = None, mcpu: str | None = None, float_abi: 
     if arch in HOST_TRIPLES:
         if mcpu not in (None, "native"):
             raise PegasusError(f"--mcpu {mcpu} is not an {arch} CPU (valid for {arch}: native)")
-        cpu = llvm.get_host_cpu_name() if mcpu == "native" else ("x86-64" if arch == "x86_64" else "i686")
+        if arch == host_arch() and mcpu in (None, "native"):  # for this machine, as Glow does by default
+            return Target(arch, llvm.get_host_cpu_name(), HOST_TRIPLES[arch], "hard", relocation,
+                          llvm.get_host_cpu_features().flatten())
+        if mcpu == "native":
+            raise PegasusError(f"--mcpu native needs --target {host_arch()} (this machine)")
+        cpu = "x86-64" if arch == "x86_64" else "i686"
         return Target(arch, cpu, HOST_TRIPLES[arch], "hard", relocation)
     mcpu = mcpu or DEFAULT_CPU[arch]
     valid = [name for name, info in CPUS.items() if info.arch == arch]
