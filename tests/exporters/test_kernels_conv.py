@@ -16,6 +16,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -29,7 +30,6 @@ from pegasus.ir.dtypes import DType
 from tests.exporters.host_runner import run_bundle_host
 from tests.exporters.test_kernels_elementwise import Case, check_case, ids, run_cases
 
-ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(5)
 
 #: register files to tile for (None: the host target's own, SSE2 on x86-64)

@@ -5,6 +5,7 @@ LayerNormalization/InstanceNormalization/LRN against onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -13,7 +14,6 @@ from pegasus.importers.onnx.loader import import_onnx
 from tests.exporters.host_runner import run_bundle_host
 from tests.exporters.test_kernels_elementwise import Case, check_case, ids, run_cases
 
-ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(5)
 
 

@@ -8,6 +8,7 @@ the tilings of test_kernels_conv.py; plus onnxruntime on one model.
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -17,7 +18,6 @@ from tests.exporters.host_runner import run_bundle_host
 from tests.exporters.test_kernels_conv import TILINGS, half_precision, run_tiled
 from tests.exporters.test_kernels_elementwise import Case, check_case, ids, run_cases
 
-ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(13)
 
 

@@ -167,7 +167,7 @@ def test_float16_and_float64(tmp_path, op, dtype):
 @pytest.mark.parametrize("op", list(GATES))
 def test_matches_onnxruntime(tmp_path, op):
     """An independent check: the bundle against onnxruntime directly."""
-    ort = pytest.importorskip("onnxruntime")
+    import onnxruntime as ort
     model, feeds = recurrent_model(op, BI | {"clip": 0.9}, bias=True, initial=True, peepholes=op == "LSTM",
                                    lens=[4, 5, 1], runtime=("X", "sequence_lens"), seed=3)
     got = run_bundle_host(import_onnx(model), feeds, workdir=tmp_path)
