@@ -77,6 +77,7 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=f"layer{index}_{safe}")
     function.linkage = "internal"
     function.attributes.add("nounwind")
+    function.attributes.add("noinline")  # each layer is optimised on its own: export time stays linear
     locations = [plan.locations[n] for n in present]
     for position, (arg, loc) in enumerate(zip(function.args, locations)):
         others = [other for j, other in enumerate(locations) if j != position and present[j] != present[position]]
