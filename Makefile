@@ -17,11 +17,18 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-# Import the demo LeNet (ONNX) and classify one held-out digit with the float reference.
+# Import the demo LeNet (ONNX), classify a held-out digit with the float reference, then compile it into a
+# Glow bundle for this machine and classify the same digit with the bundle's example program.
+DIGIT := $(DEMO)/images/digit_400_4.png
 demo: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH conversion_scripts/0_import_model.sh $(DEMO)/lenet_mnist.onnx $(OUT)
 	PATH=$(CURDIR)/$(BIN):$$PATH INPUT_META=$(DEMO)/lenet_mnist_inputmeta.yml \
-	  conversion_scripts/inference.sh $(OUT)/lenet_mnist.json $(DEMO)/images/digit_400_4.png
+	  conversion_scripts/inference.sh $(OUT)/lenet_mnist.json $(DIGIT)
+	PATH=$(CURDIR)/$(BIN):$$PATH conversion_scripts/2_export_case_code.sh $(OUT)/lenet_mnist.json $(OUT)/bundle
+	$(BIN)/python -c "import numpy as np, PIL.Image as I; \
+	  np.save('$(OUT)/digit.npy', (np.asarray(I.open('$(DIGIT)'), np.float32) / 255)[None, None])"
+	$(MAKE) -s -C $(OUT)/bundle
+	$(OUT)/bundle/lenet_mnist_run -n 100 $(OUT)/digit.npy
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
