@@ -1,4 +1,5 @@
-"""Lowers a planned graph to one LLVM module: an internal function per layer, called in order by the
+"""Lowers a planned graph to one LLVM module: an internal function per layer of the plan (``fuse.Layer``:
+one node, or a convolution fused with its element-wise and pooling consumers), called in order by the
 bundle's entry point ``int NAME(uint8_t *constantWeight, uint8_t *mutableWeight, uint8_t *activations)``.
 
 Each layer function takes typed pointers to its tensors; pointers whose byte ranges overlap no other
@@ -13,6 +14,9 @@ import re
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
+from pegasus.exporters.glow.fuse import Layer, single_layers
+from pegasus.exporters.glow.kernels.conv import Epilogue, emit_conv
+from pegasus.exporters.glow.kernels.pool import emit_conv_pool
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CONSTANT, MUTABLE, Location, MemoryPlan
@@ -44,10 +48,9 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         arg.name = arg_name
         arg.add_attribute("noalias")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
-    for index, node in enumerate(graph.nodes):
-        tensors = [n for n in node.inputs] + [n for n in node.outputs]
-        present = [n for n in tensors if n]
-        layer = _layer_function(module, graph, plan, index, node, present)
+    for index, unit in enumerate(plan.layers or single_layers(graph)):
+        present = [n for n in unit.inputs + unit.outputs if n]
+        layer = _layer_function(module, graph, plan, index, unit, present)
         args = []
         for tensor in present:
             loc = plan.locations[tensor]
@@ -55,7 +58,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
                               inbounds=True)
             args.append(builder.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer()))
         builder.call(layer, args)
-        _emit_layer_body(layer, graph, node, present, math, target)
+        _emit_layer_body(layer, graph, unit, present, math, target)
     builder.ret(ir.Constant(ir.IntType(32), 0))
     forbid_library_calls(module)
     return module
@@ -71,9 +74,10 @@ def forbid_library_calls(module: ir.Module) -> None:
             function.attributes.add('"no-builtins"')
 
 
-def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, node, present: list[str]):
+def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, unit: Layer,
+                    present: list[str]):
     types = [llvm_type(graph.type_of(n).dtype).as_pointer() for n in present]
-    safe = re.sub(r"\W", "_", node.op.lower())
+    safe = re.sub(r"\W", "_", unit.op.lower())
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=f"layer{index}_{safe}")
     function.linkage = "internal"
     function.attributes.add("nounwind")
@@ -86,11 +90,20 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
     return function
 
 
-def _emit_layer_body(function: ir.Function, graph: Graph, node, present: list[str], math: MathLib,
+def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,
                      target: Target) -> None:
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     refs = {name: TensorRef(arg, graph.type_of(name)) for name, arg in zip(present, function.args)}
-    inputs = [refs[n] if n else None for n in node.inputs]
-    outputs = [refs[n] if n else None for n in node.outputs]
-    get_emitter(node.op)(KernelContext(node, node.attrs, builder, inputs, outputs, math, target))
+    inputs = [refs[n] if n else None for n in unit.inputs]
+    outputs = [refs[n] if n else None for n in unit.outputs]
+    head = unit.nodes[0]
+    k = KernelContext(head, head.attrs, builder, inputs, outputs, math, target)
+    if not unit.fused:
+        get_emitter(head.op)(k)
+    else:     # a convolution group (fuse.py): the element-wise nodes as epilogue, then the pooling if any
+        epilogue = Epilogue(tuple((node.op, node.attrs) for node in unit.epilogue), math)
+        if unit.pool is None:
+            emit_conv(k, epilogue)
+        else:
+            emit_conv_pool(k, epilogue, unit.pool)
     builder.ret_void()

@@ -13,6 +13,7 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow import bundle_files, memory_report
 from pegasus.exporters.glow.codegen import build_module, check_emitters
 from pegasus.exporters.glow.compile import compile_object
+from pegasus.exporters.glow.fuse import fuse_layers, single_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import MemoryPlan, plan_memory
 from pegasus.exporters.glow.target import Target
@@ -30,12 +31,14 @@ class BundleResult:
 
 
 def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
-                  bundle_api: str = "static") -> BundleResult:
+                  bundle_api: str = "static", fuse: bool = True) -> BundleResult:
+    """Export ``graph`` as a bundle in ``out_dir``; ``fuse`` computes each convolution's element-wise and
+    pooling consumers inside its loop nest (fuse.py), False generates one layer per node."""
     if not out_dir.is_dir():
         raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
     graph = lower_for_export(graph)
     check_emitters(graph)
-    plan = plan_memory(graph)
+    plan = plan_memory(graph, fuse_layers(graph) if fuse else single_layers(graph))
     module = build_module(graph, plan, target, name)
     if bundle_api == "dynamic":
         bundle_files.add_dynamic_config(module, name, graph, plan)

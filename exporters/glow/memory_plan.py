@@ -7,12 +7,18 @@
   (Reshape, Flatten, Squeeze...) reuses its input's bytes, and an ``inplace`` op may write over an
   input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
   greedy best-fit by size, largest first (the usual static planner of AOT compilers).
+
+The plan is made for a list of layers (``fuse.Layer``, the units code is generated in; by default one
+per node): lifetimes count in layers, a layer reads its inputs and writes its outputs, and the tensors
+inside a fused layer are never allocated (they have no location). The plan keeps its layers, so code
+generation runs exactly the units it was planned for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.ir.graph import Graph
 from pegasus.ops.registry import get_op
 
@@ -49,6 +55,7 @@ class MemoryPlan:
     mutable_size: int
     activations_size: int
     buffers: list[Buffer] = field(default_factory=list)
+    layers: list[Layer] = field(default_factory=list)   # the units planned for, in execution order
 
     def placeholders(self) -> list[tuple[str, Location]]:
         items = [(n, loc) for n, loc in self.locations.items() if loc.region == MUTABLE]
@@ -65,14 +72,15 @@ def _stack(names: list[str], sizes: dict[str, int], region: str) -> tuple[dict[s
     return placed, offset
 
 
-def _group_buffers(graph: Graph) -> dict[str, Buffer]:
-    """Map every non-constant tensor to its buffer (aliases and in-place writes share one)."""
+def _group_buffers(graph: Graph, layers: list[Layer]) -> dict[str, Buffer]:
+    """Map every tensor a layer reads or writes (but constants) to its buffer (aliases and in-place
+    writes share one); buffer lifetimes are layer indices."""
     placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
     last_use: dict[str, int] = {}
-    for index, node in enumerate(graph.nodes):
-        for name in node.present_inputs():
+    for index, layer in enumerate(layers):
+        for name in layer.present_inputs():
             last_use[name] = index
-    end_of_graph = len(graph.nodes)
+    end_of_graph = len(layers)
     of: dict[str, Buffer] = {}
 
     def new_buffer(name: str, start: int) -> Buffer:
@@ -83,12 +91,12 @@ def _group_buffers(graph: Graph) -> dict[str, Buffer]:
 
     for name in graph.inputs:
         new_buffer(name, -1)
-    for index, node in enumerate(graph.nodes):
-        opdef = get_op(node.op)
-        for position, out in enumerate(node.outputs):
+    for index, layer in enumerate(layers):
+        opdef = get_op(layer.nodes[0].op) if not layer.fused else None
+        for position, out in enumerate(layer.outputs):
             if not out:
                 continue
-            source = node.inputs[0] if node.inputs and position == 0 else ""
+            source = layer.inputs[0] if layer.inputs and position == 0 and opdef else ""
             shared = of.get(source) if source else None
             can_share = (shared is not None and graph.type_of(out).nbytes == graph.type_of(source).nbytes
                          and not (shared.placeholder and out in placeholders))
@@ -111,7 +119,9 @@ def _group_buffers(graph: Graph) -> dict[str, Buffer]:
     return of
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
+def plan_memory(graph: Graph, layers: list[Layer] | None = None) -> MemoryPlan:
+    """Plan ``graph`` run as ``layers`` (default: one layer per node, unfused)."""
+    layers = single_layers(graph) if layers is None else layers
     constants = graph.constants()
     constant_locations, constant_size = _stack([t.name for t in constants], {t.name: t.type.nbytes
                                                                               for t in constants}, CONSTANT)
@@ -119,7 +129,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     mutable_locations, mutable_size = _stack(placeholders, {n: graph.type_of(n).nbytes for n in placeholders},
                                              MUTABLE)
     locations = {**constant_locations}
-    of = _group_buffers(graph)
+    of = _group_buffers(graph, layers)
     buffers = list({id(b): b for b in of.values()}.values())
     placed: list[tuple[Buffer, int]] = []
     for buffer in sorted(buffers, key=lambda b: (-b.size, b.start, b.tensors[0])):
@@ -140,4 +150,4 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     activations_size = align(max((off + b.size for b, off in placed), default=0))
     for name in placeholders:  # placeholders fed straight from a constant or another placeholder
         locations.setdefault(name, mutable_locations[name])
-    return MemoryPlan(locations, constant_size, mutable_size, activations_size, buffers)
+    return MemoryPlan(locations, constant_size, mutable_size, activations_size, buffers, layers)

@@ -31,6 +31,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--relocation-model", default="static", help="static (default) or pic")
     glow.add_argument("--bundle-api", default="static", help="static (default): offsets as macros; dynamic: also "
                                                              "a BundleConfig NAME_config with a symbol table")
+    glow.add_argument("--no-fuse", dest="fuse", action="store_false",
+                      help="generate one layer per node instead of computing element-wise and pooling layers "
+                           "inside the producing convolution's loop nest (to compare)")
     glow.add_argument("--dump-graph-DAG", dest="dump_graph_dag", metavar="FILE.dot",
                       help="write the graph as Graphviz dot")
     glow.add_argument("--dump-memory-plan", metavar="FILE.png",
@@ -55,7 +58,7 @@ def run_glow(args: argparse.Namespace) -> int:
         raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
     graph = serialize.load(args.model, args.model_data)
     name = c_identifier(args.network_name or Path(args.model).stem)
-    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api)
+    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api, fuse=args.fuse)
     if args.dump_graph_dag:
         from pegasus.exporters.glow.graph_dot import write_dot
 

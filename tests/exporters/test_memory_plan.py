@@ -1,5 +1,7 @@
-"""The static memory plan: LeNet's sizes against Glow's, and, for every light model, that no two tensors
-alive at the same time share bytes unless one is an alias or in-place rewrite of the other."""
+"""The static memory plan: LeNet's sizes against Glow's (unfused: one layer per node, as Glow plans it;
+the fused plan is in test_fusion.py), and, for every light model planned unfused and fused, that no two
+tensors alive at the same time share bytes unless one is an alias or in-place rewrite of the other,
+and that the tensors inside a fused layer get no memory at all."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import onnx
 import pytest
 
+from pegasus.exporters.glow.fuse import fuse_layers, single_layers
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CONSTANT, MUTABLE, plan_memory
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import get_op
@@ -17,7 +20,8 @@ LIGHT = sorted(f for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))
 
 
 def test_lenet_sizes_beat_or_match_glow(demo_onnx):
-    plan = plan_memory(import_onnx(demo_onnx))
+    graph = import_onnx(demo_onnx)
+    plan = plan_memory(graph, single_layers(graph))
     print(f"LeNet float: constant {plan.constant_size}, mutable {plan.mutable_size}, "
           f"activations {plan.activations_size} (Glow: 1724672 / 3200 / 57600)")
     assert plan.mutable_size == 3200
@@ -26,16 +30,16 @@ def test_lenet_sizes_beat_or_match_glow(demo_onnx):
     assert all(loc.offset % 64 == 0 for loc in plan.locations.values())
 
 
-def _live_ranges(graph):
+def _live_ranges(graph, layers):
     last = {}
     first = {name: -1 for name in graph.inputs}
-    for index, node in enumerate(graph.nodes):
-        for name in node.present_inputs():
+    for index, layer in enumerate(layers):
+        for name in layer.present_inputs():
             last[name] = index
-        for name in node.outputs:
+        for name in layer.outputs:
             if name:
                 first[name] = index
-    end = len(graph.nodes)
+    end = len(layers)
     return {name: (start, end if name in graph.outputs else last.get(name, start)) for name, start in first.items()}
 
 
@@ -56,11 +60,16 @@ def _related(graph, a, b):
     return b in seen
 
 
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
 @pytest.mark.parametrize("file", LIGHT + ["demo"])
-def test_live_tensors_never_overlap(file, demo_onnx):
+def test_live_tensors_never_overlap(file, fuse, demo_onnx):
     graph = import_onnx(demo_onnx if file == "demo" else os.path.join(LIGHT_DIR, file))
-    plan = plan_memory(graph)
-    ranges = _live_ranges(graph)
+    layers = fuse_layers(graph) if fuse else single_layers(graph)
+    plan = plan_memory(graph, layers)
+    assert plan.layers == layers
+    ranges = _live_ranges(graph, layers)
+    inside = {node.outputs[0] for layer in layers for node in layer.nodes[:-1]}
+    assert not inside & set(plan.locations)
     names = sorted(ranges)
     for i, a in enumerate(names):
         la = plan.locations[a]

@@ -15,6 +15,10 @@ input channels and taps; each tap multiplies one broadcast weight per channel wi
 shared by the block. ConvTranspose is the same kernel once per stride phase: the outputs
 o = q*stride + r of one residue r read a fixed subset of the taps, a dense stride-1 correlation over q
 (``_axis_phases``), so it needs no scatter and no accumulation in memory.
+
+A Conv fused with element-wise consumers (exporters/glow/fuse.py) applies them as an ``Epilogue`` to
+each accumulator vector before storing it; pool.py's ``emit_conv_pool`` reduces ``correlate``'s
+register tiles straight into pooled outputs.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.elementwise import apply_unary
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     Accumulators,
@@ -125,14 +131,15 @@ def edge_of(axis: Axis, start: int, width: int) -> Edge | None:
     return Edge(tuple(taps), stored)
 
 
-def row_runs(axis: Axis, width: int) -> list[tuple[int, int]]:
-    """(start, count) runs of tiles of ``width`` outputs covering the axis: tiles every ``width``, the
-    last one moved back to end at the row's end (overlapping its neighbour) when the row is longer
-    than a tile. A run of several tiles is a loop of interior tiles; edge tiles stand alone."""
-    starts = list(range(0, axis.out - width, width)) + [max(0, axis.out - width)]
+def row_runs(out: int, width: int, is_interior: Callable[[int], bool]) -> list[tuple[int, int]]:
+    """(start, count) runs of tiles of ``width`` positions covering a row of ``out``: tiles every
+    ``width``, the last one moved back to end at the row's end (overlapping its neighbour) when the row
+    is longer than a tile. A run of several tiles is a loop of interior tiles (``is_interior(start)``);
+    edge tiles stand alone."""
+    starts = list(range(0, out - width, width)) + [max(0, out - width)]
     runs: list[list[int]] = []
     for start in starts:
-        interior = edge_of(axis, start, width) is None
+        interior = is_interior(start)
         previous = runs[-1] if runs else None
         if interior and previous and previous[2] and previous[0] + previous[1] * width == start:
             previous[1] += 1
@@ -169,32 +176,67 @@ def sweep(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile],
                 visit(Tile(position, o, 1, last_taps=last.taps(b, o)))
 
 
+def sweep_runs(b: ir.IRBuilder, outer: list[int], runs: list[tuple[int, int]], width: int,
+               visit: Callable[[list[Value], Value, int | None], None]) -> None:
+    """Loops over the ``outer`` extents; inside, each run of ``row_runs``: a loop of interior tiles
+    (visit(position, first, None)), or one tile at a static start (visit(position, first, start))."""
+    with loop_nest(b, outer) as position:
+        for start, count in runs:
+            if count == 1:
+                visit(position, const(start), start)
+                continue
+            with for_range(b, count, name="tile") as t:
+                visit(position, affine(b, start, (t, width)), None)
+
+
 def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile], None]) -> None:
     """Visit every output position in tiles of ``width`` along the last axis only: interior tiles in
     loops, tiles crossing the padding as edge tiles (lanes masked per tap, no scalar border code)."""
     *outer, last = axes
-    runs = row_runs(last, width)
-    with loop_nest(b, [a.out for a in outer]) as position:
-        for start, count in runs:
-            if count == 1:
-                visit(Tile(position, const(start), width, edge=edge_of(last, start, width)))
-                continue
-            with for_range(b, count, name="tile") as t:
-                visit(Tile(position, affine(b, start, (t, width)), width))
+    runs = row_runs(last.out, width, lambda start: edge_of(last, start, width) is None)
+
+    def tile(position: list[Value], first: Value, start: int | None) -> None:
+        visit(Tile(position, first, width, edge=None if start is None else edge_of(last, start, width)))
+
+    sweep_runs(b, [a.out for a in outer], runs, width, tile)
 
 
 def tile_shape(simd: Simd, num: Numeric, row: int, channels: int) -> tuple[int, int]:
     """(positions, channels) of a Conv register tile: two vectors of the output row (four positions on
     a scalar FPU; for a shorter row, the power of two that holds it), and as many channels as the
     accumulator registers then allow."""
+    positions = tile_positions(simd, num, row)
+    return positions, block_channels(simd, num, channels, positions)
+
+
+def tile_positions(simd: Simd, num: Numeric, row: int) -> int:
     lanes = simd.lanes(num.compute)
-    positions = min(2 * lanes if lanes > 1 else 4, 1 << (row - 1).bit_length())
-    vectors = -(-positions // lanes)
-    return positions, max(1, min(channels, simd.accumulators // vectors, 16))
+    return min(2 * lanes if lanes > 1 else 4, 1 << (row - 1).bit_length())
+
+
+def block_channels(simd: Simd, num: Numeric, channels: int, *widths: int) -> int:
+    """Channels of a register tile keeping, per channel, one accumulator of each of ``widths`` lanes."""
+    lanes = simd.lanes(num.compute)
+    vectors = sum(-(-width // lanes) for width in widths)
+    return max(1, min(channels, simd.accumulators // vectors, 16))
 
 
 # ----------------------------------------------------------------------------------------------------
 # Conv
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Element-wise layers fused after a convolution, as (op, attrs): applied, in order, to each
+    accumulator vector before it is stored or pooled (the formulas of kernels/elementwise.py)."""
+
+    layers: tuple[tuple[str, Any], ...] = ()
+    math: Any = None
+
+    def __call__(self, num: Numeric, value: Value) -> Value:
+        for op, attrs in self.layers:
+            value = apply_unary(num.b, self.math, op, attrs, value, num.dtype)
+        return value
 
 
 @dataclass(frozen=True)
@@ -216,6 +258,7 @@ class Correlation:
     w_offset: int = 0
     y_steps: tuple[int, ...] = ()  # output index step per position along each axis (default: Y's strides)
     y_offset: int = 0
+    epilogue: Epilogue = Epilogue()
 
     @property
     def in_group(self) -> int:
@@ -230,10 +273,10 @@ class Correlation:
         return self.y_steps or self.y.strides[2:]
 
 
-def _correlation_tile(num: Numeric, cr: Correlation, batch: Value, group: Value, local0: Value, channels: int,
-                      tile: Tile) -> None:
-    """Y[batch, channels local0:+channels of the group, tile] = bias + the sum over input channels and taps:
-    one broadcast weight per channel times a vector of the tile's inputs, per tap."""
+def correlate(num: Numeric, cr: Correlation, batch: Value, group: Value, local0: Value, channels: int,
+              tile: Tile) -> Accumulators:
+    """Accumulators of Y[batch, channels local0:+channels of the group, tile] = bias + the sum over input
+    channels and taps: one broadcast weight per channel times a vector of the tile's inputs, per tap."""
     b = num.b
     *outer_axes, last = cr.axes
     x_strides = cr.x.strides[2:]
@@ -265,11 +308,21 @@ def _correlation_tile(num: Numeric, cr: Correlation, batch: Value, group: Value,
                 tap(x_flat, w_flat, None)
             for k, mask in tile.edge.taps if tile.edge else ():
                 tap(affine(b, k * last.dilation, (x_flat, 1)), affine(b, k * cr.w_taps[-1], (w_flat, 1)), mask)
+    return acc
+
+
+def _correlation_tile(num: Numeric, cr: Correlation, batch: Value, group: Value, local0: Value, channels: int,
+                      tile: Tile) -> None:
+    """Y[batch, channels local0:+channels of the group, tile], through the epilogue."""
+    b = num.b
+    acc = correlate(num, cr, batch, group, local0, channels, tile)
+    channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
     y_flat = affine(b, cr.y_offset, (batch, cr.y.strides[0]), (channel0, cr.y.strides[1]),
                     *zip([*tile.outer, tile.first], cr.y_strides))
     stored = tile.edge.stored if tile.edge else None
     for j in range(channels):
-        num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), acc.get(j), stored, cr.y_strides[-1])
+        value = cr.epilogue(num, acc.get(j))
+        num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), value, stored, cr.y_strides[-1])
 
 
 def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
@@ -285,16 +338,26 @@ def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
         for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
 
 
-@emitter("Conv")
-def conv(k: KernelContext) -> None:
+def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
+    """The Correlation of the layer's Conv node (inputs X, W[, B]) into its output."""
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     y = k.outputs[0]
-    num = Numeric(k.builder, require_dtype(k, FLOATS))
     win = Conv.geometry(k.attrs, x.shape, w.shape)
     group = k.attrs.group
-    emit_correlation(k, num, Correlation(x, w, bias, y, axes_of(win, x.shape[2:]), group, w.strides[0], w.strides[1],
-                                         y.shape[1] // group * w.strides[0], w.strides[2:]))
+    return Correlation(x, w, bias, y, axes_of(win, x.shape[2:]), group, w.strides[0], w.strides[1],
+                       y.shape[1] // group * w.strides[0], w.strides[2:], epilogue=epilogue)
+
+
+def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
+    """Conv, its outputs passed through ``epilogue`` (fused element-wise layers) before they are stored."""
+    num = Numeric(k.builder, require_dtype(k, FLOATS))
+    emit_correlation(k, num, conv_correlation(k, epilogue))
+
+
+@emitter("Conv")
+def conv(k: KernelContext) -> None:
+    emit_conv(k, Epilogue())
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ element-wise family shares.
 - ``convert``: NumPy ``astype`` between any two dtypes: the Cast op, and how float16 tensors are read
   and written (they are computed in float32, as NumPy does, with integer-only conversions so no target
   needs a half-float library routine).
-- ``UNARY``: op name → scalar formula ``(ar, attrs, x) -> value``; one loop emitter runs them all.
+- ``UNARY``: op name → scalar formula ``(ar, attrs, x) -> value``; one loop emitter runs them all, and
+  ``apply_unary`` applies one to a value or a vector of values (the epilogue of a fused convolution).
 
 Float → int casts truncate toward zero. NaN and floats outside the target's range are undefined in C,
 and NumPy's result for them depends on the CPU; here they are defined and target-independent: the
@@ -66,6 +67,10 @@ class Arith:
     @property
     def type(self) -> ir.Type:
         return llvm_type(self.dtype)
+
+    @property
+    def intrinsic_suffix(self) -> str:
+        return self.type.intrinsic_name
 
     @property
     def is_float(self) -> bool:
@@ -158,12 +163,12 @@ class Arith:
 
     def abs(self, x: ir.Value) -> ir.Value:
         if self.is_float:
-            name = f"llvm.fabs.{self.type.intrinsic_name}"
+            name = f"llvm.fabs.{self.intrinsic_suffix}"
             return self.b.call(intrinsic(self.b.module, name, self.type, [self.type]), [x])
         return self.select(self.cmp("<", x, 0), self.neg(x), x) if self.signed else x
 
     def copysign(self, magnitude: ir.Value, sign: ir.Value) -> ir.Value:
-        name = f"llvm.copysign.{self.type.intrinsic_name}"
+        name = f"llvm.copysign.{self.intrinsic_suffix}"
         return self.b.call(intrinsic(self.b.module, name, self.type, [self.type, self.type]), [magnitude, sign])
 
     def sign(self, x: ir.Value) -> ir.Value:
@@ -384,6 +389,46 @@ def map_elements(k: KernelContext, fn: Callable[[ir.Value], ir.Value], compute: 
     b, x, y = k.builder, k.inputs[0], k.outputs[0]
     with for_range(b, y.type.size) as i:
         store_as(b, y, i, fn(load_as(b, x, i, compute)), result or compute)
+
+
+@dataclass
+class LaneArith(Arith):
+    """Arith on ``<lanes x T>`` vectors: constants are splats, math-library functions run lane by lane."""
+
+    lanes: int = 1
+
+    @property
+    def scalar(self) -> Arith:
+        return Arith(self.b, self.dtype, self.math)
+
+    @property
+    def type(self) -> ir.Type:
+        return ir.VectorType(llvm_type(self.dtype), self.lanes)
+
+    @property
+    def intrinsic_suffix(self) -> str:
+        return f"v{self.lanes}{llvm_type(self.dtype).intrinsic_name}"
+
+    def const(self, value: Any) -> ir.Constant:
+        return ir.Constant(self.type, [self.scalar.const(value)] * self.lanes)
+
+    def fn(self, name: str, *args: ir.Value) -> ir.Value:
+        result = ir.Constant(self.type, None)
+        for lane in range(self.lanes):
+            index = ir.Constant(I32, lane)
+            value = self.scalar.fn(name, *(self.b.extract_element(arg, index) for arg in args))
+            result = self.b.insert_element(result, value, index)
+        return result
+
+
+def apply_unary(b: ir.IRBuilder, math: Any, op: str, attrs: Any, value: ir.Value, dtype: DType) -> ir.Value:
+    """``op``'s formula (``UNARY``) on ``value``: one element, or a vector of elements, of ``dtype``'s
+    compute type. The one definition of the op's meaning, shared by its loop emitter and by the
+    epilogue of a convolution it is fused into."""
+    compute = compute_dtype(dtype)
+    ar = LaneArith(b, compute, math, value.type.count) if isinstance(value.type, ir.VectorType) \
+        else Arith(b, compute, math)
+    return UNARY[op].fn(ar, attrs, value)
 
 
 @emitter(*UNARY)

@@ -11,14 +11,39 @@ Semantics follow the reference kernels: a max keeps the first maximum and, like 
 first NaN; Indices are flat positions in X (row-major, or column-major with storage_order=1) counting
 the (n, c) plane; the average divides by the taps inside the input, or inside the explicit pads with
 count_include_pad, never counting ceil_mode's overrun.
+
+``emit_conv_pool`` computes a convolution fused with its pooling (exporters/glow/fuse.py) without ever
+storing the convolution: a register tile of pooled outputs (a block of channels times a vector of
+pooled positions along the row) is reduced from Conv's ``correlate`` tiles, one per pooling tap, each
+through the fused element-wise epilogue. Overlapping windows (stride < kernel) recompute the shared
+convolution values. Along the row, pooling tap t reads convolution outputs o*pool_stride - pool_pad +
+t*pool_dilation, i.e. the input with stride conv_stride*pool_stride, shifted by t: the tiles and the
+lanes that fall in the pooling's padding are decided statically, as Conv's edge tiles are.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
+from pegasus.exporters.glow.kernels.conv import (
+    Axis,
+    Correlation,
+    Epilogue,
+    Tile,
+    axes_of,
+    block_channels,
+    conv_correlation,
+    correlate,
+    edge_of,
+    row_runs,
+    sweep,
+    sweep_runs,
+    tile_positions,
+)
 from pegasus.exporters.glow.kernels.linear import (
+    BIT,
     FLOATS,
     INTEGERS,
     Accumulators,
@@ -26,15 +51,18 @@ from pegasus.exporters.glow.kernels.linear import (
     Value,
     affine,
     entry_alloca,
+    for_tiles,
     pieces,
+    power_of_two_below,
     range_nest,
     require_dtype,
     simd_of,
     vconst,
 )
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, strides_of
-from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Node
 from pegasus.ops.pool import AveragePool, MaxPool
 from pegasus.ops.spatial import prod
 
@@ -143,22 +171,32 @@ def max_pool(k: KernelContext) -> None:
 # AveragePool
 
 
+def _counted_bounds(axis: Axis, end_pad: int, include_pads: bool) -> tuple[int, int]:
+    """[lower, upper) of the positions an average counts: the input, or the input and its explicit pads
+    with count_include_pad (never the overrun of ceil_mode)."""
+    return (-axis.pad, axis.size + end_pad) if include_pads else (0, axis.size)
+
+
+def _outer_count(b: ir.IRBuilder, axes: list[Axis], outer: list[Value], pads_end: tuple[int, ...],
+                 include_pads: bool) -> Value:
+    """Counted taps of the outer axes (all but the last) at the positions ``outer``, multiplied (i32)."""
+    count: Value = const(1)
+    for axis, o, end_pad in zip(axes, outer, pads_end):
+        lo, hi = axis.taps(b, o, *_counted_bounds(axis, end_pad, include_pads))
+        count = b.mul(count, b.sub(hi, lo))
+    return count
+
+
 def _divisor(num: Numeric, axes: list[Axis], tile: Tile, pads_end: tuple[int, ...], include_pads: bool) -> Value:
-    """Taps counted by the average of the tile's positions: inside the input, or inside the explicit
-    pads too with count_include_pad (never the overrun of ceil_mode); at least 1."""
+    """Taps counted by the average of the tile's positions (``_counted_bounds``); at least 1."""
     b = num.b
-
-    def counted(axis: Axis, o: Value, end_pad: int) -> Value:
-        lower, upper = (-axis.pad, axis.size + end_pad) if include_pads else (0, axis.size)
-        lo, hi = axis.taps(b, o, lower, upper)
-        return b.sub(hi, lo)
-
     *outer, last = axes
-    counts = [counted(axis, o, end_pad) for axis, o, end_pad in zip(outer, tile.outer, pads_end)]
-    counts.append(const(last.kernel) if tile.last_taps is None else counted(last, tile.first, pads_end[-1]))
-    count = counts[0]
-    for factor in counts[1:]:
-        count = b.mul(count, factor)
+    count = _outer_count(b, outer, tile.outer, pads_end, include_pads)
+    if tile.last_taps is None:
+        count = b.mul(count, const(last.kernel))
+    else:
+        lo, hi = last.taps(b, tile.first, *_counted_bounds(last, pads_end[-1], include_pads))
+        count = b.mul(count, b.sub(hi, lo))
     count = b.select(b.icmp_signed("<", count, const(1)), const(1), count)
     return num.from_int(count, tile.width)
 
@@ -241,3 +279,147 @@ def global_average_pool(k: KernelContext) -> None:
         return num.div(total, num.constant(size, 1))
 
     _global_pool(k, FLOATS, reducer, 4)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Conv fused with pooling
+
+
+@dataclass(frozen=True)
+class ConvPool:
+    """A convolution (``conv``: its Y is the pooled output, same batch and channels) pooled over
+    ``pool`` axes (sizes = the convolution's output) by max or average, through ``conv.epilogue``, in
+    tiles of ``width`` pooled positions along the row."""
+
+    conv: Correlation
+    pool: list[Axis]
+    average: bool
+    pads_end: tuple[int, ...]
+    include_pads: bool
+    width: int
+
+    @property
+    def span(self) -> int:
+        """Convolution outputs along the row that a tile of pooled outputs reads."""
+        return span_of(self.pool[-1], self.width)
+
+    def conv_start(self, start: int) -> int:
+        last = self.pool[-1]
+        return start * last.stride - last.pad
+
+    def lanes_at(self, tap: int) -> list[int]:
+        """Per pooled lane, the lane of the convolution tile its pooling tap ``tap`` reads."""
+        last = self.pool[-1]
+        return [lane * last.stride + tap * last.dilation for lane in range(self.width)]
+
+    def lanes_in(self, tap: int, start: int, bounds: tuple[int, int] | None = None) -> tuple[bool, ...]:
+        """Per lane of the tile at ``start``: whether pooling tap ``tap`` reads a position in ``bounds``
+        (default: the convolution's output) for a pooled output inside the row."""
+        last = self.pool[-1]
+        lower, upper = bounds or (0, last.size)
+        return tuple(start + lane < last.out and lower <= self.conv_start(start + lane) + tap * last.dilation < upper
+                     for lane in range(self.width))
+
+    def interior(self, start: int) -> bool:
+        """Every pooling tap of every lane reads a convolution output, and every convolution tap of the
+        tile reads inside the input."""
+        return (all(all(self.lanes_in(t, start)) for t in range(self.pool[-1].kernel))
+                and edge_of(self.conv.axes[-1], self.conv_start(start), self.span) is None)
+
+
+def span_of(pool: Axis, width: int) -> int:
+    return (width - 1) * pool.stride + (pool.kernel - 1) * pool.dilation + 1
+
+
+def pooled_tile(simd, num: Numeric, conv: Correlation, pool: Axis) -> tuple[int, int]:
+    """(pooled positions, channels) of a fused tile: the power of two of pooled positions that fits in the
+    convolution row tile Conv alone would use (never more than the pooled row: odd or overhanging
+    vectors make poor code), and as many channels as the convolution accumulators allow. The pooled
+    accumulators are not counted: they are touched only between the convolution's inner loops, where
+    spilling them costs little (LeNet: as fast as unfused on the host, and fewer instructions on
+    Cortex-M7, than when they shrink the channel block)."""
+    positions = tile_positions(simd, num, conv.axes[-1].out)
+    width = max(1, min(pool.out, (positions - 1 - (pool.kernel - 1) * pool.dilation) // pool.stride + 1))
+    width = power_of_two_below(width)
+    return width, block_channels(simd, num, conv.out_group, span_of(pool, width))
+
+
+def _pool_combine(num: Numeric, cp: ConvPool, pooled: Value, value: Value, lanes: tuple[bool, ...] | None) -> Value:
+    """pooled ⊕ value (max, or sum for an average) in the lanes set in ``lanes`` (all if None)."""
+    combined = num.add(pooled, value) if cp.average else num.maximum(value, pooled)
+    if lanes is None or all(lanes):
+        return combined
+    return num.b.select(vconst(lanes, BIT), combined, pooled)
+
+
+def _pooled_divisor(num: Numeric, cp: ConvPool, outer: list[Value], start: int | None) -> Value:
+    """Per lane, the taps an average counts: the outer axes' counts times the row's (all its taps in
+    interior tiles, counted lane by lane in edge tiles); at least 1."""
+    b = num.b
+    width, last = cp.width, cp.pool[-1]
+    outer_count = b.sitofp(_outer_count(b, cp.pool[:-1], outer, cp.pads_end, cp.include_pads), num.compute)
+    if start is None:
+        per_lane = [last.kernel] * width
+    else:
+        bounds = _counted_bounds(last, cp.pads_end[-1], cp.include_pads)
+        per_lane = [sum(taps) for taps in zip(*(cp.lanes_in(t, start, bounds) for t in range(last.kernel)))]
+    lane_counts = ir.Constant(num.vector(width), [ir.Constant(num.compute, float(c)) for c in per_lane])
+    count = num.mul(num.splat(outer_count, width), lane_counts)
+    one = num.constant(1, width)
+    return b.select(b.fcmp_ordered("<", count, one), one, count)
+
+
+def _conv_pool_tile(num: Numeric, cp: ConvPool, batch: Value, group: Value, local0: Value, channels: int,
+                    position: list[Value], first: Value, start: int | None) -> None:
+    """Pooled Y[batch, channels local0:+channels of the group, position, first:+width]. For each pooling
+    tap of the outer axes: the convolution tile of the row that the pooled tile reads (``correlate``,
+    then the epilogue), whose lanes each pooling tap of the row picks by a shuffle and folds into the
+    pooled accumulators. ``start``: the tile's static start in an edge tile (None: an interior tile)."""
+    b = num.b
+    cr = cp.conv
+    *outer_pool, last = cp.pool
+    pooled = Accumulators(num, channels, cp.width)
+    for j in range(channels):
+        pooled.set(j, num.constant(0, cp.width) if cp.average else num.lowest(cp.width))
+    edge = None if start is None else edge_of(cr.axes[-1], cp.conv_start(start), cp.span)
+    row_taps = [(t, None if start is None else cp.lanes_in(t, start)) for t in range(last.kernel)]
+    row_taps = [(t, lanes) for t, lanes in row_taps if lanes is None or any(lanes)]
+    with range_nest(b, [a.taps(b, o) for a, o in zip(outer_pool, position)]) as taps:
+        conv_outer = [affine(b, 0, (a.origin(b, o), 1), (t, a.dilation)) for a, o, t in zip(outer_pool, position, taps)]
+        conv_first = affine(b, -last.pad, (first, last.stride))
+        acc = correlate(num, cr, batch, group, local0, channels, Tile(conv_outer, conv_first, cp.span, edge=edge))
+        for j in range(channels):
+            value = cr.epilogue(num, acc.get(j))
+            for t, lanes in row_taps:
+                picked = b.shuffle_vector(value, value, vconst(cp.lanes_at(t)))
+                pooled.set(j, _pool_combine(num, cp, pooled.get(j), picked, lanes))
+    divisor = _pooled_divisor(num, cp, position, start) if cp.average else None
+    y = cr.y
+    channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
+    y_flat = affine(b, 0, (batch, y.strides[0]), (channel0, y.strides[1]), *zip([*position, first], y.strides[2:]))
+    stored = None if start is None else min(cp.width, last.out - start)
+    for j in range(channels):
+        value = pooled.get(j) if divisor is None else num.div(pooled.get(j), divisor)
+        num.store(y, affine(b, j * y.strides[1], (y_flat, 1)), value, stored)
+
+
+def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
+    """A Conv layer (k: the Conv node, its inputs, and the pooling's output Y) fused with its element-wise
+    consumers (``epilogue``) and the MaxPool or AveragePool node ``pool``."""
+    num = Numeric(k.builder, require_dtype(k, FLOATS))
+    cr = conv_correlation(k, epilogue)
+    conv_out = tuple(a.out for a in cr.axes)
+    average = pool.op == "AveragePool"
+    geometry = (AveragePool if average else MaxPool).geometry(pool.attrs, cr.y.shape[:2] + conv_out)
+    axes = axes_of(geometry, conv_out)
+    width, block = pooled_tile(simd_of(k.target), num, cr, axes[-1])
+    cp = ConvPool(cr, axes, average, geometry.pads_end, average and bool(pool.attrs.count_include_pad), width)
+    b = k.builder
+    runs = row_runs(axes[-1].out, width, cp.interior)
+
+    def channel_block(batch: Value, group: Value, local0: Value, channels: int) -> None:
+        sweep_runs(b, [a.out for a in axes[:-1]], runs, width, lambda position, first, start: _conv_pool_tile(
+            num, cp, batch, group, local0, channels, position, first, start))
+
+    with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
+        for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))

@@ -1,0 +1,111 @@
+"""Layer fusion: the units of code a bundle is generated and planned in.
+
+A ``Layer`` is one or more graph nodes computed by a single layer function. Fusion groups a
+convolution with the layers that consume its output on the spot:
+
+    Conv → zero or more unary element-wise layers (Relu, Clip, Sigmoid...) → at most one MaxPool/AveragePool
+
+The element-wise layers become an epilogue applied to each convolution accumulator before it is stored
+or pooled, and the pooling reduces convolution values computed in registers, so the tensors between
+the nodes of a group are never written to memory and the memory planner never allocates them. A chain
+only grows through a tensor that exactly one node reads and that is not a graph output. The graph
+itself is untouched: the reference interpreter still runs every node, and a fused bundle must give
+the same outputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from pegasus.exporters.glow.kernels.elementwise import UNARY
+from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Graph, Node
+from pegasus.ops.registry import get_op
+
+POOLS = ("MaxPool", "AveragePool")
+#: dtypes a fused group computes in: the epilogue and the pooling then see exactly the values the
+#: unfused layers would read back from memory (float16 would be rounded in between)
+FUSED_DTYPES = (DType.FLOAT32, DType.FLOAT64)
+
+
+@dataclass
+class Layer:
+    """One layer function of the bundle: ``nodes`` run in order, the first one's inputs in, the last
+    one's outputs out; the tensors in between live only in registers."""
+
+    nodes: list[Node]
+
+    @property
+    def inputs(self) -> list[str]:
+        return self.nodes[0].inputs
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.nodes[-1].outputs
+
+    def present_inputs(self) -> list[str]:
+        return [name for name in self.inputs if name]
+
+    @property
+    def fused(self) -> bool:
+        return len(self.nodes) > 1
+
+    @property
+    def op(self) -> str:
+        """The layer's name in generated code: its ops joined (``conv_relu_maxpool``)."""
+        return "_".join(node.op for node in self.nodes)
+
+    @property
+    def pool(self) -> Node | None:
+        last = self.nodes[-1]
+        return last if self.fused and last.op in POOLS else None
+
+    @property
+    def epilogue(self) -> list[Node]:
+        """The element-wise nodes applied to the head's values."""
+        return [node for node in self.nodes[1:] if node.op not in POOLS]
+
+
+def single_layers(graph: Graph) -> list[Layer]:
+    """One layer per node: the graph as it is, unfused."""
+    return [Layer([node]) for node in graph.nodes]
+
+
+def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
+    """Whether ``node`` can join ``layer`` (whose last output it reads)."""
+    if layer.pool is not None or [n for n in node.inputs if n] != [layer.outputs[0]]:
+        return False
+    if node.op in POOLS:
+        return all(not name for name in node.outputs[1:])    # MaxPool's Indices need the whole tensor
+    source, result = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
+    return (node.op in UNARY and get_op(node.op).elementwise and len(node.outputs) == 1
+            and result.dtype == source.dtype and result.shape == source.shape)
+
+
+def _starts_group(graph: Graph, node: Node) -> bool:
+    return (node.op == "Conv" and len(node.outputs) == 1
+            and graph.type_of(node.outputs[0]).dtype in FUSED_DTYPES)
+
+
+def fuse_layers(graph: Graph) -> list[Layer]:
+    """The graph's nodes as layers, each Conv with the element-wise layers and pooling that can join it.
+    A group runs at its convolution's place (every node of it reads only the previous one's output)."""
+    readers = Counter(name for node in graph.nodes for name in node.inputs if name)
+    reader_of = {name: node for node in graph.nodes for name in node.inputs if name}
+    outputs = set(graph.outputs)
+    taken: set[int] = set()
+    layers = []
+    for node in graph.nodes:
+        if id(node) in taken:
+            continue
+        layer = Layer([node])
+        while _starts_group(graph, node):
+            tail = layer.outputs[0]
+            follower = reader_of.get(tail)
+            if readers[tail] != 1 or tail in outputs or follower is None or not _can_follow(graph, layer, follower):
+                break
+            layer.nodes.append(follower)
+            taken.add(id(follower))
+        layers.append(layer)
+    return layers
