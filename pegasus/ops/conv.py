@@ -94,12 +94,34 @@ def conv_transpose_nd(x: np.ndarray, w: np.ndarray, win: Window, group: int) -> 
     return buf[(slice(None), slice(None)) + crop]
 
 
+class _ConvolutionBase(OpDef):
+    """Shape rule and float kernel shared by Conv and ConvTranspose; each supplies geometry and compute."""
+
+    num_inputs = (2, 3)
+    transposed = False
+
+    @classmethod
+    def infer(cls, attrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
+        x, w = inputs[0], inputs[1]
+        out_channels = _check_weights(x, w, inputs[2] if len(inputs) > 2 else None, attrs.group, cls.transposed)
+        win = cls.geometry(attrs, x.shape, w.shape)
+        return [TensorType((x.shape[0], out_channels) + win.out, x.dtype)]
+
+    @classmethod
+    def reference(cls, attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        dtype = _compute_dtype(x.dtype)
+        win = cls.geometry(attrs, x.shape, w.shape)
+        y = cls.compute(x.astype(dtype, copy=False), w.astype(dtype, copy=False), win, attrs.group)
+        return [_add_bias(y, b).astype(x.dtype, copy=False)]
+
+
 @register
-class Conv(OpDef):
+class Conv(_ConvolutionBase):
     """Y = X ⊛ W + B (cross-correlation, ONNX Conv-22); kernel_shape defaults to W's spatial shape."""
 
     name = "Conv"
-    num_inputs = (2, 3)
 
     @dataclass(frozen=True)
     class Attrs(WindowAttrs):
@@ -109,29 +131,16 @@ class Conv(OpDef):
     def geometry(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]) -> Window:
         return window(attrs, x_shape[2:], w_shape[2:])
 
-    @classmethod
-    def infer(cls, attrs: Attrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
-        x, w = inputs[0], inputs[1]
-        out_channels = _check_weights(x, w, inputs[2] if len(inputs) > 2 else None, attrs.group, False)
-        win = cls.geometry(attrs, x.shape, w.shape)
-        return [TensorType((x.shape[0], out_channels) + win.out, x.dtype)]
-
-    @classmethod
-    def reference(cls, attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-        x, w = inputs[0], inputs[1]
-        b = inputs[2] if len(inputs) > 2 else None
-        dtype = _compute_dtype(x.dtype)
-        win = cls.geometry(attrs, x.shape, w.shape)
-        y = conv_nd(x.astype(dtype, copy=False), w.astype(dtype, copy=False), win, attrs.group)
-        return [_add_bias(y, b).astype(x.dtype, copy=False)]
+    @staticmethod
+    def compute(x: np.ndarray, w: np.ndarray, win: Window, group: int) -> np.ndarray:
+        return conv_nd(x, w, win, group)
 
 
 @register
-class ConvTranspose(OpDef):
+class ConvTranspose(_ConvolutionBase):
     """Y = transpose of Conv applied to X with W (C, M/group, k...), plus B (ONNX ConvTranspose-22)."""
 
     name = "ConvTranspose"
-    num_inputs = (2, 3)
 
     @dataclass(frozen=True)
     class Attrs(WindowAttrs):
@@ -139,22 +148,12 @@ class ConvTranspose(OpDef):
         output_padding: tuple[int, ...] = ()
         output_shape: tuple[int, ...] = ()
 
+    transposed = True
+
     @staticmethod
     def geometry(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]) -> Window:
         return transposed_window(attrs, x_shape[2:], w_shape[2:], attrs.output_padding, attrs.output_shape)
 
-    @classmethod
-    def infer(cls, attrs: Attrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
-        x, w = inputs[0], inputs[1]
-        out_channels = _check_weights(x, w, inputs[2] if len(inputs) > 2 else None, attrs.group, True)
-        win = cls.geometry(attrs, x.shape, w.shape)
-        return [TensorType((x.shape[0], out_channels) + win.out, x.dtype)]
-
-    @classmethod
-    def reference(cls, attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-        x, w = inputs[0], inputs[1]
-        b = inputs[2] if len(inputs) > 2 else None
-        dtype = _compute_dtype(x.dtype)
-        win = cls.geometry(attrs, x.shape, w.shape)
-        y = conv_transpose_nd(x.astype(dtype, copy=False), w.astype(dtype, copy=False), win, attrs.group)
-        return [_add_bias(y, b).astype(x.dtype, copy=False)]
+    @staticmethod
+    def compute(x: np.ndarray, w: np.ndarray, win: Window, group: int) -> np.ndarray:
+        return conv_transpose_nd(x, w, win, group)
