@@ -121,21 +121,43 @@ def _taps(attrs, x: np.ndarray, n_in: int, scale: float) -> tuple[np.ndarray, np
     return np.clip(taps, 0, n_in - 1), weights
 
 
-def _resize_axis(attrs, data: np.ndarray, axis: int, n_out: int, scale: float, roi: Floats) -> np.ndarray:
-    n_in = data.shape[axis]
+@dataclasses.dataclass(frozen=True)
+class AxisSampling:
+    """How one resized axis reads its input: for each output position, ``taps`` source indices and
+    weights, and whether its source coordinate lies outside the input (tf_crop_and_resize only)."""
+
+    axis: int
+    index: np.ndarray     # (n_out, taps) source index along the axis
+    weights: np.ndarray   # (n_out, taps)
+    outside: np.ndarray   # (n_out,) bool
+
+    @property
+    def taps(self) -> int:
+        return self.index.shape[1]
+
+
+def _sample_axis(attrs, axis: int, n_in: int, n_out: int, scale: float, roi: Floats) -> AxisSampling:
     # coordinates in float32 like onnxruntime, so ties of floor/ceil/round fall the same way
     scale, roi = np.float32(scale), tuple(np.float32(r) for r in roi)
     x = _COORDINATES[attrs.coordinate_transformation_mode](np.arange(n_out, dtype=np.float32), scale,
                                                            n_in, scale * n_in, roi)
     x = np.asarray(x, dtype=np.float32).astype(np.float64)
     index, weights = _taps(attrs, x, n_in, scale)
-    gathered = np.take(data, index, axis=axis)  # (..., n_out, n_taps, ...)
+    crop = attrs.coordinate_transformation_mode == "tf_crop_and_resize"
+    outside = ((x < 0) | (x > n_in - 1)) if crop else np.zeros(n_out, dtype=bool)
+    return AxisSampling(axis, np.asarray(index), np.asarray(weights), outside)
+
+
+def _resize_axis(attrs, data: np.ndarray, plan: AxisSampling) -> np.ndarray:
+    axis = plan.axis
+    gathered = np.take(data, plan.index, axis=axis)  # (..., n_out, n_taps, ...)
     if attrs.mode == "nearest":
         out = np.squeeze(gathered, axis=axis + 1)
     else:
+        weights = plan.weights
         out = (gathered * weights.reshape(weights.shape + (1,) * (data.ndim - axis - 1))).sum(axis=axis + 1)
-    if attrs.coordinate_transformation_mode == "tf_crop_and_resize":
-        outside = ((x < 0) | (x > n_in - 1)).reshape((n_out,) + (1,) * (data.ndim - axis - 1))
+    if plan.outside.any():
+        outside = plan.outside.reshape((len(plan.outside),) + (1,) * (data.ndim - axis - 1))
         out = np.where(outside, attrs.extrapolation_value, out)
     return out
 
@@ -170,6 +192,22 @@ class Resize(OpDef):
         return tuple(sizes), tuple(scales)
 
     @classmethod
+    def sampling(cls, attrs, shape: Sequence[int]) -> list[AxisSampling]:
+        """The axes that change, in order, and how each reads its input (the reference and the code
+        generator both resample from this plan)."""
+        rank = len(shape)
+        sizes, scales = cls.geometry(attrs, shape)
+        roi = attrs.roi or (0.0,) * rank + (1.0,) * rank
+        crop = attrs.coordinate_transformation_mode == "tf_crop_and_resize"
+        plans = []
+        for axis in range(rank):
+            axis_roi = (roi[axis], roi[rank + axis])
+            if sizes[axis] == shape[axis] and math.isclose(scales[axis], 1.0) and (not crop or axis_roi == (0.0, 1.0)):
+                continue  # identity along this axis
+            plans.append(_sample_axis(attrs, axis, shape[axis], sizes[axis], scales[axis], axis_roi))
+        return plans
+
+    @classmethod
     def infer(cls, attrs, inputs):
         x = inputs[0]
         rank = len(x.shape)
@@ -191,17 +229,9 @@ class Resize(OpDef):
     @classmethod
     def reference(cls, attrs, inputs):
         x = inputs[0]
-        rank = x.ndim
-        sizes, scales = cls.geometry(attrs, x.shape)
-        roi = attrs.roi or (0.0,) * rank + (1.0,) * rank
-        crop = attrs.coordinate_transformation_mode == "tf_crop_and_resize"
         out = x if attrs.mode == "nearest" else x.astype(np.float64)
-        for axis in range(rank):
-            axis_roi = (roi[axis], roi[rank + axis])
-            if (sizes[axis] == x.shape[axis] and math.isclose(scales[axis], 1.0)
-                    and (not crop or axis_roi == (0.0, 1.0))):
-                continue  # identity along this axis
-            out = _resize_axis(attrs, out, axis, sizes[axis], scales[axis], axis_roi)
+        for plan in cls.sampling(attrs, x.shape):
+            out = _resize_axis(attrs, out, plan)
         if x.dtype.kind in "iu" and out.dtype != x.dtype:
             info = np.iinfo(x.dtype)
             out = np.clip(np.rint(out), info.min, info.max)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pegasus.exporters.glow.kernels.resize import axis_taps
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import make_attrs
+from pegasus.ops.resize import Resize
 from tests.exporters.host_runner import run_bundle_host
 from tests.exporters.test_kernels_elementwise import Case, check_case, ids, run_cases
 from tests.exporters.test_kernels_shape_ops import sample
@@ -78,7 +78,7 @@ def test_bundle_matches_reference(results, case):
 def test_only_resized_axes_get_tables():
     """An NCHW upsample builds taps for H and W only; N and C are walked directly."""
     attrs = make_attrs("Resize", mode="cubic", sizes=(1, 3, 8, 10))
-    taps = axis_taps(attrs, (1, 3, 4, 5))
+    taps = Resize.sampling(attrs, (1, 3, 4, 5))
     assert [t.axis for t in taps] == [2, 3]
     assert all(t.index.shape == (n, 4) and np.allclose(t.weights.sum(axis=1), 1) for t, n in zip(taps, (8, 10)))
 

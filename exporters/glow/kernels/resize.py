@@ -1,8 +1,8 @@
 """Emitter for Resize (pegasus/ops/resize.py): nearest, linear and cubic, every coordinate mode.
 
-Everything that depends on coordinates is decided at export time by the op's own helpers
-(``_COORDINATES`` maps output to source coordinates, ``_taps`` picks the source samples and their
-weights, including antialias and exclude_outside): per resized axis, an index table (source offsets,
+Everything that depends on coordinates is decided at export time by the op's own plan
+(``Resize.sampling``: per resized axis the source samples and their weights, including antialias and
+exclude_outside, exactly as the reference resamples): per resized axis, an index table (source offsets,
 already multiplied by the axis stride) and a weight table, baked into the bundle as read-only
 constants. The kernel is then only a gather and a weighted sum:
 
@@ -23,7 +23,6 @@ one, the same within rounding).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,44 +34,7 @@ from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, em
 from pegasus.exporters.glow.kernels.shape_ops import constant_table, gather_axes, raw_constant, table_load
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
-from pegasus.ops.resize import _COORDINATES, Resize, _taps
-
-
-@dataclass(frozen=True)
-class AxisTaps:
-    """One resized axis: for each output position, ``taps`` source indices and weights, and whether
-    its source coordinate lies outside the input (tf_crop_and_resize only)."""
-
-    axis: int
-    index: np.ndarray     # (n_out, taps) source index along the axis
-    weights: np.ndarray   # (n_out, taps)
-    outside: np.ndarray   # (n_out,) bool
-
-    @property
-    def taps(self) -> int:
-        return self.index.shape[1]
-
-
-def axis_taps(attrs, shape: tuple[int, ...]) -> list[AxisTaps]:
-    """The resized axes and their taps, computed as the reference computes them (same helpers, same
-    float32 coordinates, same rule for skipping an axis left unchanged)."""
-    rank = len(shape)
-    sizes, scales = Resize.geometry(attrs, shape)
-    roi = attrs.roi or (0.0,) * rank + (1.0,) * rank
-    crop = attrs.coordinate_transformation_mode == "tf_crop_and_resize"
-    resized = []
-    for axis, (n_in, n_out, scale) in enumerate(zip(shape, sizes, scales)):
-        axis_roi = (roi[axis], roi[rank + axis])
-        if n_in == n_out and math.isclose(scale, 1.0) and (not crop or axis_roi == (0.0, 1.0)):
-            continue
-        scale32 = np.float32(scale)
-        x = _COORDINATES[attrs.coordinate_transformation_mode](
-            np.arange(n_out, dtype=np.float32), scale32, n_in, scale32 * n_in, tuple(np.float32(r) for r in axis_roi))
-        x = np.asarray(x, dtype=np.float32).astype(np.float64)
-        index, weights = _taps(attrs, x, n_in, scale32)
-        outside = ((x < 0) | (x > n_in - 1)) if crop else np.zeros(n_out, dtype=bool)
-        resized.append(AxisTaps(axis, np.asarray(index), np.asarray(weights), outside))
-    return resized
+from pegasus.ops.resize import AxisSampling, Resize
 
 
 def _extrapolation(dtype: DType, value: float) -> float | int:
@@ -83,7 +45,7 @@ def _extrapolation(dtype: DType, value: float) -> float | int:
     return value
 
 
-def _nearest(k: KernelContext, resized: list[AxisTaps]) -> None:
+def _nearest(k: KernelContext, resized: list[AxisSampling]) -> None:
     x, y = k.inputs[0], k.outputs[0]
     maps: list[np.ndarray | None] = [None] * len(x.shape)
     for taps in resized:
@@ -97,13 +59,13 @@ def _nearest(k: KernelContext, resized: list[AxisTaps]) -> None:
 class _Tables:
     """One resized axis as bundle constants: offsets (index · stride) and weights, (n_out, taps)."""
 
-    taps: AxisTaps
+    taps: AxisSampling
     offsets: ir.GlobalVariable
     weights: ir.GlobalVariable
     outside: ir.GlobalVariable | None
 
 
-def _tables(module: ir.Module, taps: AxisTaps, stride: int, weight: DType) -> _Tables:
+def _tables(module: ir.Module, taps: AxisSampling, stride: int, weight: DType) -> _Tables:
     outside = constant_table(module, taps.outside.astype(np.int8)) if taps.outside.any() else None
     return _Tables(taps, constant_table(module, (taps.index * stride).astype(np.int32)),
                    constant_table(module, taps.weights.astype(weight.numpy)), outside)
@@ -168,7 +130,7 @@ def _store_result(ar: Arith, y: TensorRef, flat: ir.Value, value: ir.Value) -> N
         store_as(ar.b, y, flat, value, ar.dtype)
 
 
-def _filtered(k: KernelContext, resized: list[AxisTaps]) -> None:
+def _filtered(k: KernelContext, resized: list[AxisSampling]) -> None:
     b, x, y = k.builder, k.inputs[0], k.outputs[0]
     exact = x.type.dtype.is_integer or x.type.dtype is DType.FLOAT64
     ar = Arith(b, DType.FLOAT64 if exact else DType.FLOAT32, k.math)
@@ -190,5 +152,5 @@ def _filtered(k: KernelContext, resized: list[AxisTaps]) -> None:
 def resize(k: KernelContext) -> None:
     if k.outputs[0].type.size == 0:
         return
-    resized = axis_taps(k.attrs, k.inputs[0].shape)
+    resized = Resize.sampling(k.attrs, k.inputs[0].shape)
     (_nearest if k.attrs.mode == "nearest" else _filtered)(k, resized)
