@@ -20,6 +20,7 @@ from pegasus.ir.tensor import TensorType
 from pegasus.ops.registry import OpDef, ShapeError, get_op, make_attrs, register
 
 Activation = Callable[[np.ndarray], np.ndarray]
+ActivationSpec = tuple[str, dict[str, float]]  # (op name, alpha/beta values given)
 
 #: ONNX activation name (case-insensitive) -> (element-wise op, the parameters it takes)
 _ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -41,26 +42,26 @@ def _scaled_tanh(x: np.ndarray, alpha: float = 1.0, beta: float = 1.0) -> np.nda
 _LOCAL: dict[str, Callable[..., np.ndarray]] = {"Affine": _affine, "ScaledTanh": _scaled_tanh}
 
 
-def activation_functions(names: Sequence[str], alphas: Sequence[float], betas: Sequence[float]) -> list[Activation]:
-    """One function per name. alpha/beta values are consumed in order by the activations that take them
-    (as onnxruntime does); an activation left without a value uses its op's default."""
+def activation_specs(names: Sequence[str], alphas: Sequence[float], betas: Sequence[float]) -> list[ActivationSpec]:
+    """(op name, its alpha/beta values) per activation name. alpha/beta values are consumed in order by the
+    activations that take them (as onnxruntime does); an activation left without a value uses its op's
+    default. The reference and the code generator both build their formulas from these."""
     supply = {"alpha": iter(alphas), "beta": iter(betas)}
-    functions = []
+    specs = []
     for name in names:
         if name.lower() not in _ACTIVATIONS:
             raise ShapeError(f"unknown activation '{name}' (known: {sorted(_ACTIVATIONS)})")
         op, params = _ACTIVATIONS[name.lower()]
-        values = {}
-        for param in params:
-            value = next(supply[param], None)
-            if value is not None:
-                values[param] = value
-        if op in _LOCAL:
-            functions.append(functools.partial(_LOCAL[op], **values))
-        else:
-            opdef = get_op(op)
-            functions.append(functools.partial(opdef.fn, make_attrs(opdef, **values)))
-    return functions
+        values = {param: value for param in params if (value := next(supply[param], None)) is not None}
+        specs.append((op, values))
+    return specs
+
+
+def _numpy_activation(op: str, values: dict[str, float]) -> Activation:
+    if op in _LOCAL:
+        return functools.partial(_LOCAL[op], **values)
+    opdef = get_op(op)
+    return functools.partial(opdef.fn, make_attrs(opdef, **values))
 
 
 @dataclass(frozen=True)
@@ -93,15 +94,26 @@ class Recurrent(OpDef):
     peepholes: ClassVar[int] = 0
     default_activations: ClassVar[tuple[str, ...]]
 
+    @staticmethod
+    def directions(attrs: RecurrentAttrs) -> tuple[bool, ...]:
+        """Per direction, whether it runs backwards in time."""
+        return _DIRECTIONS[attrs.direction]
+
     @classmethod
-    def activations(cls, attrs: RecurrentAttrs) -> list[list[Activation]]:
-        """The activation functions of each direction."""
-        dirs, per_dir = len(_DIRECTIONS[attrs.direction]), len(cls.default_activations)
+    def activation_specs(cls, attrs: RecurrentAttrs) -> list[list[ActivationSpec]]:
+        """The activations (op name, alpha/beta values) of each direction."""
+        dirs, per_dir = len(cls.directions(attrs)), len(cls.default_activations)
         names = attrs.activations or cls.default_activations * dirs
         if len(names) != per_dir * dirs:
             raise ShapeError(f"{cls.name} {attrs.direction} takes {per_dir * dirs} activations, got {list(names)}")
-        functions = activation_functions(names, attrs.activation_alpha, attrs.activation_beta)
-        return [functions[k * per_dir:(k + 1) * per_dir] for k in range(dirs)]
+        specs = activation_specs(names, attrs.activation_alpha, attrs.activation_beta)
+        return [specs[k * per_dir:(k + 1) * per_dir] for k in range(dirs)]
+
+    @classmethod
+    def activations(cls, attrs: RecurrentAttrs) -> list[list[Activation]]:
+        """The NumPy activation functions of each direction."""
+        return [[_numpy_activation(op, values) for op, values in direction]
+                for direction in cls.activation_specs(attrs)]
 
     @classmethod
     def infer(cls, attrs: RecurrentAttrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
@@ -146,7 +158,7 @@ class Recurrent(OpDef):
         lens = np.full(batch, seq) if lens is None else np.asarray(lens)
         initial = [np.zeros((dirs, batch, hidden), work) if s is None else s.astype(work) for s in initial]
         y, finals = np.zeros((seq, dirs, batch, hidden), work), []
-        for k, (reverse, fns) in enumerate(zip(_DIRECTIONS[attrs.direction], cls.activations(attrs))):
+        for k, (reverse, fns) in enumerate(zip(cls.directions(attrs), cls.activations(attrs))):
             step = functools.partial(cls.cell, attrs, fns, r=r[k], rb=b[k, g:], p=p[k])
             finals.append(_scan(step, x @ w[k].T + b[k, :g], tuple(s[k] for s in initial), lens, reverse, y[:, k]))
         states = [np.stack(s) for s in zip(*finals)]

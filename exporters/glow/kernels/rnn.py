@@ -33,7 +33,7 @@ from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.registry import get_op, make_attrs
-from pegasus.ops.rnn import _ACTIVATIONS, _DIRECTIONS, Recurrent
+from pegasus.ops.rnn import Recurrent
 
 #: Fast-math flags of the dot products: LLVM may reorder (vectorise) and fuse the sums.
 DOT = ("reassoc", "contract")
@@ -63,17 +63,8 @@ def _activation(op: str, values: dict[str, float]) -> Activation:
 
 
 def activations(op: type[Recurrent], attrs) -> list[list[Activation]]:
-    """Each direction's activation formulas; alpha/beta values are consumed in order by the activations
-    that take them, as ``pegasus.ops.rnn.activation_functions`` does."""
-    dirs, per_dir = len(_DIRECTIONS[attrs.direction]), len(op.default_activations)
-    names = attrs.activations or op.default_activations * dirs
-    supply = {"alpha": iter(attrs.activation_alpha), "beta": iter(attrs.activation_beta)}
-    functions = []
-    for name in names:
-        op_name, params = _ACTIVATIONS[name.lower()]
-        values = {param: value for param in params if (value := next(supply[param], None)) is not None}
-        functions.append(_activation(op_name, values))
-    return [functions[d * per_dir:(d + 1) * per_dir] for d in range(dirs)]
+    """Each direction's activation formulas, from the op's own activation specs."""
+    return [[_activation(name, values) for name, values in direction] for direction in op.activation_specs(attrs)]
 
 
 # ---- buffers and products ---------------------------------------------------------------------------
@@ -354,6 +345,6 @@ def recurrent(k: KernelContext) -> None:
     layer = Layer(k, op, Arith(b, compute, k.math), Layout(bool(k.attrs.layout)), seq, hidden,
                   [scratch(b, hidden, compute) for _ in range(op.states)], scratch(b, op.gates * hidden, compute),
                   scratch(b, hidden, compute))
-    for d, (reverse, fns) in enumerate(zip(_DIRECTIONS[k.attrs.direction], activations(op, k.attrs))):
+    for d, (reverse, fns) in enumerate(zip(op.directions(k.attrs), activations(op, k.attrs))):
         with for_range(b, batch, name="entry") as n:
             layer.run(d, reverse, fns, n)
