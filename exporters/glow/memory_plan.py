@@ -57,10 +57,6 @@ class MemoryPlan:
     buffers: list[Buffer] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)   # the units planned for, in execution order
 
-    def placeholders(self) -> list[tuple[str, Location]]:
-        items = [(n, loc) for n, loc in self.locations.items() if loc.region == MUTABLE]
-        return sorted(items, key=lambda item: item[1].offset)
-
 
 def _stack(names: list[str], sizes: dict[str, int], region: str) -> tuple[dict[str, Location], int]:
     offset, placed = 0, {}

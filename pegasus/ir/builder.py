@@ -33,6 +33,19 @@ def evaluate(opdef: type[OpDef], attrs: Any, values: Sequence[np.ndarray | None]
     return [np.asarray(v) for v in opdef.reference(attrs, values)]
 
 
+def fold_arguments(graph: Graph, opdef: type[OpDef], inputs: Sequence[str]) -> list[np.ndarray | None] | None:
+    """The reference kernel's arguments when a layer can be evaluated at compile time, else None.
+
+    Foldable: every present input is a constant, or the op reads only shapes (``needs_values`` False),
+    whose run-time inputs are then stood in for by uninitialised arrays of the right shape.
+    """
+    tensors = [graph.tensors[n] if n else None for n in inputs]
+    if opdef.needs_values and not all(t.is_constant for t in tensors if t is not None):
+        return None
+    return [None if t is None else t.data if t.is_constant else np.empty(t.type.shape, t.type.dtype.numpy)
+            for t in tensors]
+
+
 class GraphBuilder:
     """Accumulates nodes into ``graph``; ``fold`` turns constant-input nodes into constants."""
 
@@ -90,8 +103,8 @@ class GraphBuilder:
         if len(out_types) < len(outputs):
             raise PegasusError(f"layer '{node_name}' ({op}) produces {len(out_types)} outputs, "
                                f"{len(outputs)} requested")
-        if self.fold and self._foldable(opdef, inputs):
-            values = [self._value_for_fold(opdef, n) for n in inputs]
+        values = fold_arguments(self.graph, opdef, inputs) if self.fold else None
+        if values is not None:
             for out, value in zip(outputs, evaluate(opdef, attrs, values)):
                 if out:
                     self.set_constant(out, value)
@@ -101,17 +114,3 @@ class GraphBuilder:
                 self.graph.tensors[out] = Tensor(out, ttype)
         self.graph.nodes.append(Node(node_name, op, attrs, list(inputs), outputs))
         return outputs
-
-    def _foldable(self, opdef: type[OpDef], inputs: Sequence[str]) -> bool:
-        present = [n for n in inputs if n]
-        if opdef.needs_values:
-            return all(self.graph.tensors[n].is_constant for n in present)
-        return True
-
-    def _value_for_fold(self, opdef: type[OpDef], name: str) -> np.ndarray | None:
-        if not name:
-            return None
-        tensor = self.graph.tensors[name]
-        if tensor.is_constant:
-            return tensor.data
-        return np.empty(tensor.type.shape, tensor.type.dtype.numpy)  # shape-only ops read no values

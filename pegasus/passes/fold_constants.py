@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pegasus.ir.builder import fold_arguments
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import Tensor
 from pegasus.ops.registry import get_op
@@ -17,18 +18,9 @@ def fold_constants(graph: Graph) -> bool:
     folded = []
     for node in graph.nodes:
         opdef = get_op(node.op)
-        present = node.present_inputs()
-        if opdef.needs_values and not all(graph.tensors[n].is_constant for n in present):
+        args = fold_arguments(graph, opdef, node.inputs)
+        if args is None:
             continue
-        args = []
-        for name in node.inputs:
-            tensor = graph.tensors.get(name) if name else None
-            if tensor is None:
-                args.append(None)
-            elif tensor.is_constant:
-                args.append(tensor.data)
-            else:
-                args.append(np.empty(tensor.type.shape, tensor.type.dtype.numpy))
         for out, value in zip(node.outputs, opdef.reference(node.attrs, args)):
             if out:
                 value = np.asarray(value).astype(graph.type_of(out).dtype.numpy, copy=False)
