@@ -8,7 +8,7 @@ coerced the input to 2-D at ``axis``; that old meaning is rebuilt from registry 
 
 from __future__ import annotations
 
-from pegasus.importers.onnx.ops.shape_ops import ints, resolved
+from pegasus.importers.onnx.ops.shape_ops import ints
 from pegasus.importers.onnx.registry import OnnxContext, OnnxNode, converter, direct
 from pegasus.ops.common import normalize_axes
 
@@ -24,7 +24,7 @@ def _reduce(ctx: OnnxContext, node: OnnxNode, axes: list[int] | None) -> None:
         ctx.emit("Identity", [x], node=node)
         return
     rank = len(ctx.type_of(x).shape)
-    axes = sorted(set(resolved(node, normalize_axes, axes, rank))) if axes else range(rank)
+    axes = sorted(set(normalize_axes(axes, rank))) if axes else range(rank)
     ctx.emit(node.op_type, [x], {"axes": tuple(axes), "keepdims": bool(node.attrs.get("keepdims", 1))}, node=node)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pegasus.errors import PegasusError
-from pegasus.importers.onnx.ops.shape_ops import ints, resolved
+from pegasus.importers.onnx.ops.shape_ops import ints
 from pegasus.importers.onnx.registry import OnnxContext, OnnxNode, converter
 from pegasus.ops.resize import resize_plan
 
@@ -33,7 +33,7 @@ def _emit(ctx: OnnxContext, node: OnnxNode, attrs: dict[str, Any], x: str = "", 
           **plan: Any) -> list[str]:
     """Emit one Resize of ``x`` (the node's input by default) with sizes/scales/roi from ``plan``."""
     x = x or node.inputs[0]
-    sizes, scales, roi = resolved(node, resize_plan, ctx.type_of(x).shape, **plan)
+    sizes, scales, roi = resize_plan(ctx.type_of(x).shape, **plan)
     attrs = dict(attrs, sizes=sizes, scales=scales)
     if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
         attrs["roi"] = roi

@@ -7,7 +7,6 @@ resolved to the canonical explicit form by the rules in ``pegasus.ops.shape_ops`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,18 +15,9 @@ from pegasus.errors import PegasusError
 from pegasus.importers.onnx.registry import OnnxContext, OnnxNode, converter, direct
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axes
-from pegasus.ops.registry import ShapeError
 from pegasus.ops.shape_ops import resolve_reshape, resolve_slice, resolve_squeeze_axes, resolve_unsqueeze_axes
 
 direct("Flatten", "Transpose", "Concat", "DepthToSpace", "SpaceToDepth", "Gather", "Shape", "Size")
-
-
-def resolved(node: OnnxNode, rule: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Apply a shape rule, reporting a bad parameter as a user error that names the node."""
-    try:
-        return rule(*args, **kwargs)
-    except ShapeError as exc:
-        raise PegasusError(f"{node.op_type} node '{node.name}': {exc}") from exc
 
 
 def ints(ctx: OnnxContext, node: OnnxNode, index: int, what: str) -> list[int] | None:
@@ -52,17 +42,17 @@ def reshape(ctx: OnnxContext, node: OnnxNode) -> None:
     """Reshape-5+ (opset 7 is the oldest we import): the target shape is input 1; allowzero
     (opset 14) keeps 0 as a real size instead of copying the input's dimension."""
     target = ints(ctx, node, 1, "target shape")
-    shape = resolved(node, resolve_reshape, _shape(ctx, node), target, bool(node.attrs.get("allowzero", 0)))
+    shape = resolve_reshape(_shape(ctx, node), target, bool(node.attrs.get("allowzero", 0)))
     ctx.emit("Reshape", [node.inputs[0]], {"shape": shape}, node=node)
 
 
 def _squeeze(ctx: OnnxContext, node: OnnxNode, axes: list[int] | None) -> None:
-    axes = resolved(node, resolve_squeeze_axes, _shape(ctx, node), axes or [])
+    axes = resolve_squeeze_axes(_shape(ctx, node), axes or [])
     ctx.emit("Squeeze", [node.inputs[0]], {"axes": axes}, node=node)
 
 
 def _unsqueeze(ctx: OnnxContext, node: OnnxNode, axes: list[int]) -> None:
-    axes = resolved(node, resolve_unsqueeze_axes, len(_shape(ctx, node)), axes)
+    axes = resolve_unsqueeze_axes(len(_shape(ctx, node)), axes)
     ctx.emit("Unsqueeze", [node.inputs[0]], {"axes": axes}, node=node)
 
 
@@ -100,7 +90,7 @@ def tile(ctx: OnnxContext, node: OnnxNode) -> None:
 def _split(ctx: OnnxContext, node: OnnxNode, sizes: list[int] | None, count: int | None = None) -> None:
     """Explicit split sizes; without them, ``count`` (or one per output) chunks of ceil(dim / count)."""
     shape = _shape(ctx, node)
-    axis = resolved(node, normalize_axes, [node.attrs.get("axis", 0)], len(shape))[0]
+    axis = normalize_axes([node.attrs.get("axis", 0)], len(shape))[0]
     if not sizes:
         count = count or len(node.outputs)
         chunk = -(-shape[axis] // count)
@@ -128,7 +118,7 @@ def split_v13(ctx: OnnxContext, node: OnnxNode) -> None:
 def _slice(ctx: OnnxContext, node: OnnxNode, starts: list[int], ends: list[int],
            axes: list[int] | None, steps: list[int] | None) -> None:
     shape = _shape(ctx, node)
-    starts, ends, steps = resolved(node, resolve_slice, shape, starts, ends, axes or (), steps or ())
+    starts, ends, steps = resolve_slice(shape, starts, ends, axes or (), steps or ())
     attrs = {"starts": starts, "ends": ends, "axes": tuple(range(len(shape))), "steps": steps}
     ctx.emit("Slice", [node.inputs[0]], attrs, node=node)
 
@@ -149,7 +139,7 @@ def slice_v10(ctx: OnnxContext, node: OnnxNode) -> None:
 def _pad(ctx: OnnxContext, node: OnnxNode, pads: list[int], value: Any, axes: list[int] | None) -> None:
     """Emit Pad with full-rank pads: pads given on ``axes`` are spread over all dimensions."""
     rank = len(_shape(ctx, node))
-    axes = resolved(node, normalize_axes, axes, rank) if axes else tuple(range(rank))
+    axes = normalize_axes(axes, rank) if axes else tuple(range(rank))
     if len(pads) != 2 * len(axes):
         raise PegasusError(f"Pad node '{node.name}': {len(pads)} pads for {len(axes)} axes")
     full = [0] * (2 * rank)
