@@ -11,11 +11,9 @@ with one thread (also called from Python), and their ratio. For LeNet on Cortex-
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
+from tests.exporters.host_runner import load_bundle  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 DEMO = ROOT / "conversion_scripts" / "demo" / "lenet_mnist.onnx"
@@ -61,30 +60,6 @@ def median_us(call, runs: int) -> float:
     return statistics.median(times) / 1000
 
 
-def aligned(size: int) -> np.ndarray:
-    raw = np.zeros(size + 64, dtype=np.uint8)
-    start = (-raw.ctypes.data) % 64
-    return raw[start:start + max(size, 1)]
-
-
-def bundle_caller(graph, feeds, folder: Path):
-    result = export_bundle(graph, folder, "net", resolve_target(None, None, None, "pic"))
-    library = folder / "libnet.so"
-    subprocess.run(["gcc", "-shared", "-o", str(library), str(folder / "net.o")], check=True)
-    plan = result.plan
-    constant = aligned(plan.constant_size)
-    blob = (folder / "net.weights.bin").read_bytes()
-    constant[:len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-    mutable, activations = aligned(plan.mutable_size), aligned(plan.activations_size)
-    for name, value in feeds.items():
-        loc = plan.locations[name]
-        mutable[loc.offset:loc.offset + loc.size] = np.frombuffer(value.tobytes(), dtype=np.uint8)
-    entry = ctypes.CDLL(str(library)).net
-    pointer = ctypes.POINTER(ctypes.c_uint8)
-    args = [buf.ctypes.data_as(pointer) for buf in (constant, mutable, activations)]
-    return lambda: entry(*args)
-
-
 def host_rows(names: list[str], runs: int) -> list[dict]:
     rows = []
     for name in names:
@@ -98,7 +73,7 @@ def host_rows(names: list[str], runs: int) -> list[dict]:
         options.inter_op_num_threads = 1
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         with tempfile.TemporaryDirectory() as tmp:
-            ours = median_us(bundle_caller(graph, feeds, Path(tmp)), runs)
+            ours = median_us(load_bundle(graph, feeds, Path(tmp)), runs)
         theirs = median_us(lambda s=session, f=feeds: s.run(None, f), runs)
         rows.append({"model": name, "bundle_us": ours, "onnxruntime_us": theirs, "speedup": theirs / ours})
     return rows
