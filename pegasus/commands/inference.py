@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from itertools import cycle, islice
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +11,8 @@ import numpy as np
 from pegasus.errors import PegasusError
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
-from pegasus.runtime import interpreter
-from pegasus.runtime.inputmeta import InputMeta, PortMeta, load_input_meta
-from pegasus.runtime.inputs import read_dataset, read_sample
+from pegasus.runtime import interpreter, samples
+from pegasus.runtime.inputmeta import load_input_meta
 from pegasus.runtime.postprocess import POSTPROCESS_CHOICES, dump_tensor, format_top_n, save_outputs_npz
 
 
@@ -40,46 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _ports(graph: Graph, meta: InputMeta | None) -> list[PortMeta | None]:
-    if meta is None:
-        return [None] * len(graph.inputs)
-    by_name = {port.name: port for port in meta.ports}
-    unknown = sorted(set(by_name) - set(graph.inputs))
-    if unknown:
-        raise PegasusError(f"input meta names {unknown}, which are not model inputs ({graph.inputs})",
-                           where=str(meta.path))
-    return [by_name.get(name) for name in graph.inputs]
-
-
-def _sample_files(args: argparse.Namespace, graph: Graph, meta: InputMeta | None) -> list[list[Path]]:
-    count = len(graph.inputs)
-    if args.input:
-        samples = [[Path(p) for p in item.split("#")] for item in args.input]
-        for files in samples:
-            if len(files) != count:
-                raise PegasusError(f"--input '{'#'.join(map(str, files))}' gives {len(files)} file(s) for "
-                                   f"{count} model input(s) {graph.inputs}; join them with '#'")
-        return samples
-    if meta is None or not meta.databases:
-        raise PegasusError("no input given: pass sample files with --input FILE (.npy/.pb/.tensor/image) or an "
-                           "input meta with a dataset via --with-input-meta NAME_inputmeta.yml")
-    if meta.separated:
-        columns = [read_dataset(db, 1) for db in meta.databases]
-        return [[column[i][0] for column in columns] for i in range(min(map(len, columns)))]
-    return read_dataset(meta.databases[0], count)
-
-
 def iterate_samples(args: argparse.Namespace, graph: Graph) -> Iterator[dict[str, np.ndarray]]:
     meta = load_input_meta(args.with_input_meta) if args.with_input_meta else None
-    ports = _ports(graph, meta)
-    files = _sample_files(args, graph, meta)
-    batch = args.batch_size or 1
-    if batch < 1 or (args.iterations is not None and args.iterations < 1):
-        raise PegasusError("--batch-size and --iterations must be positive")
-    total = batch * args.iterations if args.iterations else len(files)
-    for sample in islice(cycle(files), total):
-        yield {name: read_sample(path, graph.type_of(name), port, name)
-               for name, path, port in zip(graph.inputs, sample, ports)}
+    return samples.iterate_samples(graph, meta, args.input, batch_size=args.batch_size, iterations=args.iterations)
 
 
 def run(args: argparse.Namespace) -> int:
