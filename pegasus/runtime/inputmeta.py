@@ -18,20 +18,42 @@ Layout follows Acuity's inputmeta so its users recognise it::
             scale: [0.00392157]      # per channel: out = (x - mean) * scale
             resize: true             # resize images to the input's spatial size
 
-Read with ruamel.yaml (round trip), so a user's comments survive when pegasus rewrites the file.
+``pegasus generate inputmeta`` writes it (``input_meta_document`` + ``dump_yaml``); inference and
+calibration read it (``load_input_meta``). Read with ruamel.yaml (round trip), so a user's comments
+survive when pegasus rewrites the file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
+
+LAYOUTS = ("nchw", "nhwc")
+IMAGE_CHANNELS = (1, 3, 4)  # grayscale, RGB, RGBA
+
+HEADER = """\
+Input meta{about}: how each model input is fed and preprocessed. Edit it freely;
+comments are kept when pegasus rewrites this file.
+
+Each port is one model input (lid = its tensor name). Images (PNG/JPEG/BMP) are preprocessed as
+    out = (x - mean) * scale        per channel, x = pixel value 0..255
+channels in RGB order (reverse_channel: true feeds BGR); mean and scale list one value per channel in
+the order the model sees them (after reverse_channel); one value applies to every channel.
+resize: true scales images to the input's height and width; false rejects images of another size.
+layout says where the channel axis lies in shape: nchw = [batch, channels, height, width],
+nhwc = [batch, height, width, channels]. .npy/.pb/.tensor samples are fed as they are.
+path: the dataset file (relative to this file, or absolute): one sample per line, paths relative
+to the dataset file; with one database for several inputs, each line names one file per port, in
+port order; with one database per input (separated), line i of every dataset is sample i."""
 
 
 @dataclass
@@ -48,6 +70,13 @@ class PortMeta:
     scale: list[float] = field(default_factory=lambda: [1.0])
     resize: bool = True
 
+    @property
+    def channels(self) -> int:
+        """Channels of a 4-D input (by its layout); other inputs count as one channel."""
+        if len(self.shape) != 4:
+            return 1
+        return self.shape[1] if self.layout == "nchw" else self.shape[3]
+
 
 @dataclass
 class InputMeta:
@@ -55,6 +84,14 @@ class InputMeta:
     databases: list[Path]  # dataset file per database; one database feeds all ports unless separated
     separated: bool
     path: Path
+
+
+def default_port(name: str, shape: list[int], dtype: str, layout: str) -> PortMeta:
+    """A port as ``generate inputmeta`` starts it: 4-D inputs with 1, 3 or 4 channels are images; mean 0, scale 1."""
+    port = PortMeta(name=name, shape=list(shape), layout=layout if len(shape) == 4 else "nchw", dtype=dtype)
+    port.category = "image" if len(shape) == 4 and port.channels in IMAGE_CHANNELS else "undefined"
+    port.mean, port.scale = [0.0] * port.channels, [1.0] * port.channels  # one slot per channel to edit
+    return port
 
 
 def _yaml() -> YAML:
@@ -72,6 +109,8 @@ def read_yaml(path: str | Path) -> Any:
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise PegasusError(f"YAML syntax error at {line}{problem}", where=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise PegasusError("not a text file", where=str(path)) from exc
 
 
 def _floats(value: Any, key: str, where: str) -> list[float]:
@@ -83,6 +122,44 @@ def _floats(value: Any, key: str, where: str) -> list[float]:
                            where=where) from None
 
 
+def _mapping(value: Any, what: str, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise PegasusError(f"{what} must be a mapping (key: value lines), got {type(value).__name__}", where=where)
+    return value
+
+
+def _list(value: Any, what: str, where: str) -> list:
+    if not isinstance(value, list):
+        raise PegasusError(f"{what} must be a list ('- ' items), got {type(value).__name__}", where=where)
+    return value
+
+
+def _port(entry: Any, where: str) -> PortMeta:
+    entry = _mapping(entry, "each port", where)
+    if "lid" not in entry or "shape" not in entry:
+        raise PegasusError("every port needs 'lid' (the input name) and 'shape'", where=where)
+    name = str(entry["lid"])
+    try:
+        shape = [int(d) for d in _list(entry["shape"], f"port '{name}': shape", where)]
+    except (TypeError, ValueError):
+        raise PegasusError(f"port '{name}': shape must be a list of integers, got {entry['shape']!r}",
+                           where=where) from None
+    pre = _mapping(entry.get("preprocess") or {}, f"port '{name}': preprocess", where)
+    port = PortMeta(
+        name=name, shape=shape, layout=str(entry.get("layout", "nchw")).lower(),
+        dtype=str(entry.get("dtype", "float32")), category=str(entry.get("category", "image")),
+        reverse_channel=bool(pre.get("reverse_channel", False)), mean=_floats(pre.get("mean", 0.0), "mean", where),
+        scale=_floats(pre.get("scale", 1.0), "scale", where), resize=bool(pre.get("resize", True)))
+    if port.layout not in LAYOUTS:
+        raise PegasusError(f"port '{name}': layout must be nchw or nhwc, got '{port.layout}'", where=where)
+    for key, values in (("mean", port.mean), ("scale", port.scale)):
+        if len(values) not in (1, port.channels):
+            raise PegasusError(f"port '{name}': {len(values)} {key} values for {port.channels} channel(s) "
+                               f"(shape {shape}, layout {port.layout}); give one per channel or one for all",
+                               where=where)
+    return port
+
+
 def load_input_meta(path: str | Path) -> InputMeta:
     path = Path(path)
     doc = read_yaml(path)
@@ -91,45 +168,59 @@ def load_input_meta(path: str | Path) -> InputMeta:
         databases = doc["input_meta"]["databases"]
     except (KeyError, TypeError):
         raise PegasusError("missing input_meta.databases (is this an inputmeta file?)", where=where) from None
+    databases = [_mapping(db, "each database", where) for db in _list(databases, "input_meta.databases", where)]
     ports: list[PortMeta] = []
     sources: list[Path] = []
     for db in databases:
         if db.get("path"):
             sources.append((path.parent / str(db["path"])).resolve())
-        for port in db.get("ports", []):
-            pre = port.get("preprocess") or {}
-            if "lid" not in port or "shape" not in port:
-                raise PegasusError("every port needs 'lid' (the input name) and 'shape'", where=where)
-            ports.append(PortMeta(
-                name=str(port["lid"]), shape=[int(d) for d in port["shape"]],
-                layout=str(port.get("layout", "nchw")).lower(), dtype=str(port.get("dtype", "float32")),
-                category=str(port.get("category", "image")), reverse_channel=bool(pre.get("reverse_channel", False)),
-                mean=_floats(pre.get("mean", 0.0), "mean", where), scale=_floats(pre.get("scale", 1.0), "scale", where),
-                resize=bool(pre.get("resize", True))))
-    for port in ports:
-        if port.layout not in ("nchw", "nhwc"):
-            raise PegasusError(f"port '{port.name}': layout must be nchw or nhwc, got '{port.layout}'", where=where)
+        db_ports = [_port(entry, where) for entry in _list(db.get("ports") or [], "ports", where)]
+        if len(databases) > 1 and (len(db_ports) != 1 or not db.get("path")):
+            raise PegasusError("with several databases (one per input) each needs a 'path' and exactly one port",
+                               where=where)
+        ports.extend(db_ports)
+    names = [port.name for port in ports]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise PegasusError(f"port(s) {duplicates} listed more than once", where=where)
     return InputMeta(ports, sources, separated=len(databases) > 1, path=path)
 
 
-def input_meta_document(ports: list[PortMeta], sources: list[str]) -> dict[str, Any]:
-    """The YAML structure for ``ports``: one database for all, or one per port when separated."""
-    def port_doc(port: PortMeta) -> dict[str, Any]:
-        return {"lid": port.name, "category": port.category, "dtype": port.dtype, "layout": port.layout,
-                "shape": list(port.shape),
-                "preprocess": {"reverse_channel": port.reverse_channel, "mean": list(port.mean),
-                               "scale": list(port.scale), "resize": port.resize}}
+def _flow(values: list) -> CommentedSeq:
+    seq = CommentedSeq(values)
+    seq.fa.set_flow_style()  # [a, b, c] on one line, as users write shapes and means
+    return seq
 
+
+def _port_doc(port: PortMeta) -> CommentedMap:
+    pre = CommentedMap([("reverse_channel", port.reverse_channel), ("mean", _flow(list(port.mean))),
+                        ("scale", _flow(list(port.scale))), ("resize", port.resize)])
+    pre.yaml_add_eol_comment("true: channels in BGR order", "reverse_channel")
+    doc = CommentedMap([("lid", port.name), ("category", port.category), ("dtype", port.dtype),
+                        ("layout", port.layout), ("shape", _flow(list(port.shape))), ("preprocess", pre)])
+    doc.yaml_add_eol_comment("image | undefined (tensor files, no preprocessing)", "category")
+    doc.yaml_add_eol_comment("nchw | nhwc: where the channel axis is in shape", "layout")
+    doc.yaml_add_eol_comment("out = (x - mean) * scale, per channel", "preprocess")
+    return doc
+
+
+def input_meta_document(ports: list[PortMeta], sources: list[str], about: str = "") -> CommentedMap:
+    """The YAML structure for ``ports``: one database for all, or one per port when separated.
+
+    ``about`` (e.g. the model file) goes into the explanatory comment at the top.
+    """
     if len(sources) <= 1:
-        databases = [{"path": sources[0] if sources else "", "type": "TEXT", "ports": [port_doc(p) for p in ports]}]
+        databases = [CommentedMap([("path", sources[0] if sources else ""), ("type", "TEXT"),
+                                   ("ports", [_port_doc(p) for p in ports])])]
     else:
-        databases = [{"path": src, "type": "TEXT", "ports": [port_doc(p)]} for src, p in zip(sources, ports)]
-    return {"input_meta": {"databases": databases}}
+        databases = [CommentedMap([("path", src), ("type", "TEXT"), ("ports", [_port_doc(p)])])
+                     for src, p in zip(sources, ports)]
+    doc = CommentedMap([("input_meta", CommentedMap([("databases", databases)]))])
+    doc.yaml_set_start_comment(HEADER.format(about=f" for {about}" if about else ""))
+    return doc
 
 
 def dump_yaml(doc: Any) -> str:
-    from io import StringIO
-
     stream = StringIO()
     _yaml().dump(doc, stream)
     return stream.getvalue()
