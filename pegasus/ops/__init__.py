@@ -9,6 +9,7 @@ from pegasus.ops import (  # noqa: F401  (each import registers a family)
     conv,
     elementwise,
     identity,
+    integer,
     linear,
     normalization,
     pool,

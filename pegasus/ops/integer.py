@@ -1,0 +1,345 @@
+"""Op family: the integer kernels of quantized models.
+
+``pegasus quantize`` gives every tensor a scale and zero point; ``pegasus.quantized.lower`` then
+rewrites the float graph onto these ops, whose attributes carry everything the integer arithmetic
+needs (zero points, fixed-point multipliers and shifts, clamp bounds), so the NumPy reference here
+and the generated code read the same numbers and compute the same bits. The arithmetic rules are in
+``pegasus.ops.fixedpoint``: 64-bit accumulation of ``(x - zx) * (w - zw)`` products, round-half-up
+requantisation, saturation to the output type (narrowed by a fused ReLU/Clip).
+
+Ops that only move or select values (Reshape, Transpose, MaxPool, Concat with equal parameters...)
+need no integer twin: the float ops run unchanged on integer tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pegasus.ir.dtypes import DType
+from pegasus.ir.tensor import TensorType
+from pegasus.ops.common import broadcast_shape, normalize_axis
+from pegasus.ops.conv import Conv
+from pegasus.ops.fixedpoint import channel_view, integer_range, requantize, rounding_shift
+from pegasus.ops.linear import matmul_shape
+from pegasus.ops.pool import AveragePool
+from pegasus.ops.registry import OpDef, ShapeError, register
+from pegasus.ops.spatial import prod, spatial_sizes, tap_counts, window, window_view
+
+INTEGER_DTYPES = ("uint8", "int8", "uint16", "int16", "int32")
+
+
+@dataclass(frozen=True)
+class RequantAttrs:
+    """How an integer accumulator becomes the output: multiplier/shift (one, or one per output channel),
+    the output's zero point and type, and the clamp range (None = the type's range)."""
+
+    multiplier: tuple[int, ...] = (1,)
+    shift: tuple[int, ...] = (0,)
+    out_zero_point: int = 0
+    out_dtype: str = "int8"
+    lo: int | None = None
+    hi: int | None = None
+
+
+def clamp_bounds(attrs: RequantAttrs) -> tuple[int, int]:
+    """The effective [lo, hi] of a requantising op: its type's range narrowed by lo/hi."""
+    tmin, tmax = integer_range(attrs.out_dtype)
+    lo = tmin if attrs.lo is None else max(tmin, attrs.lo)
+    hi = tmax if attrs.hi is None else min(tmax, attrs.hi)
+    return lo, hi
+
+
+def _out_type(attrs: RequantAttrs, shape: Sequence[int]) -> TensorType:
+    if attrs.out_dtype not in INTEGER_DTYPES:
+        raise ShapeError(f"out_dtype must be one of {INTEGER_DTYPES}, got {attrs.out_dtype}")
+    if len(attrs.multiplier) != len(attrs.shift):
+        raise ShapeError(f"{len(attrs.multiplier)} multipliers but {len(attrs.shift)} shifts")
+    return TensorType(tuple(shape), DType(attrs.out_dtype))
+
+
+def _requant(attrs: RequantAttrs, acc: np.ndarray, axis: int) -> np.ndarray:
+    lo, hi = clamp_bounds(attrs)
+    multiplier = channel_view(attrs.multiplier, acc.ndim, axis)
+    shift = channel_view(attrs.shift, acc.ndim, axis)
+    return requantize(acc, multiplier, shift, attrs.out_zero_point, lo, hi).astype(attrs.out_dtype)
+
+
+def _centered(x: np.ndarray, zero_point: int) -> np.ndarray:
+    """x - zero_point as float64: exact for integer sums below 2**53, which lets BLAS do the MACs."""
+    return x.astype(np.float64) - float(zero_point)
+
+
+def _exact_int(values: np.ndarray) -> np.ndarray:
+    return np.rint(values).astype(np.int64)
+
+
+def _check_bias(bias: TensorType | None, channels: int) -> None:
+    if bias is not None and (bias.shape != (channels,) or bias.dtype not in (DType.INT32, DType.INT64)):
+        raise ShapeError(f"bias must be int32/int64 of shape [{channels}], got {bias}")
+
+
+def _check_channels(attrs: RequantAttrs, channels: int) -> None:
+    if len(attrs.multiplier) not in (1, channels):
+        raise ShapeError(f"{len(attrs.multiplier)} multipliers for {channels} output channels")
+
+
+@register
+class QConv(OpDef):
+    """Y = requant(Σ (X - x_zero_point) * (W - w_zero_point) + B) per output channel (Conv geometry)."""
+
+    name = "QConv"
+    num_inputs = (2, 3)
+
+    @dataclass(frozen=True)
+    class Attrs(Conv.Attrs, RequantAttrs):
+        x_zero_point: int = 0
+        w_zero_point: int = 0
+
+    @staticmethod
+    def infer(attrs, inputs):
+        x, w = inputs[0], inputs[1]
+        y = Conv.infer(attrs, [x, w])[0]
+        _check_bias(inputs[2] if len(inputs) > 2 else None, y.shape[1])
+        _check_channels(attrs, y.shape[1])
+        return [_out_type(attrs, y.shape)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        x, w = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        win = Conv.geometry(attrs, x.shape, w.shape)
+        acc = _exact_int(Conv.compute(_centered(x, attrs.x_zero_point), _centered(w, attrs.w_zero_point), win,
+                                      attrs.group))
+        if bias is not None:
+            acc += bias.astype(np.int64).reshape((-1,) + (1,) * (acc.ndim - 2))
+        return [_requant(attrs, acc, 1)]
+
+
+@register
+class QMatMul(OpDef):
+    """Y = requant((A - a_zero_point) @ (B - b_zero_point) + bias) per output column (matmul semantics)."""
+
+    name = "QMatMul"
+    num_inputs = (2, 3)
+
+    @dataclass(frozen=True)
+    class Attrs(RequantAttrs):
+        a_zero_point: int = 0
+        b_zero_point: int = 0
+
+    @staticmethod
+    def infer(attrs, inputs):
+        a, b = inputs[0], inputs[1]
+        shape = matmul_shape(a.shape, b.shape)
+        columns = b.shape[-1] if b.rank > 1 else 1
+        _check_bias(inputs[2] if len(inputs) > 2 else None, columns)
+        _check_channels(attrs, columns)
+        return [_out_type(attrs, shape)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        a, b = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        acc = _exact_int(np.matmul(_centered(a, attrs.a_zero_point), _centered(b, attrs.b_zero_point)))
+        if bias is not None:
+            acc += bias.astype(np.int64)
+        return [_requant(attrs, acc, -1)]
+
+
+@register
+class Requantize(OpDef):
+    """Y = requant(X - in_zero_point): change of scale/zero point/type, with an optional clamp (ReLU, Clip)."""
+
+    name = "Requantize"
+    elementwise = True
+
+    @dataclass(frozen=True)
+    class Attrs(RequantAttrs):
+        in_zero_point: int = 0
+
+    @staticmethod
+    def infer(attrs, inputs):
+        _check_channels(attrs, 1)
+        return [_out_type(attrs, inputs[0].shape)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        return [_requant(attrs, inputs[0].astype(np.int64) - attrs.in_zero_point, 0)]
+
+
+@register
+class QAdd(OpDef):
+    """Y = clamp(((A - za) * a_multiplier + (B - zb) * b_multiplier + 2**(shift-1)) >> shift) + out_zero_point),
+    broadcasting; a negative b_multiplier makes it a subtraction."""
+
+    name = "QAdd"
+    num_inputs = (2, 2)
+    elementwise = True
+
+    @dataclass(frozen=True)
+    class Attrs:
+        a_zero_point: int = 0
+        b_zero_point: int = 0
+        a_multiplier: int = 1
+        b_multiplier: int = 1
+        shift: int = 0
+        out_zero_point: int = 0
+        out_dtype: str = "int8"
+        lo: int | None = None
+        hi: int | None = None
+
+    @staticmethod
+    def infer(attrs, inputs):
+        return [_out_type(RequantAttrs(out_dtype=attrs.out_dtype), broadcast_shape(inputs[0].shape, inputs[1].shape))]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        a, b = (v.astype(np.int64) for v in inputs)
+        acc = (a - attrs.a_zero_point) * attrs.a_multiplier + (b - attrs.b_zero_point) * attrs.b_multiplier
+        lo, hi = clamp_bounds(RequantAttrs(out_dtype=attrs.out_dtype, lo=attrs.lo, hi=attrs.hi))
+        return [np.clip(rounding_shift(acc, attrs.shift) + attrs.out_zero_point, lo, hi).astype(attrs.out_dtype)]
+
+
+@register
+class QMul(OpDef):
+    """Y = requant((A - a_zero_point) * (B - b_zero_point)), broadcasting."""
+
+    name = "QMul"
+    num_inputs = (2, 2)
+    elementwise = True
+
+    @dataclass(frozen=True)
+    class Attrs(RequantAttrs):
+        a_zero_point: int = 0
+        b_zero_point: int = 0
+
+    @staticmethod
+    def infer(attrs, inputs):
+        _check_channels(attrs, 1)
+        return [_out_type(attrs, broadcast_shape(inputs[0].shape, inputs[1].shape))]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        a, b = (v.astype(np.int64) for v in inputs)
+        return [_requant(attrs, (a - attrs.a_zero_point) * (b - attrs.b_zero_point), 0)]
+
+
+@register
+class LookupTable(OpDef):
+    """Y = table[X - min(X's type)]: any element-wise function of an 8-bit tensor, tabulated at quantize time."""
+
+    name = "LookupTable"
+    num_inputs = (2, 2)
+    elementwise = True
+
+    @staticmethod
+    def infer(attrs, inputs):
+        x, table = inputs
+        if x.dtype not in (DType.INT8, DType.UINT8):
+            raise ShapeError(f"LookupTable indexes with an 8-bit tensor, got {x.dtype.value}")
+        if table.shape != (256,):
+            raise ShapeError(f"LookupTable needs a table of 256 entries, got {list(table.shape)}")
+        return [TensorType(x.shape, table.dtype)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        x, table = inputs
+        offset = integer_range(x.dtype)[0]
+        return [table[x.astype(np.int64) - offset]]
+
+
+@register
+class QSoftmax(OpDef):
+    """Softmax of an 8-bit tensor along ``axis``: e = exp_table[max - x] (Q15), p = round(e * 2**16 / Σe)
+    (Q16, integer division), Y = requant(p)."""
+
+    name = "QSoftmax"
+    num_inputs = (2, 2)
+
+    @dataclass(frozen=True)
+    class Attrs(RequantAttrs):
+        axis: int = -1
+
+    @staticmethod
+    def infer(attrs, inputs):
+        x, table = inputs
+        normalize_axis(attrs.axis, x.rank)
+        if x.dtype not in (DType.INT8, DType.UINT8) or table.shape != (256,) or table.dtype != DType.INT32:
+            raise ShapeError("QSoftmax takes an 8-bit tensor and an int32 table of 256 entries")
+        _check_channels(attrs, 1)
+        return [_out_type(attrs, x.shape)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        x, table = inputs
+        axis = normalize_axis(attrs.axis, x.ndim)
+        x = x.astype(np.int64)
+        e = table.astype(np.int64)[np.max(x, axis=axis, keepdims=True) - x]
+        total = np.sum(e, axis=axis, keepdims=True)
+        p = (e * 65536 + total // 2) // total
+        return [_requant(attrs, p, 0)]
+
+
+@register
+class QAveragePool(OpDef):
+    """Y = requant(round_half_up(Σ (X - x_zero_point) / count)) over each window (AveragePool geometry)."""
+
+    name = "QAveragePool"
+
+    @dataclass(frozen=True)
+    class Attrs(AveragePool.Attrs, RequantAttrs):
+        x_zero_point: int = 0
+
+    @staticmethod
+    def geometry(attrs, x_shape):
+        return window(attrs, spatial_sizes(x_shape, "X"), ceil_mode=bool(attrs.ceil_mode))
+
+    @classmethod
+    def infer(cls, attrs, inputs):
+        x = inputs[0]
+        _check_channels(attrs, 1)
+        return [_out_type(attrs, tuple(x.shape[:2]) + cls.geometry(attrs, x.shape).out)]
+
+    @classmethod
+    def reference(cls, attrs, inputs):
+        x = inputs[0]
+        win = cls.geometry(attrs, x.shape)
+        n = len(win.kernel)
+        sums = window_view(x.astype(np.int64) - attrs.x_zero_point, win, 0).sum(axis=tuple(range(-n, 0)))
+        counts = np.maximum(tap_counts(win, x.shape[2:], bool(attrs.count_include_pad)), 1)
+        mean = (2 * sums + counts) // (2 * counts)
+        return [_requant(attrs, mean, 0)]
+
+    @staticmethod
+    def taps(attrs, x_shape) -> int:
+        return prod(QAveragePool.geometry(attrs, x_shape).kernel)
+
+
+def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), kept in float32 (NaN stays NaN)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    out = rounded.view(np.float32).reshape(np.shape(x))
+    return np.where(np.isnan(x), x, out).astype(np.float32)
+
+
+@register
+class BFloat16Round(OpDef):
+    """Y = X rounded to bfloat16 precision (stored as float32): how qbfloat16 tensors are simulated."""
+
+    name = "BFloat16Round"
+    elementwise = True
+    inplace = True
+
+    @staticmethod
+    def infer(attrs, inputs):
+        if inputs[0].dtype != DType.FLOAT32:
+            raise ShapeError(f"BFloat16Round takes float32, got {inputs[0].dtype.value}")
+        return [inputs[0]]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        return [round_to_bfloat16(inputs[0])]

@@ -1,0 +1,73 @@
+"""Helpers the integer lowering rules share: requantisation attributes from real factors, fused
+activations (ReLU/ReLU6/Clip folded into a producer's clamp), and grids of derived tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pegasus.ir.graph import Node
+from pegasus.ops.fixedpoint import bits_needed, integer_range, quantize_multiplier, quantize_multipliers
+from pegasus.quantized.lower import LoweringContext
+from pegasus.quantized.params import TensorQuant
+
+#: Activations a producer can apply in its requantisation clamp: op → (lo, hi) in real values.
+CLAMP_OPS = ("Relu", "Clip")
+
+
+def clamp_of(node: Node) -> tuple[float | None, float | None] | None:
+    """Real bounds of a ReLU/Clip node, or None for any other op."""
+    if node.op == "Relu":
+        return 0.0, None
+    if node.op == "Clip":
+        return node.attrs.min, node.attrs.max
+    return None
+
+
+def quantized_bounds(q: TensorQuant, lo: float | None, hi: float | None) -> tuple[int | None, int | None]:
+    """Real clamp bounds on ``q``'s grid (None = unbounded)."""
+    scale, zero = float(q.scale[0]), int(q.zero_point[0])
+    qlo = None if lo is None else int(np.ceil(lo / scale - 1e-9)) + zero
+    qhi = None if hi is None else int(np.floor(hi / scale + 1e-9)) + zero
+    return qlo, qhi
+
+
+def fused_output(ctx: LoweringContext, node: Node) -> tuple[str, int | None, int | None]:
+    """The tensor ``node`` should write, with clamp bounds: its own output, or the output of a ReLU/Clip
+    that is its only reader (that layer is then skipped), so the activation costs nothing."""
+    out = node.outputs[0]
+    reader = ctx.single_consumer(out)
+    if reader is not None and clamp_of(reader) is not None and reader.name not in ctx.table.customized_layers \
+            and ctx.is_integer(reader.outputs[0]):
+        lo, hi = clamp_of(reader)
+        ctx.skipped.add(reader.name)
+        target = reader.outputs[0]
+        qlo, qhi = quantized_bounds(ctx.quant(target), lo, hi)
+        return target, qlo, qhi
+    return out, None, None
+
+
+def requant_fields(reals: Sequence[float] | np.ndarray, out: TensorQuant, acc_bits: int,
+                   lo: int | None = None, hi: int | None = None) -> dict:
+    """Attributes of a requantising op: one multiplier/shift per real factor, the output grid, the clamp."""
+    multiplier, shift = quantize_multipliers(np.asarray(reals, dtype=np.float64), acc_bits)
+    return {"multiplier": multiplier, "shift": shift, "out_zero_point": int(out.zero_point[0]),
+            "out_dtype": out.numpy_dtype, "lo": lo, "hi": hi}
+
+
+def value_bits(q: TensorQuant) -> int:
+    """Bits of |x - zero_point| for a tensor on grid ``q`` (signed)."""
+    tmin, tmax = integer_range(q.numpy_dtype)
+    return bits_needed(tmax - tmin)
+
+
+def requantize_attrs(src: TensorQuant, dst: TensorQuant, lo: int | None = None, hi: int | None = None) -> dict:
+    """Requantize from ``src``'s grid to ``dst``'s (both per tensor)."""
+    fields = requant_fields([float(src.scale[0]) / float(dst.scale[0])], dst, value_bits(src), lo, hi)
+    return {**fields, "in_zero_point": int(src.zero_point[0])}
+
+
+def single_multiplier(real: float, acc_bits: int) -> tuple[int, int]:
+    m = quantize_multiplier(real, acc_bits)
+    return m.multiplier, m.shift

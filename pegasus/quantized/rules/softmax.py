@@ -1,0 +1,26 @@
+"""Integer rule for Softmax on 8-bit inputs: QSoftmax with a 256-entry table of exp(-d * s_x) in Q15
+(d = max - x along the axis), an integer division for the probabilities (Q16) and a requantisation
+to the output grid."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pegasus.ir.graph import Node
+from pegasus.quantized.lower import LoweringContext, integer_rule
+from pegasus.quantized.rules.common import requant_fields
+
+
+@integer_rule("Softmax")
+def softmax(ctx: LoweringContext, node: Node) -> str | None:
+    x, y = node.inputs[0], node.outputs[0]
+    xq, yq = ctx.quant(x), ctx.quant(y)
+    if xq.numpy_dtype not in ("int8", "uint8"):
+        return f"{xq.qtype} input: the exp table covers 8-bit inputs only"
+    distances = np.arange(256, dtype=np.float64)
+    table = np.rint(np.exp(-distances * float(xq.scale[0])) * 32768.0).astype(np.int32)
+    attrs = {**requant_fields([2.0 ** -16 / float(yq.scale[0])], yq, 18), "axis": node.attrs.axis}
+    result = ctx.emit("QSoftmax", [ctx.as_int(x), ctx.constant(f"{node.name}_exp_table", table)], attrs,
+                      name=node.name, outputs=[y], quant=[yq])[0]
+    ctx.set_home(y, result, yq)
+    return None

@@ -1,0 +1,85 @@
+"""Integer rules for ops that move, select or copy values (Reshape, Transpose, Slice, MaxPool...):
+they run unchanged on integer tensors and their output stays on the input's grid (the quantizer gives
+both the same parameters; if a user's edit makes them differ, a Requantize follows). Concat brings
+every input onto the output's grid first; Pad pads with the zero point's level."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pegasus.ir.graph import Node
+from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
+from pegasus.quantized.rules.common import requantize_attrs
+
+#: Ops whose outputs are (a selection or rearrangement of) input 0's values.
+PASSTHROUGH_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Slice", "Gather",
+                   "Split", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin")
+
+
+def _raw(ctx: LoweringContext, name: str) -> str:
+    """A non-data input (shape, indices...) copied as it is."""
+    if not name:
+        return ""
+    value = ctx.value(name)
+    return ctx.constant(name, value) if value is not None else ctx.homes[name][0]
+
+
+def passthrough(ctx: LoweringContext, node: Node, attrs=None) -> str | None:
+    x = node.inputs[0]
+    xq = ctx.quant(x)
+    if xq.per_channel:
+        return "per-channel input"
+    inputs = [ctx.as_int(x)] + [_raw(ctx, name) for name in node.inputs[1:]]
+    outputs = [o for o in node.outputs]
+    names = ctx.emit(node.op, inputs, attrs or node.attrs, name=node.name,
+                     outputs=[o or "" for o in outputs], quant=[xq] * len(outputs))
+    for original, produced in zip(outputs, names):
+        if not original:
+            continue
+        if ctx.graph.type_of(produced).dtype.value != xq.numpy_dtype:  # e.g. MaxPool's Indices
+            ctx.homes[original] = (produced, None)
+            ctx._floats[original] = produced
+            continue
+        ctx.set_home(original, produced, xq)
+        yq = ctx.table.get(original)
+        if yq is not None and yq.is_integer and not same_grid(xq, yq):
+            fixed = ctx.emit("Requantize", [produced], requantize_attrs(xq, yq), name=f"{node.name}_requantize",
+                             outputs=[f"{original}_requantized"], quant=[yq])[0]
+            ctx.set_home(original, fixed, yq)
+    return None
+
+
+integer_rule(*PASSTHROUGH_OPS)(passthrough)
+
+
+@integer_rule("Concat")
+def concat(ctx: LoweringContext, node: Node) -> str | None:
+    y = node.outputs[0]
+    yq = ctx.quant(y)
+    inputs = [ctx.as_int(name, yq) for name in node.inputs]
+    result = ctx.emit("Concat", inputs, node.attrs, name=node.name, outputs=[y], quant=[yq])[0]
+    ctx.set_home(y, result, yq)
+    return None
+
+
+@integer_rule("Pad")
+def pad(ctx: LoweringContext, node: Node) -> str | None:
+    xq = ctx.quant(node.inputs[0])
+    level = round(node.attrs.constant_value / float(xq.scale[0])) + int(xq.zero_point[0])
+    return passthrough(ctx, node, replace(node.attrs, constant_value=float(level)))
+
+
+@integer_rule("Resize")
+def resize(ctx: LoweringContext, node: Node) -> str | None:
+    if node.attrs.mode != "nearest":
+        return f"mode {node.attrs.mode} interpolates (only nearest selects values)"
+    return passthrough(ctx, node)
+
+
+@integer_rule("DtypeConverter")
+def dtype_converter(ctx: LoweringContext, node: Node) -> str | None:
+    """A precision boundary of a hybrid graph: Requantize (int → int) or QuantizeLinear (float → int)."""
+    x, y = node.inputs[0], node.outputs[0]
+    yq = ctx.quant(y)
+    ctx.set_home(y, ctx.as_int(x, yq), yq)
+    return None
