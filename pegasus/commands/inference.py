@@ -21,8 +21,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                    description="Run NAME.json + NAME.data with the reference interpreter.")
     parser.add_argument("--model", required=True, help="the model's .json file")
     parser.add_argument("--model-data", required=True, help="the model's .data file")
-    parser.add_argument("--dtype", choices=("float32",), default="float32",
-                        help="float32: float reference (quantized arrives with the quantizer)")
+    parser.add_argument("--dtype", choices=("float32", "quantized"), default="float32",
+                        help="float32: float reference (default); quantized: the integer arithmetic of the "
+                             "exported code, with --model-quantize (outputs dequantized to float)")
+    parser.add_argument("--model-quantize", help="the .quantize file (needed with --dtype quantized)")
     parser.add_argument("--with-input-meta", help="inputmeta .yml: preprocessing and the dataset to read "
                                                   "samples from when --input is not given")
     parser.add_argument("--input", nargs="+", action="extend", metavar="FILE",
@@ -43,8 +45,28 @@ def iterate_samples(args: argparse.Namespace, graph: Graph) -> Iterator[dict[str
     return samples.iterate_samples(graph, meta, args.input, batch_size=args.batch_size, iterations=args.iterations)
 
 
-def run(args: argparse.Namespace) -> int:
+def model_for(args: argparse.Namespace) -> tuple[Graph, Graph]:
+    """(the graph as loaded, the graph to run): the integer graph for --dtype quantized."""
     graph = serialize.load(args.model, args.model_data)
+    if args.dtype == "float32":
+        return graph, graph
+    if not args.model_quantize:
+        raise PegasusError("--dtype quantized needs --model-quantize NAME.quantize")
+    from pegasus.quantized.lower import lower_to_integer
+    from pegasus.quantizers.quantize_file import load_table
+
+    table = load_table(args.model_quantize, graph, serialize.graph_digest(graph))
+    if table.customized_layers and not any(node.op == "DtypeConverter" for node in graph.nodes):
+        raise PegasusError(f"{args.model_quantize} customizes layers {sorted(table.customized_layers)}: run "
+                           "pegasus quantize --hybrid and pass --model NAME.quantize.json")
+    lowered = lower_to_integer(graph, table)
+    for layer, op, reason in lowered.float_layers:
+        print(f"layer '{layer}' ({op}) runs in float: {reason}")
+    return graph, lowered.graph
+
+
+def run(args: argparse.Namespace) -> int:
+    _, graph = model_for(args)
     out_dir = Path(args.output_dir)
     dump = args.postprocess in ("dump_result", "classification_classic")
     show = args.postprocess in ("print_topn", "classification_classic")

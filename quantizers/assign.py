@@ -1,0 +1,100 @@
+"""From calibrated ranges to a quantization table: which scheme each tensor gets.
+
+A tensor takes the scheme of the layer producing it (its customized precision, or the model's);
+weights and biases follow the layer reading them. Per-channel weights are quantized along their
+output-channel axis (``weight_axis``). Ops that only move values (Reshape, MaxPool, ...) give their
+output the input's grid, so they run on integers unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from pegasus.ir.graph import Graph, Node
+from pegasus.quantized.params import QuantTable, TensorQuant
+from pegasus.quantized.rules.values import PASSTHROUGH_OPS
+from pegasus.quantizers import schemes
+from pegasus.quantizers.schemes import Scheme
+
+#: ops whose output grid is their input's
+TIED_OPS = set(PASSTHROUGH_OPS) | {"MaxPool", "GlobalMaxPool", "Pad", "Resize"}
+
+
+def weight_axis(node: Node, graph: Graph, index: int) -> int | None:
+    """The output-channel axis of input ``index`` when it is the layer's weight tensor, else None."""
+    if node.op == "Conv" and index == 1:
+        return 0
+    if node.op == "ConvTranspose" and index == 1:
+        return 1
+    if node.op == "Gemm" and index == 1:
+        return 0 if node.attrs.transB else 1
+    if node.op == "MatMul" and index == 1 and graph.type_of(node.inputs[1]).rank >= 2:
+        return graph.type_of(node.inputs[1]).rank - 1
+    return None
+
+
+def is_bias(node: Node, index: int) -> bool:
+    return node.op in ("Conv", "ConvTranspose", "Gemm") and index == 2
+
+
+def layer_scheme(node: Node | None, model: Scheme, custom: dict[str, str]) -> Scheme | None:
+    """The scheme of a layer: None = float32."""
+    if node is None or node.name not in custom:
+        return model
+    return Scheme.parse_custom(custom[node.name])
+
+
+def float_entry(lo: float, hi: float) -> TensorQuant:
+    return TensorQuant("float32", "float32", "layer", [lo], [hi])
+
+
+def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Scheme, *, algorithm: str,
+                digest: str, custom: dict[str, str] | None = None,
+                keep: dict[str, TensorQuant] | None = None) -> QuantTable:
+    """Quantization parameters of every tensor; entries in ``keep`` (a reused table) are left as they are."""
+    custom = dict(custom or {})
+    keep = keep or {}
+    tensors: dict[str, TensorQuant] = {}
+
+    def put(name: str, entry: TensorQuant) -> None:
+        tensors[name] = keep.get(name, entry)
+
+    for name in graph.inputs:
+        if name in ranges:
+            put(name, model.activation(*ranges[name]))
+    for node in graph.nodes:
+        scheme = layer_scheme(node, model, custom)
+        if node.op == "DtypeConverter":
+            scheme = Scheme.parse_custom(node.attrs.to_precision) if node.attrs.to_precision in (
+                "float32", "dynamic_fixed_point-i16") else model
+        for out in node.outputs:
+            if not out or out not in ranges:
+                continue
+            lo, hi = ranges[out]
+            source = node.inputs[0] if node.inputs else ""
+            if scheme is None:
+                put(out, float_entry(lo, hi))
+            elif node.op in TIED_OPS and source in tensors and tensors[source].is_integer:
+                put(out, copy.deepcopy(tensors[source]))
+            else:
+                put(out, scheme.activation(lo, hi))
+        for index, name in enumerate(node.inputs):
+            value = graph.value_of(name) if name else None
+            if value is None or not value.dtype.kind == "f" or name in tensors:
+                continue
+            if scheme is None:
+                put(name, float_entry(float(value.min(initial=0)), float(value.max(initial=0))))
+            elif is_bias(node, index):
+                continue  # after the weights, below
+            else:
+                put(name, scheme.weight(value, weight_axis(node, graph, index)))
+        if scheme is not None and not scheme.is_float:
+            for index, name in enumerate(node.inputs):
+                if name and is_bias(node, index) and graph.value_of(name) is not None and name not in tensors:
+                    x, w = tensors.get(node.inputs[0]), tensors.get(node.inputs[1])
+                    if x is not None and w is not None and x.is_integer and w.is_integer:
+                        put(name, schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale)))
+    return QuantTable(quantizer=model.quantizer, qtype=model.qtype, algorithm=algorithm, graph_digest=digest,
+                      tensors=tensors, customized_layers=custom)
