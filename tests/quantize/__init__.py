@@ -1,0 +1,1 @@
+"""Tests of ``pegasus quantize``: observers, schemes, calibration and the .quantize file."""
