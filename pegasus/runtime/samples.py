@@ -44,10 +44,26 @@ def sample_files(graph: Graph, meta: InputMeta | None, inputs: Sequence[str] | N
     if meta is None or not meta.databases:
         raise PegasusError("no input given: pass sample files with --input FILE (.npy/.pb/.tensor/image) or an "
                            "input meta with a dataset via --with-input-meta NAME_inputmeta.yml")
+    order = _port_order(graph, meta)
     if meta.separated:
         columns = [read_dataset(db, 1) for db in meta.databases]
-        return [[column[i][0] for column in columns] for i in range(min(map(len, columns)))]
-    return read_dataset(meta.databases[0], count)
+        lengths = {db.name: len(column) for db, column in zip(meta.databases, columns)}
+        if len(set(lengths.values())) > 1:
+            raise PegasusError(f"separated datasets differ in length ({lengths}): line i of each is sample i",
+                               where=str(meta.path))
+        rows = [[column[i][0] for column in columns] for i in range(len(columns[0]))]
+    else:
+        rows = read_dataset(meta.databases[0], count)
+    return [[row[column] for column in order] for row in rows]
+
+
+def _port_order(graph: Graph, meta: InputMeta) -> list[int]:
+    """For each graph input, the position of its port in the meta (datasets list files in port order)."""
+    names = [port.name for port in meta.ports]
+    if sorted(names) != sorted(graph.inputs):
+        raise PegasusError(f"input meta describes ports {names} but the model's inputs are {graph.inputs}",
+                           where=str(meta.path))
+    return [names.index(name) for name in graph.inputs]
 
 
 def sample_count(files: list[list[Path]], batch_size: int | None, iterations: int | None) -> int:
