@@ -107,7 +107,7 @@ def quantize_hybrid(graph: Graph, feeds: Feeds, options: Options, target: Path, 
     existing = quantize_file.load_document(target)
     old = quantize_file.load_table(target)
     source_graph = _without_converters(graph)
-    quantize_file.check_against_graph(old, graph)
+    quantize_file.check_against_graph(old, graph, existing)
     hybrid = insert_converters(source_graph, scheme, old.customized_layers)
     calibration = _ranges(hybrid, feeds, options, scheme)
     digest = serialize.graph_digest(hybrid)

@@ -34,6 +34,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--no-fuse", dest="fuse", action="store_false",
                       help="generate one layer per node instead of computing element-wise and pooling layers "
                            "inside the producing convolution's loop nest (to compare)")
+    glow.add_argument("--dtype", choices=("float32", "quantized"), default="float32",
+                      help="float32 (default) or quantized: integer kernels as the .quantize file says")
+    glow.add_argument("--model-quantize", help="the .quantize file (with --dtype quantized); for a hybrid model "
+                                               "pass --model NAME.quantize.json")
+    glow.add_argument("--quantized-io", action="store_true",
+                      help="with --dtype quantized: the input/output placeholders hold the integer tensors (scale "
+                           "and zero point in the header) instead of float, which the bundle converts itself")
     glow.add_argument("--dump-graph-DAG", dest="dump_graph_dag", metavar="FILE.dot",
                       help="write the graph as Graphviz dot")
     glow.add_argument("--dump-memory-plan", metavar="FILE.png",
@@ -57,6 +64,14 @@ def run_glow(args: argparse.Namespace) -> int:
     if not out_dir.is_dir():
         raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
     graph = serialize.load(args.model, args.model_data)
+    if args.dtype == "quantized":
+        from pegasus.commands.quantized_model import lower_model
+        from pegasus.quantized.lower import expose_integer_io
+
+        lowered = lower_model(graph, args.model_quantize)
+        graph = expose_integer_io(lowered) if args.quantized_io else lowered.graph
+    elif args.quantized_io or args.model_quantize:
+        raise PegasusError("--model-quantize and --quantized-io need --dtype quantized")
     name = c_identifier(args.network_name or Path(args.model).stem)
     result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api, fuse=args.fuse)
     if args.dump_graph_dag:

@@ -50,18 +50,9 @@ def model_for(args: argparse.Namespace) -> tuple[Graph, Graph]:
     graph = serialize.load(args.model, args.model_data)
     if args.dtype == "float32":
         return graph, graph
-    if not args.model_quantize:
-        raise PegasusError("--dtype quantized needs --model-quantize NAME.quantize")
-    from pegasus.quantized.lower import lower_to_integer
-    from pegasus.quantizers.quantize_file import load_table
+    from pegasus.commands.quantized_model import lower_model
 
-    table = load_table(args.model_quantize, graph, serialize.graph_digest(graph))
-    if table.customized_layers and not any(node.op == "DtypeConverter" for node in graph.nodes):
-        raise PegasusError(f"{args.model_quantize} customizes layers {sorted(table.customized_layers)}: run "
-                           "pegasus quantize --hybrid and pass --model NAME.quantize.json")
-    lowered = lower_to_integer(graph, table)
-    for layer, op, reason in lowered.float_layers:
-        print(f"layer '{layer}' ({op}) runs in float: {reason}")
+    lowered = lower_model(graph, args.model_quantize)
     return graph, lowered.graph
 
 

@@ -16,6 +16,7 @@ the reason is listed in ``LoweredGraph.float_layers`` so that callers can show i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -290,3 +291,32 @@ def _round_outputs_to_bfloat16(ctx: LoweringContext, node: Node) -> None:
         rounded = ctx.emit("BFloat16Round", [ctx._floats[out]], name=f"{node.name}_bf16", outputs=[f"{out}_bf16"])[0]
         ctx._floats[out] = rounded
         ctx.homes[out] = (rounded, None)
+
+
+def expose_integer_io(lowered: LoweredGraph) -> Graph:
+    """The lowered graph with its integer tensors as placeholders: the QuantizeLinear after each float input
+    and the DequantizeLinear before each float output are dropped (``export glow --quantized-io``).
+    Inputs or outputs that are float inside (a float32 layer at the edge) stay float."""
+    graph = copy.deepcopy(lowered.graph)
+    producers = graph.producers()
+    consumers = graph.consumers()
+    inputs = []
+    for name in graph.inputs:
+        readers = consumers.get(name, [])
+        if len(readers) == 1 and readers[0].op == "QuantizeLinear" and readers[0].inputs[0] == name:
+            quantize = readers[0]
+            graph.nodes.remove(quantize)
+            inputs.append(quantize.outputs[0])
+        else:
+            inputs.append(name)
+    outputs = []
+    for name in graph.outputs:
+        node = producers.get(name)
+        if node is not None and node.op == "DequantizeLinear":
+            graph.nodes.remove(node)
+            outputs.append(node.inputs[0])
+        else:
+            outputs.append(name)
+    graph.inputs, graph.outputs = inputs, outputs
+    graph.prune()
+    return graph
