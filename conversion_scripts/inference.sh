@@ -4,15 +4,19 @@
 #   The input meta (preprocessing; dataset when no input file is given) is $INPUT_META if set,
 #   else NAME_inputmeta.yml next to the .json if it exists.
 #   Dumps (.tensor per input/output, outputs.npz) go to MODEL_DIR/inference/.
+#   DTYPE=quantized simulates the integer code with NAME.quantize (pass NAME.quantize.json for a hybrid model).
 set -euo pipefail
 json=${1:?usage: inference.sh NAME.json [INPUT_FILE...]}
 shift
-dir=$(dirname "$json"); name=$(basename "${json%.json}")
+dir=$(dirname "$json"); name=$(basename "${json%.json}"); name=${name%.quantize}
 meta_file=${INPUT_META:-$dir/${name}_inputmeta.yml}
 meta=()
 [ -f "$meta_file" ] && meta=(--with-input-meta "$meta_file")
 inputs=()
 [ $# -gt 0 ] && inputs=(--input "$@")
 mkdir -p "$dir/inference"
-pegasus inference --model "$json" --model-data "$dir/$name.data" --dtype float32 "${meta[@]}" "${inputs[@]}" \
+quantized=()
+[ "${DTYPE:-float32}" = quantized ] && quantized=(--model-quantize "$dir/$name.quantize")
+pegasus inference --model "$json" --model-data "$dir/$name.data" --dtype "${DTYPE:-float32}" "${quantized[@]}" \
+  "${meta[@]}" "${inputs[@]}" \
   --postprocess classification_classic --output-dir "$dir/inference"
