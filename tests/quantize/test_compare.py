@@ -155,5 +155,6 @@ def test_compare_command_errors(lenet, tmp_path, capsys):
 
 
 def test_quantize_report(lenet, tmp_path):
-    assert quantize(lenet, "--report", str(tmp_path / "rep"), table="report.quantize") == 0
+    assert quantize(lenet, "--report", str(tmp_path / "rep"), "--batch-size", "2", "--iterations", "5",
+                    table="report.quantize") == 0
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["compare.csv", "compare.png", "compare.txt"]

@@ -88,7 +88,7 @@ def test_tied_tensors_keep_one_grid_and_weights_are_untouched():
 
 def test_lenet_with_mle_keeps_accuracy(tmp_path):
     folder = import_lenet(tmp_path)
-    assert quantize(folder, "--MLE", table="mle.quantize") == 0
+    assert quantize(folder, "--MLE", "--batch-size", "5", "--iterations", "4", table="mle.quantize") == 0
     graph, table = load(folder, "mle.quantize")
     images, labels = heldout_digits()
     images, labels = images[::10], labels[::10]  # 100 digits, 10 of each class
