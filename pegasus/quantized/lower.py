@@ -272,6 +272,8 @@ def _bind_float_output(ctx: LoweringContext, name: str) -> None:
     if q is None:
         if home != name:
             _rename_tensor(ctx.graph, home, name)
+            ctx.homes[name] = (name, None)
+            ctx._floats[name] = name
         return
     if home == name:  # the integer tensor holds the output's name: move it aside
         aside = ctx.graph.unique_name(f"{name}_q")
