@@ -98,3 +98,14 @@ def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Sch
                         put(name, schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale)))
     return QuantTable(quantizer=model.quantizer, qtype=model.qtype, algorithm=algorithm, graph_digest=digest,
                       tensors=tensors, customized_layers=custom)
+
+
+def refresh_biases(graph: Graph, table: QuantTable) -> None:
+    """Recompute bias entries (int32 at s_in * s_w) after input or weight grids changed (e.g. --MLE)."""
+    for node in graph.nodes:
+        for index, name in enumerate(node.inputs):
+            if not (name and is_bias(node, index) and name in table.tensors and graph.value_of(name) is not None):
+                continue
+            x, w = table.tensors.get(node.inputs[0]), table.tensors.get(node.inputs[1])
+            if x is not None and w is not None and x.is_integer and w.is_integer:
+                table.tensors[name] = schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale))

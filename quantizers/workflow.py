@@ -16,7 +16,7 @@ from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.quantized.params import QuantTable
 from pegasus.quantizers import quantize_file
-from pegasus.quantizers.assign import build_table
+from pegasus.quantizers.assign import build_table, refresh_biases
 from pegasus.quantizers.calibrate import calibrate
 from pegasus.quantizers.schemes import Scheme
 
@@ -60,6 +60,7 @@ def _finish(graph: Graph, table: QuantTable, feeds: Feeds, options: Options, sch
         from pegasus.quantizers.mle import refine_ranges
 
         changed = refine_ranges(table, calibration.values, scheme)
+        refresh_biases(graph, table)
         messages.append(f"MLE: tightened the range of {changed} of {len(calibration.values)} tensors")
     if options.compute_entropy:
         from pegasus.quantizers.entropy import layer_entropies, suggest_layers, write_entropy
