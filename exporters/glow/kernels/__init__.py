@@ -5,6 +5,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     conv,
     elementwise,
     identity,
+    integer_elementwise,
     linear,
     normalization,
     pool,

@@ -187,16 +187,22 @@ def _outer_count(b: ir.IRBuilder, axes: list[Axis], outer: list[Value], pads_end
     return count
 
 
-def _divisor(num: Numeric, axes: list[Axis], tile: Tile, pads_end: tuple[int, ...], include_pads: bool) -> Value:
-    """Taps counted by the average of the tile's positions (``_counted_bounds``); at least 1."""
-    b = num.b
+def window_count(b: ir.IRBuilder, axes: list[Axis], tile: Tile, pads_end: tuple[int, ...],
+                 include_pads: bool) -> Value:
+    """Taps counted by the average of the tile's positions (``_counted_bounds``), i32, possibly 0;
+    shared with the integer average (integer_elementwise.py)."""
     *outer, last = axes
     count = _outer_count(b, outer, tile.outer, pads_end, include_pads)
     if tile.last_taps is None:
-        count = b.mul(count, const(last.kernel))
-    else:
-        lo, hi = last.taps(b, tile.first, *_counted_bounds(last, pads_end[-1], include_pads))
-        count = b.mul(count, b.sub(hi, lo))
+        return b.mul(count, const(last.kernel))
+    lo, hi = last.taps(b, tile.first, *_counted_bounds(last, pads_end[-1], include_pads))
+    return b.mul(count, b.sub(hi, lo))
+
+
+def _divisor(num: Numeric, axes: list[Axis], tile: Tile, pads_end: tuple[int, ...], include_pads: bool) -> Value:
+    """Taps counted by the average of the tile's positions (``window_count``); at least 1."""
+    b = num.b
+    count = window_count(b, axes, tile, pads_end, include_pads)
     count = b.select(b.icmp_signed("<", count, const(1)), const(1), count)
     return num.from_int(count, tile.width)
 

@@ -1,0 +1,298 @@
+"""Emitters for the integer kernels of quantized models other than the matrix products
+(pegasus/ops/integer.py): Requantize, QAdd, QMul, LookupTable, QSoftmax, QAveragePool; and for the two
+float ops of quantized graphs, BFloat16Round and DtypeConverter.
+
+Every emitter computes the bits of its NumPy reference: zero points are subtracted exactly (i32 for
+8/16-bit tensors, i64 for wider ones), products and sums that may pass 32 bits are 64-bit, and the
+rounding and clamping are ``requant.py``'s (the LLVM twin of ``pegasus.ops.fixedpoint``). No float
+instruction touches an integer value. A Requantize of an 8-bit tensor is a 256-entry table computed at
+export time by the op's own reference (Cortex-M7: 3 instructions per element instead of 14).
+
+Division is the one operation whose semantics differ: LLVM's ``sdiv`` truncates where Python's ``//``
+floors, and a 64-bit division is a library call on 32-bit targets (``__aeabi_ldivmod``), which bundles
+do not make. So:
+
+- QAveragePool's mean ``floor((2*sum + count) / (2*count))`` is an ``sdiv`` corrected to the floor
+  (a constant divisor in the interior, which LLVM turns into a multiply), in i32 whenever the window
+  cannot overflow it; wider windows use a 64-bit long division of the magnitude (its quotient is a
+  value of the input's type, so it has few bits).
+- QSoftmax's ``(e * 65536 + total // 2) // total`` has a quotient of at most 65536 (every e is one of
+  the non-negative terms of total): one 32-bit ``udiv`` when both operands fit in 32 bits (always,
+  with the Q15 exp tables of the lowering and fewer than 2**17 classes), else the long division.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.binary import broadcast_loop
+from pegasus.exporters.glow.kernels.conv import Tile, axes_of, sweep
+from pegasus.exporters.glow.kernels.elementwise import load_as
+from pegasus.exporters.glow.kernels.identity import identity
+from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, range_nest
+from pegasus.exporters.glow.kernels.pool import _coordinates, _output_flat, _taps, _tile_width, window_count
+from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
+from pegasus.exporters.glow.kernels.requant import I32, I64, requantize, widen
+from pegasus.exporters.glow.kernels.shape_ops import constant_table, raw, table_load
+from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.ir.dtypes import DType
+from pegasus.ops.common import normalize_axis
+from pegasus.ops.fixedpoint import integer_range
+from pegasus.ops.integer import QAveragePool, RequantAttrs, clamp_bounds
+from pegasus.ops.registry import get_op
+from pegasus.ops.spatial import prod
+
+Value = ir.Value
+
+# ---- exact integer helpers --------------------------------------------------------------------------
+
+
+def _work_type(dtype: DType) -> DType:
+    """The type in which ``x - zero_point`` is exact for a tensor of ``dtype``."""
+    return DType.INT64 if dtype.itemsize >= 4 else DType.INT32
+
+
+def centered(b: ir.IRBuilder, ref: TensorRef, flat: Value, zero_point: int) -> Value:
+    """ref[flat] - zero_point, exactly (i32, or i64 for 32/64-bit tensors)."""
+    work = _work_type(ref.type.dtype)
+    value = load_as(b, ref, flat, work)
+    return b.sub(value, ir.Constant(llvm_type(work), zero_point)) if zero_point else value
+
+
+def _i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def long_division(b: ir.IRBuilder, n: Value, d: Value, bits: int) -> Value:
+    """floor(n / d) for unsigned i64 n and d >= 1 whose quotient is below 2**bits: restoring division,
+    one quotient bit per step, straight-line (no library call on any target)."""
+    quotient, rest = _i64(0), n
+    for bit in reversed(range(bits)):
+        fits = b.icmp_unsigned(">=", b.lshr(rest, _i64(bit)), d)     # rest >= d << bit, without overflow
+        rest = b.select(fits, b.sub(rest, b.shl(d, _i64(bit))), rest)
+        quotient = b.select(fits, b.or_(quotient, _i64(1 << bit)), quotient)
+    return quotient
+
+
+def small_udiv(b: ir.IRBuilder, n: Value, d: Value, bits: int) -> Value:
+    """floor(n / d) for unsigned i64 n and d >= 1 whose quotient is below 2**bits: one 32-bit udiv when
+    both fit in 32 bits, else ``long_division``."""
+    fits = b.icmp_unsigned("==", b.lshr(b.or_(n, d), _i64(32)), _i64(0))
+    with b.if_else(fits, likely=True) as (narrow, wide):
+        with narrow:
+            fast = b.zext(b.udiv(b.trunc(n, I32), b.trunc(d, I32)), I64)
+            fast_block = b.block
+        with wide:
+            slow = long_division(b, n, d, bits)
+            slow_block = b.block
+    result = b.phi(I64)
+    result.add_incoming(fast, fast_block)
+    result.add_incoming(slow, slow_block)
+    return result
+
+
+def floor_divide(b: ir.IRBuilder, n: Value, d: Value, bits: int) -> Value:
+    """Python's n // d for a signed n and a positive d of the same type, |quotient| < 2**bits.
+    i32: sdiv (toward zero) minus one when a negative remainder says it rounded up; i64: the division of
+    the magnitude (floor(n/d) = -floor((d - 1 - n) / d) for n < 0)."""
+    if n.type.width <= 32:
+        below = b.icmp_signed("<", b.srem(n, d), ir.Constant(n.type, 0))
+        return b.sub(b.sdiv(n, d), b.zext(below, n.type))
+    negative = b.icmp_signed("<", n, _i64(0))
+    magnitude = b.select(negative, b.sub(b.sub(d, _i64(1)), n), n)
+    quotient = small_udiv(b, magnitude, d, bits)
+    return b.select(negative, b.sub(_i64(0), quotient), quotient)
+
+
+def _requantizer(attrs: RequantAttrs, out: ir.IntType) -> Callable[[ir.IRBuilder, Value], Value]:
+    """acc -> the op's single-multiplier requantisation (``pegasus.ops.fixedpoint.requantize``)."""
+    lo, hi = clamp_bounds(attrs)
+    multiplier, shift = attrs.multiplier[0], attrs.shift[0]
+    return lambda b, acc: requantize(b, acc, multiplier, shift, attrs.out_zero_point, lo, hi, out)
+
+
+# ---- element-wise ---------------------------------------------------------------------------------
+
+
+def _lookup(b: ir.IRBuilder, x: TensorRef, y: TensorRef, entry: Callable[[Value], Value]) -> None:
+    """y[i] = entry(x[i] - min(x's type)) for an 8-bit x; entries are y's raw elements."""
+    first = -integer_range(x.type.dtype.numpy)[0]
+    out = raw(b, y)
+    with for_range(b, y.type.size) as i:
+        out.store(b, entry(b.add(load_as(b, x, i, DType.INT32), const(first))), i)
+
+
+@emitter("Requantize")
+def requantize_op(k: KernelContext) -> None:
+    """y = requant(x - in_zero_point). An 8-bit x has 256 possible values: their results, computed at
+    export time by the op's own reference, become a table (one load per element instead of a 64-bit
+    multiply, shift and clamp)."""
+    b, x, y, a = k.builder, k.inputs[0], k.outputs[0], k.attrs
+    if x.type.dtype.itemsize == 1:
+        info = np.iinfo(x.type.dtype.numpy)
+        levels = np.arange(info.min, info.max + 1).astype(x.type.dtype.numpy)
+        table = constant_table(b.module, get_op("Requantize").reference(a, [levels])[0])
+        _lookup(b, x, y, lambda index: table_load(b, table, index))
+        return
+    finish = _requantizer(a, y.element)
+    with for_range(b, y.type.size) as i:
+        y.store(b, finish(b, centered(b, x, i, a.in_zero_point)), i)
+
+
+def _wide(b: ir.IRBuilder, value: Value) -> Value:
+    return widen(b, value, I64, signed=True)
+
+
+@emitter("QAdd")
+def q_add(k: KernelContext) -> None:
+    """y = clamp(rounding_shift((a - za) * ma + (b - zb) * mb, shift) + zy), broadcasting."""
+    b, (x1, x2), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
+    lo, hi = clamp_bounds(RequantAttrs(out_dtype=a.out_dtype, lo=a.lo, hi=a.hi))
+    with broadcast_loop(b, y, [x1, x2]) as (out, f1, f2):
+        acc = b.add(b.mul(_wide(b, centered(b, x1, f1, a.a_zero_point)), _i64(a.a_multiplier)),
+                    b.mul(_wide(b, centered(b, x2, f2, a.b_zero_point)), _i64(a.b_multiplier)))
+        y.store(b, requantize(b, acc, 1, a.shift, a.out_zero_point, lo, hi, y.element), out)
+
+
+@emitter("QMul")
+def q_mul(k: KernelContext) -> None:
+    """y = requant((a - za) * (b - zb)), broadcasting (the product in 64 bits)."""
+    b, (x1, x2), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
+    finish = _requantizer(a, y.element)
+    with broadcast_loop(b, y, [x1, x2]) as (out, f1, f2):
+        product = b.mul(_wide(b, centered(b, x1, f1, a.a_zero_point)), _wide(b, centered(b, x2, f2, a.b_zero_point)))
+        y.store(b, finish(b, product), out)
+
+
+@emitter("LookupTable")
+def lookup_table(k: KernelContext) -> None:
+    """y = table[x - min(x's type)], the table's raw elements (any dtype) copied bit for bit."""
+    b, (x, table), y = k.builder, k.inputs, k.outputs[0]
+    entries = raw(b, table)
+    _lookup(b, x, y, lambda index: entries.load(b, index))
+
+
+@emitter("BFloat16Round")
+def bfloat16_round(k: KernelContext) -> None:
+    """The float32 bits rounded to the top 16, ties to even, NaN kept as it is: integer instructions on
+    the raw bits (exact, and no float register can quieten a NaN)."""
+    b = k.builder
+    x, y = raw(b, k.inputs[0]), raw(b, k.outputs[0])
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(I32, v)
+
+    with for_range(b, y.type.size) as i:
+        bits = x.load(b, i)
+        odd = b.and_(b.lshr(bits, c(16)), c(1))
+        rounded = b.and_(b.add(b.add(bits, c(0x7FFF)), odd), c(-0x10000))
+        nan = b.icmp_unsigned(">", b.and_(bits, c(0x7FFFFFFF)), c(0x7F800000))
+        y.store(b, b.select(nan, bits, rounded), i)
+
+
+emitter("DtypeConverter")(identity)   # a float identity marking a precision boundary: Identity's copy
+
+
+# ---- QSoftmax ---------------------------------------------------------------------------------------
+
+#: Quotient bits of QSoftmax's division: (e * 2**16 + total // 2) // total <= 2**16 when 0 <= e <= total.
+SOFTMAX_QUOTIENT_BITS = 17
+
+
+@emitter("QSoftmax")
+def q_softmax(k: KernelContext) -> None:
+    """Per row along ``axis``: m = max x; e = table[m - x]; total = Σ e (i64);
+    y = requant((e * 65536 + total // 2) // total). The table's entries must be >= 0 (exp values)."""
+    b, (x, table), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
+    axis = normalize_axis(a.axis, len(x.shape))
+    outer, n, inner, nest = axis_loops(b, x.shape, axis)
+    if x.type.size == 0:
+        return
+    finish = _requantizer(a, y.element)
+    with nest as (o, i):
+        base = affine(b, 0, (o, n * inner), (i, 1))
+
+        def along(visit: Callable[[Value], None]) -> None:
+            with for_range(b, n, name="j") as j:
+                visit(affine(b, 0, (base, 1), (j, inner)))
+
+        peak = Accumulator(b, load_as(b, x, base, DType.INT32))
+        along(lambda flat: peak.set(_max(b, peak.get(), load_as(b, x, flat, DType.INT32))))
+        m = peak.get()
+
+        def exp_of(flat: Value) -> Value:
+            return b.sext(table.load(b, b.sub(m, load_as(b, x, flat, DType.INT32))), I64)
+
+        total = Accumulator(b, _i64(0))
+        along(lambda flat: total.set(b.add(total.get(), exp_of(flat))))
+        t = total.get()
+        half = b.ashr(t, _i64(1))
+        divisor = b.select(b.icmp_signed("<", t, _i64(1)), _i64(1), t)   # total 0: every e is 0, so y = requant(0)
+
+        def probability(flat: Value) -> None:
+            numerator = b.add(b.mul(exp_of(flat), _i64(65536)), half)
+            y.store(b, finish(b, small_udiv(b, numerator, divisor, SOFTMAX_QUOTIENT_BITS)), flat)
+
+        along(probability)
+
+
+def _max(b: ir.IRBuilder, x: Value, y: Value) -> Value:
+    return b.select(b.icmp_signed(">", y, x), y, x)
+
+
+# ---- QAveragePool ---------------------------------------------------------------------------------
+
+
+def _average_plan(dtype: DType, zero_point: int, taps: int) -> tuple[DType, int]:
+    """(accumulator type, quotient bits) of a window of ``taps`` inputs: i32 when the raw sum, the
+    centered sum and 2*sum + count all stay inside it."""
+    lo, hi = integer_range(dtype.numpy)
+    magnitude = max(abs(lo - zero_point), abs(hi - zero_point))
+    largest = taps * max(2 * magnitude + 1, max(-lo, hi) + abs(zero_point))
+    return (DType.INT32 if largest < 2 ** 31 else DType.INT64), (magnitude + 2).bit_length()
+
+
+@emitter("QAveragePool")
+def q_average_pool(k: KernelContext) -> None:
+    """The window sums as AveragePool's (pool.py: interior vector tiles, border positions alone), of the
+    raw inputs; then per position: s = sum - zp * (taps inside X), mean = floor((2s + count) / (2count))
+    with AveragePool's count, y = requant(mean)."""
+    b, x, a = k.builder, k.inputs[0], k.attrs
+    win = QAveragePool.geometry(a, x.shape)
+    accumulate, bits = _average_plan(x.type.dtype, a.x_zero_point, prod(win.kernel))
+    acc = Numeric(b, accumulate)
+    axes = axes_of(win, x.shape[2:])
+    tile_width = _tile_width(k, acc)
+    with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
+        sweep(b, axes, tile_width, lambda tile: _average_tile(k, acc, axes, plane, tile, win.pads_end, bits))
+
+
+def _average_tile(k: KernelContext, acc: Numeric, axes: list, plane: Value, tile: Tile, pads_end: tuple[int, ...],
+                  bits: int) -> None:
+    b, x, y, a = k.builder, k.inputs[0], k.outputs[0], k.attrs
+    source = Numeric(b, x.type.dtype)
+    total = Accumulators(acc, 1, tile.width)
+    total.set(0, acc.constant(0, tile.width))
+    x_strides = strides_of(x.shape[2:])
+    with range_nest(b, _taps(b, axes, tile)) as taps:
+        flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(_coordinates(b, axes, tile, taps), x_strides))
+        values = source.load(x, flat, tile.width, axes[-1].stride)
+        values = (b.sext if source.signed else b.zext)(values, acc.vector(tile.width))
+        total.set(0, b.add(total.get(0), values))
+    word = acc.compute
+    inside = widen(b, window_count(b, axes, tile, pads_end, False), word, signed=True)
+    count = window_count(b, axes, tile, pads_end, bool(a.count_include_pad))
+    count = widen(b, b.select(b.icmp_signed("<", count, const(1)), const(1), count), word, signed=True)
+    offset = b.mul(inside, ir.Constant(word, a.x_zero_point))
+    twice = b.shl(count, ir.Constant(word, 1))
+    finish = _requantizer(a, y.element)
+    sums, out = total.get(0), ir.Constant(ir.VectorType(y.element, tile.width), None)
+    for lane in range(tile.width):
+        s = b.sub(b.extract_element(sums, const(lane)), offset)
+        mean = floor_divide(b, b.add(b.shl(s, ir.Constant(word, 1)), count), twice, bits)
+        out = b.insert_element(out, finish(b, mean), const(lane))
+    Numeric(b, y.type.dtype).store(y, _output_flat(b, y, plane, tile), out)
