@@ -93,7 +93,13 @@ def test_single_op_bit_exact_on_host(op, scheme, single_ops, tmp_path):
     lowered = lower_to_integer(graph, quantize(graph, samples, *SCHEMES[scheme]))
     export_for("host", lowered.graph, tmp_path)
     feeds = _feeds(graph)
-    assert_bit_exact(run_on("host", tmp_path, lowered.graph, feeds), interpreter.run(lowered.graph, feeds))
+    actual, expected = run_on("host", tmp_path, lowered.graph, feeds), interpreter.run(lowered.graph, feeds)
+    if lowered.float_layers:  # int16 has no tables: Sigmoid/Tanh/Exp/Softmax stay float (the export says so)
+        assert scheme == "dfp16" and op in ("Sigmoid", "Tanh", "Exp", "HardSwish", "LeakyRelu", "Softmax")
+        for name, want in expected.items():
+            np.testing.assert_allclose(actual[name], want, rtol=1e-5, atol=1e-6)
+    else:
+        assert_bit_exact(actual, expected)
 
 
 @pytest.mark.parametrize("op", ["LayerNormalization", "Div"])
