@@ -253,8 +253,9 @@ class LookupTable(OpDef):
 
 @register
 class QSoftmax(OpDef):
-    """Softmax of an 8-bit tensor along ``axis``: e = exp_table[max - x] (Q15), p = round(e * 2**16 / Σe)
-    (Q16, integer division), Y = requant(p)."""
+    """Softmax along ``axis``: d = max - x, e = exp(-d * s_x) in Q15 from a table, p = round(e * 2**16 / Σe)
+    (Q16, integer division), Y = requant(p). 8-bit inputs: table [256], e = table[d]. int16 inputs: table
+    [2, 256] of exp(-k * s_x) and exp(-256 k * s_x), e = (table[1][d >> 8] * table[0][d & 255] + 2**14) >> 15."""
 
     name = "QSoftmax"
     num_inputs = (2, 2)
@@ -267,8 +268,11 @@ class QSoftmax(OpDef):
     def infer(attrs, inputs):
         x, table = inputs
         normalize_axis(attrs.axis, x.rank)
-        if x.dtype not in (DType.INT8, DType.UINT8) or table.shape != (256,) or table.dtype != DType.INT32:
-            raise ShapeError("QSoftmax takes an 8-bit tensor and an int32 table of 256 entries")
+        eight_bit = x.dtype in (DType.INT8, DType.UINT8) and table.shape == (256,)
+        sixteen_bit = x.dtype == DType.INT16 and table.shape == (2, 256)
+        if not (eight_bit or sixteen_bit) or table.dtype != DType.INT32:
+            raise ShapeError("QSoftmax takes an 8-bit tensor and an int32 table [256], or an int16 tensor and an "
+                             "int32 table [2, 256]")
         _check_channels(attrs, 1)
         return [_out_type(attrs, x.shape)]
 
@@ -277,7 +281,9 @@ class QSoftmax(OpDef):
         x, table = inputs
         axis = normalize_axis(attrs.axis, x.ndim)
         x = x.astype(np.int64)
-        e = table.astype(np.int64)[np.max(x, axis=axis, keepdims=True) - x]
+        d = np.max(x, axis=axis, keepdims=True) - x
+        table = table.astype(np.int64)
+        e = table[d] if table.ndim == 1 else (table[1][d >> 8] * table[0][d & 255] + 16384) >> 15
         total = np.sum(e, axis=axis, keepdims=True)
         p = (e * 65536 + total // 2) // total
         return [_requant(attrs, p, 0)]

@@ -205,7 +205,7 @@ SOFTMAX_QUOTIENT_BITS = 17
 
 @emitter("QSoftmax")
 def q_softmax(k: KernelContext) -> None:
-    """Per row along ``axis``: m = max x; e = table[m - x]; total = Σ e (i64);
+    """Per row along ``axis``: m = max x; e = table[m - x] (two-level for int16, as the reference); total = Σ e (i64);
     y = requant((e * 65536 + total // 2) // total). The table's entries must be >= 0 (exp values)."""
     b, (x, table), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
     axis = normalize_axis(a.axis, len(x.shape))
@@ -225,7 +225,12 @@ def q_softmax(k: KernelContext) -> None:
         m = peak.get()
 
         def exp_of(flat: Value) -> Value:
-            return b.sext(table.load(b, b.sub(m, load_as(b, x, flat, DType.INT32))), I64)
+            d = b.sub(m, load_as(b, x, flat, DType.INT32))
+            if table.type.rank == 1:
+                return b.sext(table.load(b, d), I64)
+            low = table.load(b, b.and_(d, const(255)))           # exp(-(d & 255) s) and exp(-256 (d >> 8) s), Q15
+            high = table.load(b, b.add(b.lshr(d, const(8)), const(256)))
+            return b.sext(b.ashr(b.add(b.mul(high, low), const(16384)), const(15)), I64)
 
         total = Accumulator(b, _i64(0))
         along(lambda flat: total.set(b.add(total.get(), exp_of(flat))))

@@ -1,6 +1,6 @@
-"""Integer rule for Softmax on 8-bit inputs: QSoftmax with a 256-entry table of exp(-d * s_x) in Q15
-(d = max - x along the axis), an integer division for the probabilities (Q16) and a requantisation
-to the output grid."""
+"""Integer rule for Softmax: QSoftmax with a table of exp(-d * s_x) in Q15 (d = max - x along the axis;
+256 entries for 8-bit inputs, two levels of 256 for int16), an integer division for the probabilities
+(Q16) and a requantisation to the output grid."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ from pegasus.quantized.rules.common import requant_fields
 def softmax(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
-    if xq.numpy_dtype not in ("int8", "uint8"):
-        return f"{xq.qtype} input: the exp table covers 8-bit inputs only"
+    if xq.numpy_dtype not in ("int8", "uint8", "int16"):
+        return f"{xq.qtype} input: exp tables cover 8- and 16-bit inputs"
     distances = np.arange(256, dtype=np.float64)
-    table = np.rint(np.exp(-distances * float(xq.scale[0])) * 32768.0).astype(np.int32)
+    scale = float(xq.scale[0])
+    table = np.rint(np.exp(-distances * scale) * 32768.0).astype(np.int32)
+    if xq.numpy_dtype == "int16":
+        table = np.stack([table, np.rint(np.exp(-distances * 256 * scale) * 32768.0).astype(np.int32)])
     attrs = {**requant_fields([2.0 ** -16 / float(yq.scale[0])], yq, 18), "axis": node.attrs.axis}
     result = ctx.emit("QSoftmax", [ctx.as_int(x), ctx.constant(f"{node.name}_exp_table", table)], attrs,
                       name=node.name, outputs=[y], quant=[yq])[0]
