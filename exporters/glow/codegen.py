@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
@@ -19,7 +20,7 @@ from pegasus.exporters.glow.kernels.conv import Epilogue, emit_conv
 from pegasus.exporters.glow.kernels.pool import emit_conv_pool
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type
 from pegasus.exporters.glow.llvm.mathlib import MathLib
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CONSTANT, MUTABLE, Location, MemoryPlan
+from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
 
@@ -35,7 +36,7 @@ def check_emitters(graph: Graph) -> None:
 
 
 def _overlaps(a: Location, b: Location) -> bool:
-    return a.region == b.region and a.offset < b.offset + b.size and b.offset < a.offset + a.size
+    return a.region == b.region != CODE and a.offset < b.offset + b.size and b.offset < a.offset + a.size
 
 
 def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> ir.Module:
@@ -54,6 +55,9 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         args = []
         for tensor in present:
             loc = plan.locations[tensor]
+            if loc.region == CODE:
+                args.append(_code_constant(module, graph, tensor))
+                continue
             raw = builder.gep(entry.args[REGION_ARG[loc.region]], [ir.Constant(ir.IntType(32), loc.offset)],
                               inbounds=True)
             args.append(builder.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer()))
@@ -72,6 +76,24 @@ def forbid_library_calls(module: ir.Module) -> None:
         if not function.is_declaration:
             function.attributes._known = function.attributes._known | {'"no-builtins"'}
             function.attributes.add('"no-builtins"')
+
+
+def _code_constant(module: ir.Module, graph: Graph, tensor: str) -> ir.Value:
+    """A tiny constant (memory_plan.CODE) as internal read-only data of the object, created once."""
+    symbol = "const." + re.sub(r"[^A-Za-z0-9_.]", "_", tensor)
+    element = llvm_type(graph.type_of(tensor).dtype)
+    if symbol not in module.globals:
+        data = np.ascontiguousarray(graph.value_of(tensor)).reshape(-1)
+        values = data.view(f"<u{data.dtype.itemsize}") if not data.dtype.kind == "f" else data
+        array_ty = ir.ArrayType(element, max(1, data.size))
+        items = [ir.Constant(element, float(v) if data.dtype.kind == "f" else int(v)) for v in values]
+        variable = ir.GlobalVariable(module, array_ty, name=symbol)
+        variable.initializer = ir.Constant(array_ty, items or [ir.Constant(element, 0)])
+        variable.global_constant = True
+        variable.linkage = "internal"
+        variable.unnamed_addr = True
+    variable = module.globals[symbol]
+    return variable.gep([ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)])
 
 
 def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, unit: Layer,

@@ -1,6 +1,7 @@
 """Static memory plan of a bundle: where every tensor lives in Glow's three buffers.
 
-- constant weights: every constant, in first-use order, 64-byte aligned;
+- constant weights: every constant, in first-use order, 64-byte aligned (16 below 16 KiB); constants of
+  at most 16 bytes (quantization scales and zero points, scalars) go into the code instead (region "code");
 - mutable weights: the placeholders (graph inputs, then outputs), 64-byte aligned, at the offsets the
   header names;
 - activations: every intermediate tensor. Tensors are grouped into buffers first: an ``alias`` op
@@ -24,6 +25,12 @@ from pegasus.ops.registry import get_op
 
 ALIGN = 64
 CONSTANT, MUTABLE, ACTIVATIONS = "constant", "mutable", "activations"
+#: constants of at most this many bytes (scales, zero points, scalars) are compiled into the code as
+#: immediates/read-only data instead of taking a slot in the constant weights buffer
+CODE, CODE_CONSTANT_LIMIT = "code", 16
+#: constants below this size are 16-byte aligned in the constant buffer (enough for any SIMD load of
+#: the targets); larger ones start on a 64-byte boundary (cache lines, Glow's MEM_ALIGN)
+SMALL_CONSTANT, SMALL_ALIGN = 16384, 16
 
 
 def align(value: int, to: int = ALIGN) -> int:
@@ -66,6 +73,20 @@ def _stack(names: list[str], sizes: dict[str, int], region: str) -> tuple[dict[s
         placed[name] = Location(region, offset, sizes[name])
         offset = align(offset + sizes[name])
     return placed, offset
+
+
+def _place_constants(graph: Graph) -> tuple[dict[str, Location], int]:
+    """Constants in first-use order: tiny ones into the code, small ones 16-byte aligned, others 64."""
+    offset, placed = 0, {}
+    for tensor in graph.constants():
+        size = tensor.type.nbytes
+        if size <= CODE_CONSTANT_LIMIT:
+            placed[tensor.name] = Location(CODE, 0, size)
+            continue
+        offset = align(offset, SMALL_ALIGN if size < SMALL_CONSTANT else ALIGN)
+        placed[tensor.name] = Location(CONSTANT, offset, size)
+        offset += size
+    return placed, offset  # the buffer itself is MEM_ALIGN-aligned by the caller; its size needs no padding
 
 
 def _group_buffers(graph: Graph, layers: list[Layer]) -> dict[str, Buffer]:
@@ -118,9 +139,7 @@ def _group_buffers(graph: Graph, layers: list[Layer]) -> dict[str, Buffer]:
 def plan_memory(graph: Graph, layers: list[Layer] | None = None) -> MemoryPlan:
     """Plan ``graph`` run as ``layers`` (default: one layer per node, unfused)."""
     layers = single_layers(graph) if layers is None else layers
-    constants = graph.constants()
-    constant_locations, constant_size = _stack([t.name for t in constants], {t.name: t.type.nbytes
-                                                                              for t in constants}, CONSTANT)
+    constant_locations, constant_size = _place_constants(graph)
     placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
     mutable_locations, mutable_size = _stack(placeholders, {n: graph.type_of(n).nbytes for n in placeholders},
                                              MUTABLE)

@@ -254,8 +254,9 @@ class LookupTable(OpDef):
 @register
 class QSoftmax(OpDef):
     """Softmax along ``axis``: d = max - x, e = exp(-d * s_x) in Q15 from a table, p = round(e * 2**16 / Σe)
-    (Q16, integer division), Y = requant(p). 8-bit inputs: table [256], e = table[d]. int16 inputs: table
-    [2, 256] of exp(-k * s_x) and exp(-256 k * s_x), e = (table[1][d >> 8] * table[0][d & 255] + 2**14) >> 15."""
+    (Q16, integer division), Y = requant(p). 8-bit inputs: table [L <= 256] (int32 or uint16) whose last entry
+    repeats for larger d, e = table[min(d, L - 1)]. int16 inputs: int32 table [2, 256] of exp(-k * s_x) and
+    exp(-256 k * s_x), e = (table[1][d >> 8] * table[0][d & 255] + 2**14) >> 15."""
 
     name = "QSoftmax"
     num_inputs = (2, 2)
@@ -268,11 +269,12 @@ class QSoftmax(OpDef):
     def infer(attrs, inputs):
         x, table = inputs
         normalize_axis(attrs.axis, x.rank)
-        eight_bit = x.dtype in (DType.INT8, DType.UINT8) and table.shape == (256,)
-        sixteen_bit = x.dtype == DType.INT16 and table.shape == (2, 256)
-        if not (eight_bit or sixteen_bit) or table.dtype != DType.INT32:
-            raise ShapeError("QSoftmax takes an 8-bit tensor and an int32 table [256], or an int16 tensor and an "
-                             "int32 table [2, 256]")
+        eight_bit = (x.dtype in (DType.INT8, DType.UINT8) and table.rank == 1 and 1 <= table.shape[0] <= 256
+                     and table.dtype in (DType.INT32, DType.UINT16))
+        sixteen_bit = x.dtype == DType.INT16 and table.shape == (2, 256) and table.dtype == DType.INT32
+        if not (eight_bit or sixteen_bit):
+            raise ShapeError("QSoftmax takes an 8-bit tensor and an int32/uint16 table [<= 256], or an int16 tensor "
+                             "and an int32 table [2, 256]")
         _check_channels(attrs, 1)
         return [_out_type(attrs, x.shape)]
 
@@ -283,7 +285,10 @@ class QSoftmax(OpDef):
         x = x.astype(np.int64)
         d = np.max(x, axis=axis, keepdims=True) - x
         table = table.astype(np.int64)
-        e = table[d] if table.ndim == 1 else (table[1][d >> 8] * table[0][d & 255] + 16384) >> 15
+        if table.ndim == 1:
+            e = table[np.minimum(d, table.shape[0] - 1)]
+        else:
+            e = (table[1][d >> 8] * table[0][d & 255] + 16384) >> 15
         total = np.sum(e, axis=axis, keepdims=True)
         p = (e * 65536 + total // 2) // total
         return [_requant(attrs, p, 0)]

@@ -27,7 +27,8 @@ def test_lenet_sizes_beat_or_match_glow(demo_onnx):
     assert plan.mutable_size == 3200
     assert plan.activations_size <= 57600
     assert plan.constant_size <= 1724672
-    assert all(loc.offset % 64 == 0 for loc in plan.locations.values())
+    for loc in plan.locations.values():  # buffers at Glow's 64 bytes; constants below 16 KiB at 16
+        assert loc.offset % (16 if loc.region == "constant" and loc.size < 16384 else 64) == 0
 
 
 def _live_ranges(graph, layers):

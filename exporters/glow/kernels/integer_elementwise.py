@@ -226,8 +226,10 @@ def q_softmax(k: KernelContext) -> None:
 
         def exp_of(flat: Value) -> Value:
             d = b.sub(m, load_as(b, x, flat, DType.INT32))
-            if table.type.rank == 1:
-                return b.sext(table.load(b, d), I64)
+            if table.type.rank == 1:  # e = table[min(d, L - 1)]; uint16 entries are zero-extended
+                last = const(table.shape[0] - 1)
+                entry = table.load(b, b.select(b.icmp_signed(">", d, last), last, d))
+                return b.zext(entry, I64) if table.type.dtype == DType.UINT16 else b.sext(entry, I64)
             low = table.load(b, b.and_(d, const(255)))           # exp(-(d & 255) s) and exp(-256 (d >> 8) s), Q15
             high = table.load(b, b.add(b.lshr(d, const(8)), const(256)))
             return b.sext(b.ashr(b.add(b.mul(high, low), const(16384)), const(15)), I64)
