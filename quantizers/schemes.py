@@ -9,8 +9,8 @@
 | qbfloat16                   | bfloat16        | bfloat16 (float inside)          | bfloat16                      |
 
 Ranges are nudged to contain 0 so that zero (padding, ReLU) is exact. For dynamic fixed point the
-fractional length is ``fl = bits - 1 - int_bits`` with ``int_bits = floor(log2(max|x|)) + 1``: the
-largest magnitude fits without saturating. Biases are int32 at ``s_in * s_w`` (zero point 0).
+fractional length is ``fl = bits - 1 - int_bits`` with ``int_bits = floor(log2(max|x|)) + 1``, one
+less when max|x| would round onto the last level: the largest magnitude fits without saturating. Biases are int32 at ``s_in * s_w`` (zero point 0).
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def dynamic_fixed_point(lo: float, hi: float, qtype: str, bits: int) -> TensorQu
     top = max(abs(lo), abs(hi))
     int_bits = math.floor(math.log2(top)) + 1 if top > 0 else 0
     fl = bits - 1 - int_bits
+    if top * 2.0 ** fl >= 2 ** (bits - 1) - 0.5:  # max|x| would round up onto the saturated level
+        fl -= 1
     return TensorQuant(qtype, "dynamic_fixed_point", "layer", [lo], [hi], [2.0 ** -fl], [0], fl=fl)
 
 
