@@ -6,6 +6,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     elementwise,
     identity,
     integer_elementwise,
+    integer_linear,
     linear,
     normalization,
     pool,
