@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml setup.py
 install: $(STAMP)
 
 # Import the demo LeNet (ONNX), classify a held-out digit with the float reference, then compile it into a
-# Glow bundle for this machine and classify the same digit with the bundle's example program.
+# Glow bundle for this machine and classify the same digit with the bundle's example program; then quantize
+# it (uint8), classify the digit with the integer simulation and with a quantized bundle.
 DIGIT := $(DEMO)/images/digit_400_4.png
 demo: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH conversion_scripts/0_import_model.sh $(DEMO)/lenet_mnist.onnx $(OUT)
@@ -29,6 +30,14 @@ demo: $(STAMP)
 	  np.save('$(OUT)/digit.npy', (np.asarray(I.open('$(DIGIT)'), np.float32) / 255)[None, None])"
 	$(MAKE) -s -C $(OUT)/bundle
 	$(OUT)/bundle/lenet_mnist_run -n 100 $(OUT)/digit.npy
+	PATH=$(CURDIR)/$(BIN):$$PATH INPUT_META=$(DEMO)/lenet_mnist_inputmeta.yml \
+	  conversion_scripts/1_quantize_model.sh $(OUT)/lenet_mnist.json
+	PATH=$(CURDIR)/$(BIN):$$PATH INPUT_META=$(DEMO)/lenet_mnist_inputmeta.yml DTYPE=quantized \
+	  conversion_scripts/inference.sh $(OUT)/lenet_mnist.json $(DIGIT)
+	PATH=$(CURDIR)/$(BIN):$$PATH DTYPE=quantized conversion_scripts/2_export_case_code.sh $(OUT)/lenet_mnist.json \
+	  $(OUT)/bundle_uint8
+	$(MAKE) -s -C $(OUT)/bundle_uint8
+	$(OUT)/bundle_uint8/lenet_mnist_run -n 100 $(OUT)/digit.npy
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
