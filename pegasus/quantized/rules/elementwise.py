@@ -1,7 +1,8 @@
 """Integer rules for element-wise ops.
 
 - Relu/Clip: a Requantize whose clamp is the activation (when not already fused into a producer).
-- Add/Sub: QAdd — both operands brought to a common fixed-point scale, added in 64 bits, shifted once.
+- Add/Sub (and a two-operand Sum): QAdd — both operands brought to a common fixed-point scale, added
+  in 64 bits, shifted once.
 - Mul: QMul — the product of centred operands, requantised by ``s_a * s_b / s_y``.
 - Any other one-input element-wise op on an 8-bit tensor: a 256-entry LookupTable, filled by running
   the op's own float reference on every input level, so every unary function (Sigmoid, Tanh, Exp,
@@ -36,8 +37,10 @@ def clamp(ctx: LoweringContext, node: Node) -> str | None:
     return None
 
 
-@integer_rule("Add", "Sub")
+@integer_rule("Add", "Sub", "Sum")
 def add(ctx: LoweringContext, node: Node) -> str | None:
+    if len(node.inputs) != 2:
+        return f"{len(node.inputs)} operands (QAdd takes 2)"
     a, b = node.inputs
     aq, bq = ctx.quant(a), ctx.quant(b)
     out, lo, hi = fused_output(ctx, node)
