@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,9 @@ from onnx.backend.test.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from timing import median_us  # noqa: E402
 
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
@@ -47,17 +48,6 @@ def feeds_for(model: onnx.ModelProto, name: str) -> dict[str, np.ndarray]:
     initializers = {init.name for init in model.graph.initializer}
     return {vi.name: Runner.generate_dummy_data(vi, seed=0, name=name, random=False)
             for vi in model.graph.input if vi.name not in initializers}
-
-
-def median_us(call, runs: int) -> float:
-    for _ in range(max(3, runs // 10)):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter_ns()
-        call()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1000
 
 
 def host_rows(names: list[str], runs: int) -> list[dict]:

@@ -16,18 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "conversion_scripts" / "demo"))
 
 from heldout import heldout_digits  # noqa: E402
+from timing import median_us  # noqa: E402
 
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
 from pegasus.exporters.glow.memory_report import memory_report  # noqa: E402
@@ -45,17 +45,6 @@ SCHEMES = {"u8": ("asymmetric_affine", "uint8"), "pc8": ("perchannel_symmetric_a
            "dfp8": ("dynamic_fixed_point", "int8"), "dfp16": ("dynamic_fixed_point", "int16")}
 GLOW = {"constant": 433_152, "mutable": 3_200, "activations": 15_232, "code": 8_380, "cycles": 15_600_000}
 MACS = 2_293_000
-
-
-def median_us(call, runs: int) -> float:
-    for _ in range(max(3, runs // 10)):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter_ns()
-        call()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1000
 
 
 def quantized_lenet(scheme: str):
