@@ -296,7 +296,10 @@ class QSoftmax(OpDef):
 
 @register
 class QAveragePool(OpDef):
-    """Y = requant(round_half_up(Σ (X - x_zero_point) / count)) over each window (AveragePool geometry)."""
+    """Y = requant(Σ (X - x_zero_point), multiplier[c - 1], shift[c - 1]) over each window (AveragePool
+    geometry), c = the window's tap count (AveragePool's divisor, at least 1). The tables hold one entry per
+    count c = 1..taps, multiplier[c - 1] * 2**-shift[c - 1] ≈ r / c (r = s_x / s_y): the mean is rounded
+    once, onto the output grid, and nothing divides."""
 
     name = "QAveragePool"
 
@@ -311,8 +314,12 @@ class QAveragePool(OpDef):
     @classmethod
     def infer(cls, attrs, inputs):
         x = inputs[0]
-        _check_channels(attrs, 1)
-        return [_out_type(attrs, tuple(x.shape[:2]) + cls.geometry(attrs, x.shape).out)]
+        win = cls.geometry(attrs, x.shape)
+        y = _out_type(attrs, tuple(x.shape[:2]) + win.out)
+        if len(attrs.multiplier) != prod(win.kernel):
+            raise ShapeError(f"QAveragePool needs one multiplier per tap count 1..{prod(win.kernel)}, "
+                             f"got {len(attrs.multiplier)}")
+        return [y]
 
     @classmethod
     def reference(cls, attrs, inputs):
@@ -320,9 +327,16 @@ class QAveragePool(OpDef):
         win = cls.geometry(attrs, x.shape)
         n = len(win.kernel)
         sums = window_view(x.astype(np.int64) - attrs.x_zero_point, win, 0).sum(axis=tuple(range(-n, 0)))
-        counts = np.maximum(tap_counts(win, x.shape[2:], bool(attrs.count_include_pad)), 1)
-        mean = (2 * sums + counts) // (2 * counts)
-        return [_requant(attrs, mean, 0)]
+        index = cls.counts(attrs, x.shape) - 1
+        lo, hi = clamp_bounds(attrs)
+        multiplier, shift = np.asarray(attrs.multiplier, np.int64), np.asarray(attrs.shift, np.int64)
+        return [requantize(sums, multiplier[index], shift[index], attrs.out_zero_point, lo, hi).astype(attrs.out_dtype)]
+
+    @classmethod
+    def counts(cls, attrs, x_shape) -> np.ndarray:
+        """The tap count of every output position (shape ``win.out``), at least 1: the tables' index + 1."""
+        win = cls.geometry(attrs, x_shape)
+        return np.maximum(tap_counts(win, x_shape[2:], bool(attrs.count_include_pad)), 1)
 
     @staticmethod
     def taps(attrs, x_shape) -> int:

@@ -1,14 +1,18 @@
 """Integer rules for pooling: max pooling selects values (it runs unchanged on integers, output on the
-input's grid); average pooling becomes QAveragePool (integer sum, rounded division by the tap count,
-requantisation to the output grid)."""
+input's grid); average pooling becomes QAveragePool (integer window sum, requantised once by r / c
+for a window of c taps, r = s_x / s_y: one multiplier and shift per tap count, no division)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from pegasus.ir.graph import Node
-from pegasus.ops.fixedpoint import bits_needed
+from pegasus.ops.fixedpoint import bits_needed, integer_range
 from pegasus.ops.integer import QAveragePool
+from pegasus.ops.registry import make_attrs
 from pegasus.quantized.lower import LoweringContext, integer_rule
-from pegasus.quantized.rules.common import requant_fields, value_bits
+from pegasus.quantized.params import TensorQuant
+from pegasus.quantized.rules.common import requant_fields
 from pegasus.quantized.rules.values import passthrough
 
 
@@ -17,6 +21,13 @@ def max_pool(ctx: LoweringContext, node: Node) -> str | None:
     if len([o for o in node.outputs if o]) > 1:
         return "Indices output is used"
     return passthrough(ctx, node)
+
+
+def sum_bits(xq: TensorQuant, taps: int) -> int:
+    """Bits of a window sum of ``taps`` values x - zero_point (the accumulator the multipliers scale)."""
+    tmin, tmax = integer_range(xq.numpy_dtype)
+    zero_point = int(xq.zero_point[0])
+    return bits_needed(taps * max(tmax - zero_point, zero_point - tmin))
 
 
 @integer_rule("AveragePool", "GlobalAveragePool")
@@ -28,12 +39,10 @@ def average_pool(ctx: LoweringContext, node: Node) -> str | None:
         window = {"kernel_shape": tuple(shape[2:])}
     else:
         window = {f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__}
+    taps = QAveragePool.taps(make_attrs("QAveragePool", **window), shape)
     real = float(xq.scale[0]) / float(yq.scale[0])
-    attrs = {**window, **requant_fields([real], yq, value_bits(xq)), "x_zero_point": int(xq.zero_point[0])}
-    from pegasus.ops.registry import make_attrs
-
-    taps = QAveragePool.taps(make_attrs("QAveragePool", **attrs), shape)
-    attrs.update(requant_fields([real], yq, bits_needed(taps) + value_bits(xq)))
+    reals = real / np.arange(1, taps + 1, dtype=np.float64)   # entry c - 1: a window of c taps
+    attrs = {**window, **requant_fields(reals, yq, sum_bits(xq, taps)), "x_zero_point": int(xq.zero_point[0])}
     result = ctx.emit("QAveragePool", [ctx.as_int(x)], attrs, name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)
     return None
