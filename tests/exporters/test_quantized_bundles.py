@@ -7,6 +7,7 @@ Also: memory of the int8 LeNet against Glow's figures, --quantized-io, determini
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -227,6 +228,13 @@ def test_quantized_export_is_deterministic(lenet_lowered, tmp_path):
         export_bundle(lenet_lowered["pc8"], tmp_path / sub, "net", resolve_target("arm", "cortex-m7"))
     for file in sorted((tmp_path / "a").iterdir()):
         assert file.read_bytes() == (tmp_path / "b" / file.name).read_bytes(), file.name
+    # the weights as C initialiser list are the same bytes as weights.bin, whose size the header states
+    blob = (tmp_path / "a" / "net.weights.bin").read_bytes()
+    text = (tmp_path / "a" / "net.weights.txt").read_text()
+    listed = bytes(int(h, 16) for h in re.findall(r"0X([0-9A-F]{2}),", text))
+    assert listed == blob
+    header = (tmp_path / "a" / "net.h").read_text()
+    assert int(re.search(r"#define NET_CONSTANT_MEM_SIZE\s+(\d+)", header).group(1)) == len(blob)
 
 
 # ---- command line ---------------------------------------------------------------------------------
