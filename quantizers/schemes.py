@@ -10,7 +10,8 @@
 
 Ranges are nudged to contain 0 so that zero (padding, ReLU) is exact. For dynamic fixed point the
 fractional length is ``fl = bits - 1 - int_bits`` with ``int_bits = floor(log2(max|x|)) + 1``, one
-less when max|x| would round onto the last level: the largest magnitude fits without saturating. Biases are int32 at ``s_in * s_w`` (zero point 0).
+less when max|x| would round onto the last level: the largest magnitude fits without saturating.
+Biases are int32 at ``s_in * s_w`` (zero point 0).
 """
 
 from __future__ import annotations
