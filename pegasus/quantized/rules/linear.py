@@ -122,3 +122,38 @@ def matmul(ctx: LoweringContext, node: Node) -> str | None:
     if ctx.source.type_of(a).rank < 2 or ctx.source.type_of(b).rank < 2:
         return "1-D operand"
     return _matmul(ctx, node, a, b, "", trans_b=False)
+
+
+@integer_rule("BatchNormalization")
+def batch_normalization(ctx: LoweringContext, node: Node) -> str | None:
+    """A BatchNormalization the import could not fold (e.g. after a Concat) is a per-channel affine map:
+    a depthwise 1x1 QConv whose weights (symmetric, per channel) and int32 bias come from its parameters."""
+    if node.attrs.training_mode:
+        return "training mode"
+    x, scale, bias, mean, var = node.inputs
+    params = [ctx.value(name) for name in (scale, bias, mean, var)]
+    if any(p is None for p in params) or ctx.source.type_of(x).rank < 3:
+        return "parameters are not constant" if any(p is None for p in params) else "input has no spatial axes"
+    scale_v, bias_v, mean_v, var_v = (p.astype(np.float64).reshape(-1) for p in params)
+    slope = scale_v / np.sqrt(var_v + node.attrs.epsilon)
+    offset = bias_v - mean_v * slope
+    xq = ctx.quant(x)
+    out, lo, hi = fused_output(ctx, node)
+    yq = ctx.quant(out)
+    rank = ctx.source.type_of(x).rank
+    channels = slope.size
+    wide = xq.numpy_dtype == "int16"
+    top = 32767 if wide else 127
+    w_scale = np.where(np.abs(slope) > 0, np.abs(slope) / top, 1.0)
+    weights = np.rint(slope / w_scale).astype(np.int16 if wide else np.int8).reshape((channels, 1) + (1,) * (rank - 2))
+    real_in = float(xq.scale[0]) * w_scale
+    bias_q = np.rint(offset / real_in).astype(np.int64)
+    acc_bits = _accumulator_bits(xq, weights, 0, 1, bias_q)
+    attrs = {"group": channels, "kernel_shape": (1,) * (rank - 2),
+             **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi),
+             "x_zero_point": int(xq.zero_point[0]), "w_zero_point": 0}
+    inputs = [ctx.as_int(x), ctx.constant(f"{node.name}_weight_q", weights)] + _bias_constant(ctx, node, bias_q,
+                                                                                              acc_bits)
+    result = ctx.emit("QConv", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
+    ctx.set_home(out, result, yq)
+    return None
