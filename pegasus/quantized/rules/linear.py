@@ -1,4 +1,5 @@
-"""Integer rules for the MAC-heavy ops: Conv → QConv, Gemm/MatMul → QMatMul.
+"""Integer rules for the MAC-heavy ops: Conv → QConv, Gemm/MatMul → QMatMul, and an unfolded
+BatchNormalization → depthwise 1x1 QConv.
 
 Weights are put on their table grid (per tensor, or per output channel), the bias becomes int32 at
 scale ``s_x * s_w[c]``, and the output requantisation factor ``s_x * s_w[c] / s_y`` becomes a
