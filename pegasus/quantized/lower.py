@@ -196,7 +196,7 @@ class LoweringContext:
                                   name=f"{original}_quantize", outputs=[original], quant=[q])[0]
                 self.set_home(original, qname, q)
             else:
-                self.homes[original] = (out, None)
+                self.set_home(original, out, None)
 
     def _quantize_output(self, tensor: str) -> bool:
         return bool(tensor) and self.is_integer(tensor) and tensor not in self.source.outputs
@@ -236,8 +236,7 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
     ctx = LoweringContext(graph, table)
     for name in graph.inputs:
         ctx.builder.add_input(name, graph.type_of(name))
-        ctx.homes[name] = (name, None)
-        ctx._floats[name] = name
+        ctx.set_home(name, name, None)
     available = rules()
     bfloat = table.quantizer == "qbfloat16"
     for node in graph.nodes:
@@ -272,8 +271,7 @@ def _bind_float_output(ctx: LoweringContext, name: str) -> None:
     if q is None:
         if home != name:
             _rename_tensor(ctx.graph, home, name)
-            ctx.homes[name] = (name, None)
-            ctx._floats[name] = name
+            ctx.set_home(name, name, None)
         return
     if home == name:  # the integer tensor holds the output's name: move it aside
         aside = ctx.graph.unique_name(f"{name}_q")
@@ -291,8 +289,7 @@ def _round_outputs_to_bfloat16(ctx: LoweringContext, node: Node) -> None:
         if not out or not ctx.graph.type_of(ctx._floats[out]).dtype.is_float:
             continue
         rounded = ctx.emit("BFloat16Round", [ctx._floats[out]], name=f"{node.name}_bf16", outputs=[f"{out}_bf16"])[0]
-        ctx._floats[out] = rounded
-        ctx.homes[out] = (rounded, None)
+        ctx.set_home(out, rounded, None)
 
 
 def expose_integer_io(lowered: LoweredGraph) -> Graph:

@@ -37,8 +37,7 @@ def passthrough(ctx: LoweringContext, node: Node, attrs=None) -> str | None:
         if not original:
             continue
         if ctx.graph.type_of(produced).dtype.value != xq.numpy_dtype:  # e.g. MaxPool's Indices
-            ctx.homes[original] = (produced, None)
-            ctx._floats[original] = produced
+            ctx.set_home(original, produced, None)
             continue
         ctx.set_home(original, produced, xq)
         yq = ctx.table.get(original)
