@@ -3,7 +3,8 @@
 Samples are grouped into batches of ``batch_size``; each observer sees one batch at a time (that is
 what moving_average averages over). A progress bar (tqdm) shows the samples done. With
 ``keep_values`` a bounded random subset of each tensor's values is kept for the searches that need
-real data (--MLE).
+real data (--MLE). NaN and infinite values (an attention mask of -inf) are left out of the ranges and
+reported: quantized, they saturate to the ends of the tensor's grid.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Calibration:
     ranges: dict[str, tuple[float, float]]
     values: dict[str, np.ndarray] = field(default_factory=dict)
     samples: int = 0
+    #: tensors that held NaN or ±inf (ignored by the observers; such values saturate to the grid's ends)
+    nonfinite: list[str] = field(default_factory=list)
 
 
 def _batches(feeds: Iterable[dict[str, np.ndarray]], size: int) -> Iterator[list[dict[str, np.ndarray]]]:
@@ -57,6 +60,7 @@ def calibrate(graph: Graph, feeds: Iterable[dict[str, np.ndarray]], *, total: in
     rng = np.random.default_rng(seed)
     kept: dict[str, list[np.ndarray]] = {name: [] for name in names} if keep_values else {}
     done = 0
+    nonfinite: set[str] = set()
     with tqdm(total=total, desc="calibrating", unit="sample", disable=not progress, leave=False) as bar:
         for batch in _batches(feeds, batch_size):
             seen: dict[str, list[np.ndarray]] = {name: [] for name in names}
@@ -68,10 +72,14 @@ def calibrate(graph: Graph, feeds: Iterable[dict[str, np.ndarray]], *, total: in
             done += len(batch)
             for name in names:
                 values = np.concatenate(seen[name])
+                finite = np.isfinite(values)
+                if not finite.all():  # e.g. an attention mask of -inf: quantized to the grid's end
+                    nonfinite.add(name)
+                    values = values[finite]
                 observers[name].update(values)
                 if keep_values:
                     share = max(1, KEPT_VALUES * len(batch) // max(total, 1))
                     kept[name].append(values if values.size <= share else rng.choice(values, share, replace=False))
     ranges = {name: tuple(float(v) for v in observer.range()) for name, observer in observers.items()}
     values = {name: np.concatenate(parts) for name, parts in kept.items() if parts}
-    return Calibration(ranges, values, done)
+    return Calibration(ranges, values, done, sorted(nonfinite))

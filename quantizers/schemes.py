@@ -86,6 +86,7 @@ class Scheme:
     # ---- weights -----------------------------------------------------------------------------------
     def weight(self, values: np.ndarray, channel_axis: int | None) -> TensorQuant:
         values = np.asarray(values, dtype=np.float64)
+        values = np.where(np.isfinite(values), values, 0.0)  # ±inf (masks) saturate to the grid's ends
         lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
         if self.quantizer == "perchannel_symmetric_affine" and channel_axis is not None and values.ndim:
             axes = tuple(i for i in range(values.ndim) if i != channel_axis % values.ndim)

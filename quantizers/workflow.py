@@ -56,6 +56,10 @@ def _ranges(graph: Graph, feeds: Feeds, options: Options, scheme: Scheme):
 
 def _finish(graph: Graph, table: QuantTable, feeds: Feeds, options: Options, scheme: Scheme, calibration,
             messages: list[str]) -> None:
+    if calibration.nonfinite:
+        shown = ", ".join(calibration.nonfinite[:5]) + (" ..." if len(calibration.nonfinite) > 5 else "")
+        messages.append(f"note: {len(calibration.nonfinite)} tensor(s) held NaN or infinity ({shown}); their ranges "
+                        "use the finite values, and the others saturate to the ends of the grid")
     if options.mle:
         from pegasus.quantizers.mle import refine_ranges
 

@@ -267,6 +267,10 @@ def _rename_tensor(graph: Graph, old: str, new: str) -> None:
 
 def _bind_float_output(ctx: LoweringContext, name: str) -> None:
     """Make the float value of graph output ``name`` carry that name (dequantizing an integer home)."""
+    if name not in ctx.homes:  # a constant output (e.g. Dropout's all-true mask)
+        ctx.builder.set_constant(name, ctx.value(name))
+        ctx.set_home(name, name, None)
+        return
     home, q = ctx.homes[name]
     if q is None:
         if home != name:
