@@ -171,7 +171,9 @@ class LoweringContext:
         return name
 
     def _param_constants(self, tensor: str, q: TensorQuant) -> tuple[str, str]:
-        scale = np.asarray(q.scale, dtype=np.float32)
+        """Scale (in the tensor's own float type, which Dequantize outputs) and zero point constants."""
+        dtype = self.source.type_of(tensor).dtype.numpy if tensor in self.source.tensors else np.float32
+        scale = np.asarray(q.scale, dtype=dtype if dtype.kind == "f" else np.float32)
         zero = np.asarray(q.zero_point, dtype=q.numpy_dtype)
         if not q.per_channel:
             scale, zero = scale.reshape(()), zero.reshape(())
