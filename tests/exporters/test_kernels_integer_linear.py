@@ -19,15 +19,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.target import resolve_target
+from pegasus.exporters.glow.target import HOST_TRIPLES, Target, host_arch, resolve_target
 from pegasus.ops.fixedpoint import bits_needed, integer_range, quantize_multipliers
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
+from tests.exporters import host_runner, toolchains
 from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
 
 RNG = np.random.default_rng(31)
@@ -213,8 +214,29 @@ def _extreme_i64() -> Case:
                   out_dtype="int32", values=(a, b))
 
 
-HOST = (CONV_OPERANDS + MATMUL_OPERANDS + REQUANT + GEOMETRY + _random_convs(16)
-        + [_extreme_i32(), _extreme_i64()])
+def _extreme_i32_columns() -> Case:
+    """The i32 bound again on 8 columns, so that x86 PMADDWD (its pairs wrapping too) takes the sums."""
+    a = np.full((1, I32_DEPTH), 255, np.uint8)
+    b = np.zeros((I32_DEPTH, 8), np.uint8)
+    b[:, 1::2] = 255
+    b[::3, 2] = 200
+    return matmul("QMatMul-i32-bound-8-columns", (1, I32_DEPTH), (I32_DEPTH, 8), ("uint8", 0), ("uint8", 128),
+                  bias="int32-extreme", out_dtype="int32", values=(a, b))
+
+
+MADD = [  # the x86 PMADDWD paths: whole vectors of the reduction, pieces of 16 and 8, zero-padded tails
+    conv("QConv-madd-depth-57-u8", (1, 1, 9, 60), (9, 1, 3, 19), U8, ("uint8", 119), pads=(1, 0, 1, 0)),
+    conv("QConv-madd-depth-7", (2, 7, 5, 5), (5, 7, 1, 1), ("int8", -3), ("int8", 2)),
+    conv("QConv-madd-depth-96-i16", (1, 6, 6, 6), (7, 6, 4, 4), ("int16", 11), ("int16", 0), out_dtype="int16"),
+    matmul("QMatMul-madd-104-columns", (3, 45), (45, 104), U8, ("uint8", 131)),
+    matmul("QMatMul-madd-24-columns-odd-depth", (5, 33), (33, 24), ("int8", -7), ("int8", 3)),
+    matmul("QMatMul-madd-int16", (2, 19), (19, 40), ("int16", 0), ("int16", -4), bias="int64",
+           out_dtype="int16"),
+    matmul("QMatMul-madd-u8-i8-batched", (2, 1, 17), (2, 17, 16), U8, I8, constant_b=False, bias=None),
+]
+
+HOST = (CONV_OPERANDS + MATMUL_OPERANDS + REQUANT + GEOMETRY + MADD + _random_convs(16)
+        + [_extreme_i32(), _extreme_i64(), _extreme_i32_columns()])
 
 
 @functools.cache
@@ -234,6 +256,28 @@ def host_results():
 @pytest.mark.parametrize("case", HOST, ids=ids(HOST))
 def test_bundle_matches_reference_on_host(host_results, case):
     check_case(host_results, case)
+
+
+@pytest.mark.parametrize("cpu", ["x86-64", "x86-64-v3"])      # PMADDWD of 8 (SSE2) and 16 (AVX2) lanes
+def test_narrower_x86_vectors_match_reference(cpu, monkeypatch, tmp_path):
+    if host_arch() != "x86_64" or (cpu == "x86-64-v3" and not llvm.get_host_cpu_features().get("avx2")):
+        pytest.skip("needs an x86-64 host with the CPU's features")
+    monkeypatch.setattr(host_runner, "resolve_target",
+                        lambda *args: Target("x86_64", cpu, HOST_TRIPLES["x86_64"], "hard", "pic"))
+    cases = MADD + MATMUL_OPERANDS[:4] + [BY_ID["QConv-lenet-conv2"]]
+    results = run_cases(cases, tmp_path)
+    for case in cases:
+        check_case(results, case)
+
+
+def test_host_object_uses_vnni(tmp_path):
+    """On a CPU with AVX-512 VNNI the dot products are VPDPWSSD (PMADDWD folded into the sum)."""
+    if host_arch() != "x86_64" or not llvm.get_host_cpu_features().get("avx512vnni"):
+        pytest.skip("needs AVX-512 VNNI")
+    graph, _ = build_graph([BY_ID["QConv-lenet-conv2"], MADD[3]])
+    export_bundle(graph, tmp_path, "net", resolve_target(None, None))
+    disassembly = subprocess.run(["objdump", "-d", str(tmp_path / "net.o")], capture_output=True, text=True).stdout
+    assert "vpdpwssd" in disassembly and "vpmulld" not in disassembly
 
 
 def test_extreme_cases_reach_the_bounds():

@@ -27,6 +27,13 @@ positions x 2 channels takes 8 SMLAD, 4 SXTB16 and 6 loads per 16 MACs (int16 we
 pairs). The buffer takes ``positions * depth`` 16-bit values (32-bit when ``x - zx`` needs them) of
 stack: 2 positions on Cortex-M, 4 elsewhere, fewer if that would pass 16 KB.
 
+On x86-64 the dot products use PMADDWD (integer_madd.py; VPDPWSSD with AVX-512 VNNI) whenever the
+accumulator is i32 and both sides are 16-bit values: QConv takes one vector accumulator per output over
+the buffer's rows (whole vectors, then pieces of 16, 8 and a zero-padded rest), 4 positions x 4
+channels with AVX-512, summed by one tree per tile; QMatMul pairs B's rows k, k + 1 by interleaving
+them per 128-bit lane and meets them with a broadcast pair of A, formed once per row into a stack
+buffer, in tiles of 64 (AVX-512), 32, 16 or 8 columns.
+
 QMatMul keeps a tile of rows times a vector of columns in registers: each step over the reduction adds
 a centred, broadcast element of A times a row of B (contiguous along its columns). With the DSP
 extension a row of A is first centred into 16-bit pairs on the stack; B's rows are read a word at a
@@ -45,6 +52,7 @@ from llvmlite import ir
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
+from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes, padded, reduce_all
 from pegasus.exporters.glow.kernels.linear import _batch_steps, affine, entry_alloca, for_tiles, simd_of
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
 from pegasus.exporters.glow.kernels.requant import (
@@ -136,6 +144,12 @@ class Mac:
         info = CPUS.get(target.cpu)
         return (info is not None and info.has_dsp and target.is_cortex_m and self.x.centered_is_i16
                 and self.w.raw_is_i16)
+
+
+def madd_fits(mac: Mac) -> bool:
+    """Whether PMADDWD computes the sums: i32 accumulators and both sides 16-bit values (centred x,
+    stored w)."""
+    return mac.acc is I32 and mac.x.centered_is_i16 and mac.w.raw_is_i16
 
 
 def centered(b: ir.IRBuilder, ref: TensorRef, flat: Value, side: Operand) -> Value:
@@ -233,6 +247,7 @@ class ConvPlan:
     mac: Mac
     group: int
     dual: bool          # SMLAD dot products (activations stored x0 x2 x1 x3 per group of four taps)
+    madd: int           # x86 PMADDWD dot products of this many 16-bit lanes (0: plain loops)
     positions: int      # output positions per tile (rows of the im2col buffer)
     block: int          # output channels per register block
 
@@ -296,8 +311,9 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     element = 2 if mac.x.centered_is_i16 else 4
     wanted = 2 if k.target.is_cortex_m else 4       # 2 x 2 accumulators: what 13 Thumb registers hold
     positions = max(1, min(wanted, SCRATCH_BYTES // ((mac.depth + 1) * element)))
-    block = 2
-    return ConvPlan(x, w, bias, k.outputs[0], mac, k.attrs.group, dual, positions, block)
+    madd = madd_lanes(k.target) if not dual and madd_fits(mac) else 0
+    block = 4 if madd == 32 else 2          # 4 x 4 accumulators of AVX-512's 32 registers
+    return ConvPlan(x, w, bias, k.outputs[0], mac, k.attrs.group, dual, madd, positions, block)
 
 
 def tap_offsets(cp: ConvPlan, axes) -> list[int]:
@@ -405,6 +421,37 @@ def _dot_plain(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value]
     return [[b.load(slot) for slot in row] for row in slots]
 
 
+def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
+    """The same dot products with x86 PMADDWD: a loop over whole vectors of the reduction, then pieces of
+    16, 8 and the last depth % 8 taps (zero-padded), one vector accumulator per output, summed by a tree."""
+    lanes, depth = cp.madd, cp.mac.depth
+    accumulator = ir.VectorType(I32, lanes // 2)
+    slots = [[zeroed(b, accumulator) for _ in range(count)] for _ in w_rows]
+
+    def piece(first: Value, width: int) -> None:
+        size = max(8, width)
+        xs = [load_lanes(b, b.gep(buffer, [cp.slot(b, p, first)], inbounds=True), width, True, size)
+              for p in range(count)]
+        for c, w_row in enumerate(w_rows):
+            weights = load_lanes(b, cp.w.address(b, b.add(w_row, first)), width, cp.mac.w.signed, size)
+            for p in range(count):
+                accumulate(b, slots[c][p], padded(b, madd(b, xs[p], weights), lanes // 2))
+
+    full, rest = divmod(depth, lanes)
+    if full:
+        with for_range(b, full, name="q") as q:
+            piece(b.mul(q, const(lanes)), lanes)
+    first = full * lanes
+    for width in (16, 8):
+        if width < lanes and rest >= width:
+            piece(const(first), width)
+            first, rest = first + width, rest - width
+    if rest:
+        piece(const(first), rest)
+    totals = reduce_all(b, [b.load(slot) for row in slots for slot in row])
+    return [totals[c * count:(c + 1) * count] for c in range(len(w_rows))]
+
+
 def _dsp(module: ir.Module, name: str, arity: int) -> ir.Function:
     return intrinsic(module, f"llvm.arm.{name}", I32, [I32] * arity)
 
@@ -467,7 +514,7 @@ def qconv(k: KernelContext) -> None:
     words = -(-cp.size * (cp.element.width // 8) // 4)
     buffer = b.bitcast(entry_alloca(b, ir.ArrayType(I32, words)), cp.element.as_pointer())
     sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
-    dot = _dot_dual if cp.dual else _dot_plain
+    dot = _dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
     y_strides = cp.y.strides
 
     def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int) -> None:
@@ -542,6 +589,9 @@ def qmatmul(k: KernelContext) -> None:
         row_tile, width = min(rows, 2), min(cols, 4)
     else:
         row_tile, width = min(rows, 4), min(cols, 2 * lanes)
+    pairs = (depth + 1) // 2
+    fits = not dual and madd_fits(mac) and row_tile * pairs * 4 <= SCRATCH_BYTES and cols >= 8
+    madd_width = madd_lanes(k.target) if fits else 0
     per_word = 4 // bm.type.dtype.itemsize
     dual_cols = cols // per_word * per_word if dual and 2 * depth <= SCRATCH_BYTES else 0
     batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
@@ -566,6 +616,53 @@ def qmatmul(k: KernelContext) -> None:
                     accumulate(b, sums[r], x)
         totals = [b.load(slot) for slot in slots]
         return [[b.extract_element(total, const(c)) for c in range(ncols)] for total in totals]
+
+    def madd_products(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
+                      sums: list[Value] | None) -> list[list[Value]]:
+        """x86 PMADDWD over pairs of B's rows: rows k and k + 1 of ``ncols`` (8, 16 or 32) columns are
+        interleaved per 128-bit lane (low and high four columns of every eight) and meet the broadcast
+        pair (A[r, k], A[r, k + 1]) - zero point; an odd last k pairs with zeros."""
+        sub = min(ncols, madd_width)                # columns per PMADDWD
+        blocks = ncols // sub
+        accumulator = ir.VectorType(I32, sub // 2)
+        slots = [[zeroed(b, accumulator) for _ in range(2 * blocks)] for _ in range(nrows)]
+        lows = [c for lane in range(sub // 8) for j in range(4) for c in (8 * lane + j, sub + 8 * lane + j)]
+        highs = [c + 4 for c in lows]
+        columns = [[s * sub + 8 * lane + 4 * h + j for lane in range(sub // 8) for j in range(4)]
+                   for s in range(blocks) for h in range(2)]
+
+        def step(kk: Value, pair: bool) -> None:
+            chunks = []
+            for s in range(blocks):
+                rows_b = [load_lanes(b, bm.address(b, affine(b, s * sub, (base[1], 1), (kk, cols), (col0, 1),
+                                                              (d, cols))), sub, mac.w.signed, sub)
+                          for d in range(2 if pair else 1)]
+                other = rows_b[1] if pair else ir.Constant(rows_b[0].type, None)
+                chunks += [b.shuffle_vector(rows_b[0], other, ir.Constant(ir.VectorType(I32, sub), m))
+                           for m in (lows, highs)]
+            for r in range(nrows):
+                word = b.load(b.gep(pair_words, [affine(b, r * pairs, (b.lshr(kk, const(1)), 1))], inbounds=True))
+                both = b.bitcast(_splat(b, word, sub // 2), ir.VectorType(I16, sub))
+                for h, chunk in enumerate(chunks):
+                    accumulate(b, slots[r][h], madd(b, both, chunk))
+
+        if depth >= 2:
+            with for_range(b, depth // 2, name="kp") as kp:
+                step(b.mul(kp, const(2)), True)
+        if depth % 2:
+            step(const(depth - 1), False)
+        if sums is not None:
+            for r in range(nrows):
+                b.store(b.load(b.gep(pair_sums, [const(r)], inbounds=True)), sums[r])
+        out = []
+        for r in range(nrows):
+            values = [b.load(slot) for slot in slots[r]]
+            row = [None] * ncols
+            for h, value in enumerate(values):
+                for lane, col in enumerate(columns[h]):
+                    row[col] = b.extract_element(value, const(lane))
+            out.append(row)
+        return out
 
     def dual_products(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
                       sums: list[Value] | None) -> list[list[Value]]:
@@ -615,7 +712,40 @@ def qmatmul(k: KernelContext) -> None:
                 value = finish(b, mac, totals[r][c], sum_x, bias, col, rq)
                 y.store(b, value, affine(b, r * cols + c, (base[2], 1), (row0, cols), (col0, 1)))
 
+    def paired_rows(base: list[Value], row0: Value, nrows: int) -> None:
+        """pair_words[r][k / 2] = (A[row0 + r, k], A[row0 + r, k + 1]) - zero point as 16-bit halves (an
+        odd last k with 0), pair_sums[r] = their sum: A's side of every column tile, formed once."""
+        def pair(r: int, kw: Value, odd: bool) -> Value:
+            kk = b.mul(kw, const(2))
+            xs = [centered(b, a, affine(b, r * depth + d, (base[0], 1), (row0, depth), (kk, 1)), mac.x)
+                  for d in range(1 if odd else 2)] + ([const(0)] if odd else [])
+            b.store(b.or_(b.and_(xs[0], const(0xFFFF)), b.shl(xs[1], const(16))),
+                    b.gep(pair_words, [affine(b, r * pairs, (kw, 1))], inbounds=True))
+            return b.add(xs[0], xs[1])
+
+        for r in range(nrows):
+            running = b.gep(pair_sums, [const(r)], inbounds=True)
+            b.store(ir.Constant(acc, 0), running)
+            with for_range(b, depth // 2, name="kw") as kw:
+                accumulate(b, running, pair(r, kw, False))
+            if depth % 2:
+                accumulate(b, running, pair(r, const(depth // 2), True))
+
     def row_block(base: list[Value], row0: Value, nrows: int) -> None:
+        if madd_width:
+            paired_rows(base, row0, nrows)
+        start = 0
+        for ncols in (2 * madd_width, madd_width, 16, 8) if madd_width else ():
+            whole = (cols - start) // ncols * ncols
+            if ncols <= 2 * madd_width and whole:
+                for_tiles(b, start, whole, ncols,
+                          lambda col0, n: tile(base, row0, nrows, col0, n, madd_products))
+                start += whole
+        if start:
+            if cols > start:
+                for_tiles(b, start, cols - start, width,
+                          lambda col0, ncols: tile(base, row0, nrows, col0, ncols, vector_products))
+            return
         if dual_cols:
             centered_row(base, row0)
             for_tiles(b, 0, dual_cols, width,
@@ -624,6 +754,9 @@ def qmatmul(k: KernelContext) -> None:
             for_tiles(b, dual_cols, cols - dual_cols, width,
                       lambda col0, ncols: tile(base, row0, nrows, col0, ncols, vector_products))
 
+    if madd_width:
+        pair_words = b.bitcast(entry_alloca(b, ir.ArrayType(I32, row_tile * pairs)), I32.as_pointer())
+        pair_sums = b.bitcast(entry_alloca(b, ir.ArrayType(acc, row_tile)), acc.as_pointer())
     if dual_cols:
         row_buffer = b.bitcast(entry_alloca(b, ir.ArrayType(I32, (depth + 1) // 2)), I16.as_pointer())
         row_sum = entry_alloca(b, acc) if mac.fold else None
