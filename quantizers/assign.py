@@ -12,6 +12,7 @@ import copy
 
 import numpy as np
 
+from pegasus.ir import serialize
 from pegasus.ir.graph import Graph, Node
 from pegasus.quantized.params import QuantTable, TensorQuant
 from pegasus.quantized.rules.values import PASSTHROUGH_OPS
@@ -97,7 +98,7 @@ def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Sch
                     if x is not None and w is not None and x.is_integer and w.is_integer:
                         put(name, schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale)))
     return QuantTable(quantizer=model.quantizer, qtype=model.qtype, algorithm=algorithm, graph_digest=digest,
-                      tensors=tensors, customized_layers=custom)
+                      tensors=tensors, customized_layers=custom, layer_digests=serialize.layer_digests(graph))
 
 
 def refresh_biases(graph: Graph, table: QuantTable) -> None:

@@ -18,6 +18,8 @@ Layout::
         qtype: u8                    # u8 | i8 | i16 | i32 | bf16 | float32
         fl: 4                        # dynamic_fixed_point only: scale = 2**-fl
     customized_quantize_layers: {}   # {layer: float32 | dynamic_fixed_point-i16}
+    layer_digests:                   # each layer as it was (op, attributes, shapes, weights), to name what changed
+      conv1: 3fa2c1d07e19
 
 Read and written with ruamel.yaml in round-trip mode: rewriting a table a user edited keeps their
 comments and key order; only values pegasus recomputes change.
@@ -33,6 +35,7 @@ from ruamel.yaml.comments import CommentedMap
 from pegasus import __version__
 from pegasus.errors import PegasusError
 from pegasus.fileio import atomic_write
+from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.quantized.params import CUSTOM_PRECISIONS, QTYPE_DTYPES, QuantTable, TensorQuant
 from pegasus.runtime.inputmeta import dump_yaml, read_yaml
@@ -113,7 +116,8 @@ def load_table(path: str | Path, graph: Graph | None = None, digest: str | None 
             custom[layer] = "dynamic_fixed_point-i16"
     table = QuantTable(quantizer=str(doc.get("quantizer", "asymmetric_affine")), qtype=str(doc.get("qtype", "uint8")),
                        algorithm=str(doc.get("algorithm", "normal")), graph_digest=str(doc.get("graph_digest", "")),
-                       tensors=tensors, customized_layers=custom, path=where)
+                       tensors=tensors, customized_layers=custom, path=where,
+                       layer_digests={str(k): str(v) for k, v in (doc.get("layer_digests") or {}).items()})
     if graph is not None:
         check_against_graph(table, graph, doc, digest)
     return table
@@ -137,9 +141,23 @@ def check_against_graph(table: QuantTable, graph: Graph, doc: Any = None, digest
                            ": the model changed since this .quantize was made; re-run pegasus quantize --rebuild",
                            where=where)
     if digest is not None and table.graph_digest and table.graph_digest != digest:
-        raise PegasusError(f"was made for another version of model '{graph.name}' (graph digest "
-                           f"{table.graph_digest}, model now {digest}): its weights or attributes changed; "
+        raise PegasusError(f"was made for another version of model '{graph.name}' ({_what_changed(table, graph)}); "
                            "re-run pegasus quantize --rebuild", where=where)
+
+
+def _what_changed(table: QuantTable, graph: Graph) -> str:
+    """Name the first layer whose recorded digest differs from the model's (and how many more do)."""
+    if not table.layer_digests:
+        return f"graph digest {table.graph_digest}, model now {serialize.graph_digest(graph)}"
+    now = serialize.layer_digests(graph)
+    ops = {node.name: node.op for node in graph.nodes}
+    changes = [f"layer '{name}' ({ops[name]}) is new" if name not in table.layer_digests else
+               f"layer '{name}' ({ops[name]}) changed: its weights, attributes or shapes"
+               for name in now if table.layer_digests.get(name) != now[name]]
+    changes += [f"layer '{name}' was removed" for name in table.layer_digests if name not in now]
+    if not changes:
+        return "its inputs, outputs or layer order changed"
+    return changes[0] + (f"; {len(changes) - 1} more layers changed" if len(changes) > 1 else "")
 
 
 def _entry_to_yaml(q: TensorQuant, existing: Any = None) -> CommentedMap:
@@ -189,6 +207,11 @@ def table_document(table: QuantTable, existing: Any = None) -> CommentedMap:
     for layer, precision in table.customized_layers.items():
         custom[layer] = precision
     doc["customized_quantize_layers"] = custom
+    fresh = "layer_digests" not in doc
+    doc["layer_digests"] = CommentedMap(table.layer_digests)
+    if fresh:
+        note = "each layer as this table saw it (op, attributes, shapes, weights): names what changed in the model"
+        doc.yaml_set_comment_before_after_key("layer_digests", before=note)
     return doc
 
 

@@ -121,6 +121,24 @@ def _graph_from_doc(doc: dict[str, Any], blob: bytes) -> Graph:
     return graph
 
 
+def layer_digests(graph: Graph) -> dict[str, str]:
+    """A short hash per layer of its op, attributes, tensor names and types, and constant inputs' bytes: what a
+    .quantize file keeps to name the layer that changed when its model changes."""
+    digests: dict[str, str] = {}
+    for node in graph.nodes:
+        names = node.present_inputs() + [n for n in node.outputs if n]
+        doc = {"op": node.op, "attributes": attrs_to_dict(node.attrs), "inputs": node.inputs, "outputs": node.outputs,
+               "types": [[list(graph.type_of(n).shape), graph.type_of(n).dtype.value] for n in names
+                         if n in graph.tensors]}
+        h = hashlib.sha256(json.dumps(doc, sort_keys=True).encode())
+        for name in node.present_inputs():
+            value = graph.value_of(name)
+            if value is not None:
+                h.update(np.ascontiguousarray(value).tobytes())
+        digests[node.name] = h.hexdigest()[:12]
+    return digests
+
+
 def graph_digest(graph: Graph) -> str:
     """A hash of the graph's structure and weights (what a .quantize file is tied to)."""
     text, blob = graph_to_files(graph)

@@ -68,6 +68,7 @@ class QuantTable:
     graph_digest: str
     tensors: dict[str, TensorQuant] = field(default_factory=dict)
     customized_layers: dict[str, str] = field(default_factory=dict)
+    layer_digests: dict[str, str] = field(default_factory=dict)
     path: str | None = None
 
     def get(self, tensor: str) -> TensorQuant | None:

@@ -230,7 +230,8 @@ def test_stale_table_is_refused(lenet, capsys):
     assert main(["inference", "--model", str(lenet / "changed.json"), "--model-data", str(lenet / "changed.data"),
                  "--dtype", "quantized", "--model-quantize", str(table), "--input",
                  str(DEMO / "images" / "digit_400_4.png")]) == 2
-    assert "another version" in _error(capsys)
+    message = _error(capsys)
+    assert "another version" in message and "'/fc2/Gemm' (Gemm) changed" in message, message
 
 
 def test_quantized_inference_needs_a_table(lenet, capsys):
