@@ -229,26 +229,53 @@ class QMul(OpDef):
 
 @register
 class LookupTable(OpDef):
-    """Y = table[X - min(X's type)]: any element-wise function of an 8-bit tensor, tabulated at quantize time."""
+    """Any element-wise function of an integer tensor, tabulated at quantize time.
+
+    8-bit X: Y = table[X - min(X's type)], a table of 256 entries (exact to the output grid).
+    int16 X: 512 linear segments of 128 levels each, ``INTERPOLATED_ENTRIES`` knots (the last at 32768):
+    u = X + 32768, i = u >> 7, f = u & 127, Y = t[i] + (((t[i + 1] - t[i]) * f + 64) >> 7) (round half up,
+    exact in 32 bits: the table holds values of Y's type of at most 16 bits, so Y needs no clamp)."""
 
     name = "LookupTable"
     num_inputs = (2, 2)
     elementwise = True
 
+    #: Knots of an int16 table: 512 segments of ``2 ** SEGMENT_BITS`` levels, both ends included.
+    SEGMENT_BITS = 7
+    INTERPOLATED_ENTRIES = (1 << (16 - SEGMENT_BITS)) + 1
+
     @staticmethod
     def infer(attrs, inputs):
         x, table = inputs
-        if x.dtype not in (DType.INT8, DType.UINT8):
-            raise ShapeError(f"LookupTable indexes with an 8-bit tensor, got {x.dtype.value}")
-        if table.shape != (256,):
-            raise ShapeError(f"LookupTable needs a table of 256 entries, got {list(table.shape)}")
+        if x.dtype in (DType.INT8, DType.UINT8):
+            if table.shape != (256,):
+                raise ShapeError(f"LookupTable of an 8-bit tensor needs 256 entries, got {list(table.shape)}")
+        elif x.dtype == DType.INT16:
+            if table.shape != (LookupTable.INTERPOLATED_ENTRIES,) or \
+                    table.dtype not in (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16):
+                raise ShapeError(f"LookupTable of an int16 tensor needs {LookupTable.INTERPOLATED_ENTRIES} knots of "
+                                 f"an integer type of at most 16 bits, got {list(table.shape)} {table.dtype.value}")
+        else:
+            raise ShapeError(f"LookupTable indexes with an 8-bit or int16 tensor, got {x.dtype.value}")
         return [TensorType(x.shape, table.dtype)]
 
     @staticmethod
     def reference(attrs, inputs):
         x, table = inputs
+        if x.dtype == np.int16:
+            return [interpolate_table(x, table)]
         offset = integer_range(x.dtype)[0]
         return [table[x.astype(np.int64) - offset]]
+
+
+def interpolate_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """LookupTable's int16 rule: linear interpolation between the knots, rounded half up."""
+    bits = LookupTable.SEGMENT_BITS
+    u = x.astype(np.int64) + 32768
+    index, fraction = u >> bits, u & ((1 << bits) - 1)
+    t = table.astype(np.int64)
+    low = t[index]
+    return (low + (((t[index + 1] - low) * fraction + (1 << (bits - 1))) >> bits)).astype(table.dtype)
 
 
 @register

@@ -130,6 +130,9 @@ LOOKUP = [
     Case("LookupTable-u8", "LookupTable", [ints((3, 40), "uint8"), ints((256,), "uint8")], constant=(1,)),
     Case("LookupTable-u8-to-i16", "LookupTable", [ints((2, 2, 9), "uint8"), ints((256,), "int16")], constant=(1,)),
     Case("LookupTable-i8-to-i32", "LookupTable", [ints((17,), "int8"), ints((256,), "int32")], constant=(1,)),
+    Case("LookupTable-i16", "LookupTable", [ints((5, 61), "int16"), ints((513,), "int16")], constant=(1,)),
+    Case("LookupTable-i16-to-u8", "LookupTable", [ints((33,), "int16"), ints((513,), "uint8")], constant=(1,)),
+    Case("LookupTable-i16-to-u16", "LookupTable", [ints((40,), "int16"), ints((513,), "uint16")], constant=(1,)),
 ]
 
 WIDE_TABLE = np.concatenate([np.sort(ints((250,), "int32", 1, 2 ** 30))[::-1], np.zeros(6, np.int32)])
@@ -321,7 +324,7 @@ CORTEX_M = ["cortex-m7", "cortex-m4", "cortex-m33"]
 BY_ID = {case.id: case for case in INTEGER_CASES + AVERAGE + MOVING}
 BARE_METAL = [BY_ID[case_id] for case_id in (
     "Requantize-i16-to-i8", "QAdd-i8-channel-broadcast", "QAdd-u8-plus-i8-to-i16", "QMul-i16-clamp",
-    "LookupTable-i8", "QSoftmax-i8-axis1", "QSoftmax-wide-table", "QAveragePool-i8-count-pads-ceil",
+    "LookupTable-i8", "LookupTable-i16", "QSoftmax-i8-axis1", "QSoftmax-wide-table", "QAveragePool-i8-count-pads-ceil",
     "QAveragePool-i8-negative-sums", "QAveragePool-i16-dilated-1d", "QAveragePool-i8-pads-finer",
     "QAveragePool-i16-wide-window-pads", "BFloat16Round", "MaxPool-int8",
     "GlobalMaxPool-int16", "ReduceMin-uint8", "Pad-zero-point-int16", "Quantize-axis-int8",

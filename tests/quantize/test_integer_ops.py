@@ -320,3 +320,60 @@ def test_lookup_table_is_exact_on_every_level(op, gx, gy):
     mismatch = got.astype(np.int64) != expected
     assert not np.any(mismatch & ~near_tie), (x[mismatch & ~near_tie], got[mismatch & ~near_tie])
     assert_within_one(got, expected)
+
+
+# ---- int16 lookup tables: 513 knots, linear interpolation -------------------------------------------
+
+def dfp16(fl: int) -> TensorQuant:
+    return TensorQuant("i16", "dynamic_fixed_point", "layer", [], [], [2.0 ** -fl], [0], fl=fl)
+
+
+@settings(max_examples=50, deadline=None)
+@given(levels("int16", (300,)), st.sampled_from(["int16", "uint16", "int8", "uint8"]), st.data())
+def test_int16_lookup_interpolates_between_knots(x, table_dtype, data):
+    """LookupTable on int16 = round-half-up of numpy's linear interpolation through (-32768 + 128 k, table[k])."""
+    table = data.draw(levels(table_dtype, (513,)))
+    x[:2] = -32768, 32767
+    got = get_op("LookupTable").reference(None, [x, table])[0]
+    knots = np.arange(513) * 128 - 32768
+    expected = np.floor(np.interp(x.astype(np.float64), knots, table.astype(np.float64)) + 0.5)
+    assert got.dtype == table.dtype
+    np.testing.assert_array_equal(got.astype(np.int64), expected.astype(np.int64))
+
+
+INT16_FUNCTIONS = {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh,
+                   "Softsign": lambda v: v / (1 + np.abs(v)), "Abs": np.abs,
+                   "HardSwish": lambda v: v * np.clip(v / 6 + 0.5, 0, 1),
+                   "LeakyRelu": lambda v: np.where(v < 0, 0.01 * v, v)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(INT16_FUNCTIONS)), st.integers(9, 14), st.integers(10, 15))
+def test_int16_lookup_table_is_close_on_every_level(op, fl_x, fl_y):
+    """Smooth functions of int16 tensors become interpolated tables within the documented limit of the exact grid."""
+    from pegasus.quantized.rules.elementwise import INTERPOLATION_LIMIT
+
+    gx, gy = dfp16(fl_x), dfp16(fl_y)
+    x = np.arange(-32768, 32768).astype(np.int16)
+    function = INT16_FUNCTIONS[op]
+    expected = on_grid(function(real_values(x, gx)), gy)
+    knots = np.arange(513) * 128 - 32768
+    interpolated = np.floor(np.interp(x, knots, on_grid(function(real_values(knots, gx)), gy)) + 0.5)
+    error = np.abs(interpolated - expected).max()
+    _, lowered = lowered_layer(op, {"x": (x.shape, gx)}, gy)
+    if lowered.float_layers:   # too curved on this range: float, and the tables would indeed have missed
+        assert "interpolation misses" in lowered.float_layers[0][2]
+        assert error > INTERPOLATION_LIMIT - 2
+        return
+    assert [n.op for n in lowered.graph.nodes if n.name == "layer"] == ["LookupTable"]
+    got = run_lowered(lowered, {"x": (x, gx)})
+    assert np.abs(got.astype(np.int64) - expected).max() <= INTERPOLATION_LIMIT + 1
+
+
+@pytest.mark.parametrize("op", ["Floor", "Sign", "Reciprocal"])
+def test_int16_step_functions_stay_float_and_say_why(op):
+    _, lowered = lowered_layer(op, {"x": ((8,), dfp16(10))}, dfp16(10))
+    assert [(layer, kind) for layer, kind, _ in lowered.float_layers] == [("layer", op)]
+    assert "interpolation misses" in lowered.float_layers[0][2]
+    _, smooth = lowered_layer("Sigmoid", {"x": ((8,), dfp16(10))}, dfp16(10))
+    assert not smooth.float_layers and "LookupTable" in [n.op for n in smooth.graph.nodes]

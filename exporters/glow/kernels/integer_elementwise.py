@@ -1,5 +1,6 @@
 """Emitters for the integer kernels of quantized models other than the matrix products
-(pegasus/ops/integer.py): Requantize, QAdd, QMul, LookupTable, QSoftmax, QAveragePool; and for the two
+(pegasus/ops/integer.py): Requantize, QAdd, QMul, LookupTable (8-bit: a load; int16: interpolated between
+513 knots), QSoftmax, QAveragePool; and for the two
 float ops of quantized graphs, BFloat16Round and DtypeConverter.
 
 Every emitter computes the bits of its NumPy reference: zero points are subtracted exactly (i32 for
@@ -45,7 +46,7 @@ from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.fixedpoint import integer_range
-from pegasus.ops.integer import QAveragePool, RequantAttrs, clamp_bounds
+from pegasus.ops.integer import LookupTable, QAveragePool, RequantAttrs, clamp_bounds
 from pegasus.ops.registry import get_op
 from pegasus.ops.spatial import prod
 
@@ -160,10 +161,27 @@ def q_mul(k: KernelContext) -> None:
 
 @emitter("LookupTable")
 def lookup_table(k: KernelContext) -> None:
-    """y = table[x - min(x's type)], the table's raw elements (any dtype) copied bit for bit."""
+    """8-bit x: y = table[x - min(x's type)], the table's raw elements (any dtype) copied bit for bit.
+    int16 x: the reference's interpolation between knots, in i32 (|Δt| * 127 < 2**31 for 16-bit knots)."""
     b, (x, table), y = k.builder, k.inputs, k.outputs[0]
+    if x.type.dtype == DType.INT16:
+        _interpolate(b, x, table, y)
+        return
     entries = raw(b, table)
     _lookup(b, x, y, lambda index: entries.load(b, index))
+
+
+def _interpolate(b: ir.IRBuilder, x: TensorRef, table: TensorRef, y: TensorRef) -> None:
+    """y = t[i] + (((t[i + 1] - t[i]) * f + half) >> bits) with u = x + 32768, i = u >> bits, f = u & (2**bits - 1)."""
+    bits = LookupTable.SEGMENT_BITS
+    with for_range(b, y.type.size) as n:
+        u = b.add(load_as(b, x, n, DType.INT32), const(32768))
+        index = b.lshr(u, const(bits))
+        low = load_as(b, table, index, DType.INT32)
+        high = load_as(b, table, b.add(index, const(1)), DType.INT32)
+        step = b.mul(b.sub(high, low), b.and_(u, const((1 << bits) - 1)))
+        value = b.add(low, b.ashr(b.add(step, const(1 << (bits - 1))), const(bits)))
+        y.store(b, b.trunc(value, y.element), n)
 
 
 @emitter("BFloat16Round")

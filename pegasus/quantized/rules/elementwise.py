@@ -7,6 +7,9 @@
 - Any other one-input element-wise op on an 8-bit tensor: a 256-entry LookupTable, filled by running
   the op's own float reference on every input level, so every unary function (Sigmoid, Tanh, Exp,
   HardSwish, Gelu, LeakyRelu, ...) is exact to its output grid at the cost of 256 bytes.
+- On an int16 tensor: 513 knots of the same function, linearly interpolated (1 KB), kept only when the
+  interpolation stays within ``INTERPOLATION_LIMIT`` output steps of the exact grid on all 65,536 levels —
+  measured here, so a step (Floor, Sign) or a pole (Reciprocal near 0) runs in float instead, and says why.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import dequantize_values, integer_range, quantize_values
+from pegasus.ops.integer import LookupTable, interpolate_table
 from pegasus.ops.registry import all_ops
 from pegasus.quantized.lower import LoweringContext, integer_rule
 from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds, requantize_attrs, value_bits
@@ -83,21 +87,51 @@ def mul(ctx: LoweringContext, node: Node) -> str | None:
     return None
 
 
+#: Largest error, in output steps, an int16 interpolated table may make anywhere; past it the layer runs in float.
+#: 64 steps of an int16 output are 1/1024 of its range — finer than one step of an 8-bit table.
+INTERPOLATION_LIMIT = 64
+
+
+def _function_values(node: Node, levels: np.ndarray, xq) -> np.ndarray:
+    """The op's own float reference at the real values of ``levels`` (non-finite results saturate)."""
+    real = dequantize_values(levels, float(xq.scale[0]), int(xq.zero_point[0]))
+    with np.errstate(all="ignore"):
+        values = all_ops()[node.op].reference(node.attrs, [real])[0].astype(np.float64)
+    return np.nan_to_num(values, nan=0.0, posinf=np.finfo(np.float32).max, neginf=np.finfo(np.float32).min)
+
+
+def _interpolated_table(node: Node, xq, yq) -> tuple[np.ndarray | None, str]:
+    """Knots of an int16 LookupTable, or None and why not (its error past ``INTERPOLATION_LIMIT``)."""
+    if np.dtype(yq.numpy_dtype).itemsize > 2:
+        return None, f"{yq.qtype} output: int16 tables hold outputs of at most 16 bits"
+    step = 1 << LookupTable.SEGMENT_BITS
+    knots = np.arange(LookupTable.INTERPOLATED_ENTRIES, dtype=np.int64) * step - 32768
+    scale, zero_point = float(yq.scale[0]), int(yq.zero_point[0])
+    table = quantize_values(_function_values(node, knots, xq), scale, zero_point, yq.numpy_dtype)
+    levels = np.arange(-32768, 32768).astype(np.int16)
+    exact = quantize_values(_function_values(node, levels, xq), scale, zero_point, yq.numpy_dtype)
+    error = int(np.abs(interpolate_table(levels, table).astype(np.int64) - exact).max())
+    if error > INTERPOLATION_LIMIT:
+        return None, f"int16 table: linear interpolation misses by up to {error} output steps (limit " \
+                     f"{INTERPOLATION_LIMIT}), the function is too curved or discontinuous on this range"
+    return table, ""
+
+
 def lookup_table(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
-    if xq.numpy_dtype not in ("int8", "uint8"):
-        return f"{xq.qtype} input: lookup tables cover 8-bit inputs only"
     if xq.per_channel or yq.per_channel:
         return "per-channel grid"
-    lo, hi = integer_range(xq.numpy_dtype)
-    levels = np.arange(lo, hi + 1)
-    real = dequantize_values(levels, float(xq.scale[0]), int(xq.zero_point[0]))
-    opdef = all_ops()[node.op]
-    with np.errstate(all="ignore"):
-        values = opdef.reference(node.attrs, [real])[0].astype(np.float64)
-    values = np.nan_to_num(values, nan=0.0, posinf=np.finfo(np.float32).max, neginf=np.finfo(np.float32).min)
-    table = quantize_values(values, float(yq.scale[0]), int(yq.zero_point[0]), yq.numpy_dtype)
+    if xq.numpy_dtype in ("int8", "uint8"):
+        lo, hi = integer_range(xq.numpy_dtype)
+        values = _function_values(node, np.arange(lo, hi + 1), xq)
+        table = quantize_values(values, float(yq.scale[0]), int(yq.zero_point[0]), yq.numpy_dtype)
+    elif xq.numpy_dtype == "int16":
+        table, why = _interpolated_table(node, xq, yq)
+        if table is None:
+            return why
+    else:
+        return f"{xq.qtype} input: lookup tables cover 8-bit and int16 inputs"
     table_name = ctx.constant(f"{node.name}_table", table)
     result = ctx.emit("LookupTable", [ctx.as_int(x), table_name], name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)
