@@ -1,7 +1,7 @@
 """Emitters for the integer kernels of quantized models other than the matrix products
 (pegasus/ops/integer.py): Requantize, QAdd, QMul, LookupTable (8-bit: a load; int16: interpolated between
-513 knots), QSoftmax, QAveragePool; and for the two
-float ops of quantized graphs, BFloat16Round and DtypeConverter.
+513 knots), QSoftmax, QAveragePool; and for the two float ops of quantized graphs, BFloat16Round and
+DtypeConverter.
 
 Every emitter computes the bits of its NumPy reference: zero points are subtracted exactly (i32 for
 8/16-bit tensors, i64 for wider ones), products and sums that may pass 32 bits are 64-bit, and the
