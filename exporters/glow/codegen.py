@@ -2,8 +2,9 @@
 one node, or a convolution fused with its element-wise and pooling consumers), called in order by the
 bundle's entry point ``int NAME(uint8_t *constantWeight, uint8_t *mutableWeight, uint8_t *activations)``.
 
-Each layer function takes typed pointers to its tensors; pointers whose byte ranges overlap no other
-argument are marked ``noalias`` so LLVM can vectorise freely. The module has no globals with mutable
+Each layer function takes typed pointers to its tensors (and an ``i8*`` to its planned workspace, when its
+kernel has one); pointers whose byte ranges overlap no other argument are marked ``noalias`` so LLVM can
+vectorise freely. The module has no globals with mutable
 state and calls nothing outside itself (math functions come from ``llvm.mathlib``).
 """
 
@@ -18,9 +19,17 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.kernels.conv import Epilogue, emit_conv
 from pegasus.exporters.glow.kernels.pool import emit_conv_pool
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type, workspace_bytes
 from pegasus.exporters.glow.llvm.mathlib import MathLib
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
+from pegasus.exporters.glow.memory_plan import (
+    ACTIVATIONS,
+    CODE,
+    CONSTANT,
+    MUTABLE,
+    Location,
+    MemoryPlan,
+    workspace_name,
+)
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
 
@@ -61,8 +70,12 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
             raw = builder.gep(entry.args[REGION_ARG[loc.region]], [ir.Constant(ir.IntType(32), loc.offset)],
                               inbounds=True)
             args.append(builder.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer()))
+        workspace = plan.locations.get(workspace_name(unit))
+        if workspace is not None:
+            args.append(builder.gep(entry.args[REGION_ARG[ACTIVATIONS]],
+                                    [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
         builder.call(layer, args)
-        _emit_layer_body(layer, graph, unit, present, math, target)
+        _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0)
     builder.ret(ir.Constant(ir.IntType(32), 0))
     forbid_library_calls(module)
     return module
@@ -99,6 +112,8 @@ def _code_constant(module: ir.Module, graph: Graph, tensor: str) -> ir.Value:
 def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, unit: Layer,
                     present: list[str]):
     types = [llvm_type(graph.type_of(n).dtype).as_pointer() for n in present]
+    workspace = workspace_name(unit) in plan.locations
+    types += [BYTE_PTR] if workspace else []
     safe = re.sub(r"\W", "_", unit.op.lower())
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=f"layer{index}_{safe}")
     function.linkage = "internal"
@@ -109,17 +124,20 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
         others = [other for j, other in enumerate(locations) if j != position and present[j] != present[position]]
         if not any(_overlaps(loc, other) for other in others) and present.count(present[position]) == 1:
             arg.add_attribute("noalias")
+    if workspace:   # planned apart from every tensor live during the layer
+        function.args[-1].add_attribute("noalias")
     return function
 
 
 def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,
-                     target: Target) -> None:
+                     target: Target, workspace_size: int) -> None:
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     refs = {name: TensorRef(arg, graph.type_of(name)) for name, arg in zip(present, function.args)}
     inputs = [refs[n] if n else None for n in unit.inputs]
     outputs = [refs[n] if n else None for n in unit.outputs]
     head = unit.nodes[0]
-    k = KernelContext(head, head.attrs, builder, inputs, outputs, math, target)
+    k = KernelContext(head, head.attrs, builder, inputs, outputs, math, target,
+                      function.args[-1] if workspace_size else None, workspace_size)
     if not unit.fused:
         get_emitter(head.op)(k)
     else:     # a convolution group (fuse.py): the element-wise nodes as epilogue, then the pooling if any
@@ -129,3 +147,17 @@ def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: 
         else:
             emit_conv_pool(k, epilogue, unit.pool)
     builder.ret_void()
+
+
+def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[int, int]:
+    """Scratch bytes each layer's kernel needs on ``target`` (layers without a workspace left out)."""
+    sizes = {}
+    for index, unit in enumerate(layers):
+        if unit.fused:
+            continue
+        types_in = [graph.type_of(n) if n else None for n in unit.inputs]
+        types_out = [graph.type_of(n) if n else None for n in unit.outputs]
+        size = workspace_bytes(unit.nodes[0], types_in, types_out, target)
+        if size:
+            sizes[index] = size
+    return sizes

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow import bundle_files, memory_report
-from pegasus.exporters.glow.codegen import build_module, check_emitters
+from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_workspaces
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers, single_layers
 from pegasus.exporters.glow.lower import lower_for_export
@@ -38,7 +38,8 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
         raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
     graph = lower_for_export(graph)
     check_emitters(graph)
-    plan = plan_memory(graph, fuse_layers(graph) if fuse else single_layers(graph))
+    layers = fuse_layers(graph) if fuse else single_layers(graph)
+    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target))
     module = build_module(graph, plan, target, name)
     if bundle_api == "dynamic":
         bundle_files.add_dynamic_config(module, name, graph, plan)

@@ -9,6 +9,10 @@
   input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
   greedy best-fit by size, largest first (the usual static planner of AOT compilers).
 
+A layer whose kernel needs scratch memory (``kernels.registry.workspace``) gets a buffer of its own in the
+activations region, live during that layer only (``workspace_name``): RAM the kernels use is planned and
+counted like any tensor's, not taken from the stack.
+
 The plan is made for a list of layers (``fuse.Layer``, the units code is generated in; by default one
 per node): lifetimes count in layers, a layer reads its inputs and writes its outputs, and the tensors
 inside a fused layer are never allocated (they have no location). The plan keeps its layers, so code
@@ -53,6 +57,7 @@ class Buffer:
     start: int
     end: int
     placeholder: str | None = None
+    workspace: bool = False
 
 
 @dataclass
@@ -136,8 +141,15 @@ def _group_buffers(graph: Graph, layers: list[Layer]) -> dict[str, Buffer]:
     return of
 
 
-def plan_memory(graph: Graph, layers: list[Layer] | None = None) -> MemoryPlan:
-    """Plan ``graph`` run as ``layers`` (default: one layer per node, unfused)."""
+def workspace_name(layer: Layer) -> str:
+    """The location name of ``layer``'s workspace in ``MemoryPlan.locations``."""
+    return f"{layer.nodes[0].name}:workspace"
+
+
+def plan_memory(graph: Graph, layers: list[Layer] | None = None,
+                workspaces: dict[int, int] | None = None) -> MemoryPlan:
+    """Plan ``graph`` run as ``layers`` (default: one layer per node, unfused); ``workspaces`` gives the
+    scratch bytes of layers (by index) whose kernels need some."""
     layers = single_layers(graph) if layers is None else layers
     constant_locations, constant_size = _place_constants(graph)
     placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
@@ -146,6 +158,8 @@ def plan_memory(graph: Graph, layers: list[Layer] | None = None) -> MemoryPlan:
     locations = {**constant_locations}
     of = _group_buffers(graph, layers)
     buffers = list({id(b): b for b in of.values()}.values())
+    buffers += [Buffer([workspace_name(layers[index])], size, index, index, workspace=True)
+                for index, size in sorted((workspaces or {}).items()) if size]
     placed: list[tuple[Buffer, int]] = []
     for buffer in sorted(buffers, key=lambda b: (-b.size, b.start, b.tensors[0])):
         if buffer.placeholder:
@@ -161,7 +175,8 @@ def plan_memory(graph: Graph, layers: list[Layer] | None = None) -> MemoryPlan:
             offset = max(offset, align(hi))
         placed.append((buffer, offset))
         for name in buffer.tensors:
-            locations[name] = Location(ACTIVATIONS, offset, graph.type_of(name).nbytes)
+            locations[name] = Location(ACTIVATIONS, offset, buffer.size if buffer.workspace else
+                                       graph.type_of(name).nbytes)
     activations_size = align(max((off + b.size for b, off in placed), default=0))
     for name in placeholders:  # placeholders fed straight from a constant or another placeholder
         locations.setdefault(name, mutable_locations[name])

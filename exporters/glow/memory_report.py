@@ -1,8 +1,9 @@
 """NAME.memory.txt/.json: how much Flash and RAM a bundle needs, as NXP's AN13001 tabulates it.
 
 Rows: weights (CONSTANT_MEM_SIZE), input/output (MUTABLE_MEM_SIZE), activations
-(ACTIVATIONS_MEM_SIZE) and code — the ``.text*`` and ``.rodata*`` sections of NAME.o, read with
-pyelftools. Totals for weights kept in Flash (a ``const`` array) and weights copied to RAM:
+(ACTIVATIONS_MEM_SIZE, which holds the kernels' scratch too) and code — the ``.text*`` and ``.rodata*``
+sections of NAME.o, read with pyelftools. Totals for weights kept in Flash (a ``const`` array) and
+weights copied to RAM:
 Flash = code + weights both ways; RAM = input/output + activations (+ weights when copied).
 Writable sections of the object (normally none: a bundle has no global state) count in RAM, and the
 initialised ones in Flash too; other allocated sections (unwind tables) are listed but not counted.
@@ -89,10 +90,25 @@ def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dic
         "(weights in Flash: declare the constantWeight array const). The three buffers are the header's",
         "*_MEM_SIZE values, each allocated 64-byte aligned.",
         f"Code counts these sections of {name}.o: {_listing(sizes.code)}.",
+        _workspace_line(plan),
         "Not counted: the application around the bundle (startup, C library, stack, I/O), alignment padding",
         f"added by the linker, and other sections of {name}.o: {_listing(sizes.other)}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _workspaces(plan: MemoryPlan) -> dict[str, int]:
+    return {buffer.tensors[0].rsplit(":", 1)[0]: buffer.size for buffer in plan.buffers if buffer.workspace}
+
+
+def _workspace_line(plan: MemoryPlan) -> str:
+    """Where kernel scratch went: inside the activations (the stack holds registers only)."""
+    workspaces = _workspaces(plan)
+    if not workspaces:
+        return "Kernel scratch: none (the layers keep their state in registers)."
+    layer, size = max(workspaces.items(), key=lambda item: item[1])
+    return (f"Kernel scratch (im2col rows, paired matrix rows) of {len(workspaces)} layers is planned inside the "
+            f"activations, the largest {size:,} bytes ({layer}).")
 
 
 def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str, str]:
@@ -105,6 +121,7 @@ def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str
         "code": sizes.code_size, "code_sections": dict(sorted(sizes.code.items())),
         "data": sizes.data_size, "data_sections": dict(sorted(sizes.data.items())),
         "not_counted_sections": dict(sorted(sizes.other.items())),
+        "kernel_workspaces": _workspaces(plan),
         **totals,
     }
     return _text(name, plan, sizes, totals), json.dumps(report, indent=2) + "\n"

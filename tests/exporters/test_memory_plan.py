@@ -90,3 +90,25 @@ def test_live_tensors_never_overlap(file, fuse, demo_onnx):
     sizes = {ACTIVATIONS: plan.activations_size, MUTABLE: plan.mutable_size, CONSTANT: plan.constant_size}
     for loc in plan.locations.values():
         assert loc.offset + loc.size <= sizes[loc.region]
+
+
+@pytest.mark.parametrize("file", ["light_inception_v1.onnx", "demo"])
+def test_workspaces_never_overlap_a_live_tensor(file, demo_onnx):
+    """A layer's workspace (kernel scratch) lies in ACTIVATIONS, apart from every tensor alive at that layer."""
+    from pegasus.exporters.glow.memory_plan import workspace_name
+
+    graph = import_onnx(demo_onnx if file == "demo" else os.path.join(LIGHT_DIR, file))
+    layers = single_layers(graph)
+    workspaces = {index: 1000 + 37 * index for index in range(0, len(layers), 3)}
+    plan = plan_memory(graph, layers, workspaces)
+    without = plan_memory(graph, layers)
+    assert plan.activations_size >= without.activations_size
+    ranges = _live_ranges(graph, layers)
+    for index, size in workspaces.items():
+        scratch = plan.locations[workspace_name(layers[index])]
+        assert (scratch.region, scratch.size) == (ACTIVATIONS, size)
+        assert scratch.offset % 64 == 0 and scratch.offset + size <= plan.activations_size
+        for name, (start, end) in ranges.items():
+            loc = plan.locations[name]
+            if loc.region == ACTIVATIONS and start <= index <= end:
+                assert loc.offset + loc.size <= scratch.offset or scratch.offset + size <= loc.offset, name

@@ -68,6 +68,7 @@ class BareMetalRun:
     outputs: dict[str, np.ndarray]
     ticks: int            # SysTick ticks spent in the entry call
     stdout: str
+    stack: int = 0        # bytes of stack the entry call used (painted and scanned; 64 at least)
 
 
 # ---------------------------------------------------------------------------------------------- tools
@@ -257,7 +258,8 @@ def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping
             command += ["-icount", "shift=0"]
         proc = _run(command, f"running on {board.machine}", timeout)
     parsed, ticks = parse_semihosting(proc.stdout, outputs)
-    return BareMetalRun(parsed, ticks, proc.stdout)
+    stack = re.search(r"^@stack ([0-9a-f]+)$", proc.stdout, re.M)
+    return BareMetalRun(parsed, ticks, proc.stdout, int(stack.group(1), 16) if stack else 0)
 
 
 def run_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],

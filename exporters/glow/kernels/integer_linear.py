@@ -16,7 +16,7 @@ reference does. Requantisation is requant.py's, except per-channel tables whose 
 high-word form of ``Requant`` (a 64-bit shift by a table value is a dozen instructions on Cortex-M).
 
 QConv is im2col + dot products: the receptive fields of a tile of output positions are copied, centred,
-into a stack buffer (zeros for the padding; windows inside the input read through a constant table of
+into a scratch buffer (zeros for the padding; windows inside the input read through a constant table of
 tap offsets, windows crossing the padding test every tap), then each block of output channels takes
 dot products of its contiguous weight rows with the buffer's rows — loops of constant trip count over a
 contiguous reduction axis, which LLVM vectorises on the host. On Cortex-M CPUs with the DSP extension
@@ -24,19 +24,20 @@ contiguous reduction axis, which LLVM vectorises on the host. On Cortex-M CPUs w
 int8/uint8 is spread by SXTB16/UXTB16 into the pairs (w0, w2) and (w1, w3), so the copy stores each
 group of four taps of the tile's positions side by side in the order x0 x2 x1 x3, and a tile of 2
 positions x 2 channels takes 8 SMLAD, 4 SXTB16 and 6 loads per 16 MACs (int16 weights are already
-pairs). The buffer takes ``positions * depth`` 16-bit values (32-bit when ``x - zx`` needs them) of
-stack: 2 positions on Cortex-M, 4 elsewhere, fewer if that would pass 16 KB.
+pairs). The buffer takes ``positions * depth`` 16-bit values (32-bit when ``x - zx`` needs them) of the
+layer's workspace in the activations region: 2 positions on Cortex-M, 4 elsewhere, fewer if that would
+pass 16 KB.
 
 On x86-64 the dot products use PMADDWD (integer_madd.py; VPDPWSSD with AVX-512 VNNI) whenever the
 accumulator is i32 and both sides are 16-bit values: QConv takes one vector accumulator per output over
 the buffer's rows (whole vectors, then pieces of 16, 8 and a zero-padded rest), 4 positions x 4
 channels with AVX-512, summed by one tree per tile; QMatMul pairs B's rows k, k + 1 by interleaving
-them per 128-bit lane and meets them with a broadcast pair of A, formed once per row into a stack
-buffer, in tiles of 64 (AVX-512), 32, 16 or 8 columns.
+them per 128-bit lane and meets them with a broadcast pair of A, formed once per row into the
+workspace, in tiles of 64 (AVX-512), 32, 16 or 8 columns.
 
 QMatMul keeps a tile of rows times a vector of columns in registers: each step over the reduction adds
 a centred, broadcast element of A times a row of B (contiguous along its columns). With the DSP
-extension a row of A is first centred into 16-bit pairs on the stack; B's rows are read a word at a
+extension a row of A is first centred into 16-bit pairs in the workspace; B's rows are read a word at a
 time and spread by SXTB16, and each pair of A meets them in single 16 x 16 MACs (SMLABB/SMLATB/...):
 pairing B along the reduction for SMLAD would cost as many instructions as it saves, since B cannot be
 laid out anew at export time.
@@ -54,7 +55,15 @@ from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes, padded, reduce_all
 from pegasus.exporters.glow.kernels.linear import _batch_steps, affine, entry_alloca, for_tiles, simd_of
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    TensorRef,
+    emitter,
+    llvm_type,
+    piece,
+    strides_of,
+    workspace,
+)
 from pegasus.exporters.glow.kernels.requant import (
     I16,
     I32,
@@ -76,7 +85,7 @@ from pegasus.ops.spatial import prod
 
 Value = ir.Value
 OPERAND_DTYPES = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16)
-#: Stack a kernel's buffer may take (a QConv tile has fewer positions rather than pass it).
+#: Workspace a kernel's buffer may take (a QConv tile has fewer positions rather than pass it).
 SCRATCH_BYTES = 16 * 1024
 
 
@@ -272,6 +281,11 @@ class ConvPlan:
     def size(self) -> int:
         """Elements of the buffer (its rows start on 32-bit words)."""
         return self.positions * (self.mac.depth + self.mac.depth % 2)
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The im2col buffer in bytes, whole 32-bit words (the layer's workspace)."""
+        return -(-self.size * (self.element.width // 8) // 4) * 4
 
     def group_slot(self, b: ir.IRBuilder, p: Value, q: Value, j: int) -> Value:
         """slot(p, 4 * q + j) for j < 4 and 4 * q + 4 <= depth."""
@@ -502,6 +516,11 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     return [[b.load(slot) for slot in row] for row in slots]
 
 
+@workspace("QConv")
+def qconv_workspace(k: KernelContext) -> int:
+    return piece(conv_plan(k).buffer_bytes)
+
+
 @emitter("QConv")
 def qconv(k: KernelContext) -> None:
     b = k.builder
@@ -511,8 +530,8 @@ def qconv(k: KernelContext) -> None:
     taps = Taps.of(k.module, cp, axes)
     rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(cp.mac, cp.bias))
     positions = prod(win.out)
-    words = -(-cp.size * (cp.element.width // 8) // 4)
-    buffer = b.bitcast(entry_alloca(b, ir.ArrayType(I32, words)), cp.element.as_pointer())
+    words = cp.buffer_bytes // 4
+    buffer = b.bitcast(k.scratch(ir.ArrayType(I32, words), cp.buffer_bytes), cp.element.as_pointer())
     sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
     dot = _dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
     y_strides = cp.y.strides
@@ -568,6 +587,60 @@ def _splat(b: ir.IRBuilder, scalar: Value, lanes: int) -> Value:
     return b.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
 
 
+@dataclass(frozen=True)
+class MatMulPlan:
+    """QMatMul's tiling: ``row_tile`` rows x ``width`` columns of accumulators; ``madd_width`` > 0 when x86
+    PMADDWD meets pairs of A formed once per row tile (``pair_bytes`` of workspace), ``dual_cols`` columns
+    (the leading multiple of a weight word) taken with SMLAxy from a centred row of A (``row_bytes``)."""
+
+    rows: int
+    depth: int
+    cols: int
+    mac: Mac
+    row_tile: int
+    width: int
+    madd_width: int
+    dual_cols: int
+
+    @property
+    def pair_bytes(self) -> int:
+        return self.row_tile * ((self.depth + 1) // 2) * 4 if self.madd_width else 0
+
+    @property
+    def row_bytes(self) -> int:
+        return (self.depth + 1) // 2 * 4 if self.dual_cols else 0
+
+
+def _matrix_shapes(k: KernelContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    a, bm = k.inputs[0], k.inputs[1]
+    return (a.shape if len(a.shape) > 1 else (1,) + a.shape), (bm.shape if len(bm.shape) > 1 else bm.shape + (1,))
+
+
+def matmul_plan(k: KernelContext) -> MatMulPlan:
+    a, bm = k.inputs[0], k.inputs[1]
+    a_shape, b_shape = _matrix_shapes(k)
+    rows, depth, cols = a_shape[-2], a_shape[-1], b_shape[-1]
+    mac = Mac(operand(k, a, k.attrs.a_zero_point, "A"), operand(k, bm, k.attrs.b_zero_point, "B"), depth)
+    dual = mac.dual(k.target)
+    lanes = max(1, simd_of(k.target).width // (mac.acc.width // 8))
+    if dual:
+        row_tile, width = 1, 4
+    elif k.target.is_cortex_m:
+        row_tile, width = min(rows, 2), min(cols, 4)
+    else:
+        row_tile, width = min(rows, 4), min(cols, 2 * lanes)
+    fits = not dual and madd_fits(mac) and row_tile * ((depth + 1) // 2) * 4 <= SCRATCH_BYTES and cols >= 8
+    per_word = 4 // bm.type.dtype.itemsize
+    dual_cols = cols // per_word * per_word if dual and 2 * depth <= SCRATCH_BYTES else 0
+    return MatMulPlan(rows, depth, cols, mac, row_tile, width, madd_lanes(k.target) if fits else 0, dual_cols)
+
+
+@workspace("QMatMul")
+def qmatmul_workspace(k: KernelContext) -> int:
+    plan = matmul_plan(k)
+    return piece(plan.pair_bytes) + piece(plan.row_bytes)
+
+
 @emitter("QMatMul")
 def qmatmul(k: KernelContext) -> None:
     """numpy.matmul semantics (1-D operands, broadcast batches); per-column requantisation and bias."""
@@ -575,25 +648,13 @@ def qmatmul(k: KernelContext) -> None:
     a, bm = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     y = k.outputs[0]
-    a_shape = a.shape if len(a.shape) > 1 else (1,) + a.shape
-    b_shape = bm.shape if len(bm.shape) > 1 else bm.shape + (1,)
-    rows, depth, cols = a_shape[-2], a_shape[-1], b_shape[-1]
-    mac = Mac(operand(k, a, k.attrs.a_zero_point, "A"), operand(k, bm, k.attrs.b_zero_point, "B"), depth)
+    a_shape, b_shape = _matrix_shapes(k)
+    plan = matmul_plan(k)
+    rows, depth, cols, mac = plan.rows, plan.depth, plan.cols, plan.mac
+    row_tile, width, madd_width, dual_cols = plan.row_tile, plan.width, plan.madd_width, plan.dual_cols
     acc = mac.acc
     rq = Requant(k.module, k.attrs, y, k.node.name, acc_bound(mac, bias))
-    dual = mac.dual(k.target)
-    lanes = max(1, simd_of(k.target).width // (acc.width // 8))
-    if dual:
-        row_tile, width = 1, 4
-    elif k.target.is_cortex_m:
-        row_tile, width = min(rows, 2), min(cols, 4)
-    else:
-        row_tile, width = min(rows, 4), min(cols, 2 * lanes)
     pairs = (depth + 1) // 2
-    fits = not dual and madd_fits(mac) and row_tile * pairs * 4 <= SCRATCH_BYTES and cols >= 8
-    madd_width = madd_lanes(k.target) if fits else 0
-    per_word = 4 // bm.type.dtype.itemsize
-    dual_cols = cols // per_word * per_word if dual and 2 * depth <= SCRATCH_BYTES else 0
     batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
     steps = (_batch_steps(a_shape, batch, rows * depth), _batch_steps(b_shape, batch, depth * cols),
              [s * rows * cols for s in strides_of(batch)])
@@ -755,10 +816,10 @@ def qmatmul(k: KernelContext) -> None:
                       lambda col0, ncols: tile(base, row0, nrows, col0, ncols, vector_products))
 
     if madd_width:
-        pair_words = b.bitcast(entry_alloca(b, ir.ArrayType(I32, row_tile * pairs)), I32.as_pointer())
+        pair_words = b.bitcast(k.scratch(ir.ArrayType(I32, row_tile * pairs), plan.pair_bytes), I32.as_pointer())
         pair_sums = b.bitcast(entry_alloca(b, ir.ArrayType(acc, row_tile)), acc.as_pointer())
     if dual_cols:
-        row_buffer = b.bitcast(entry_alloca(b, ir.ArrayType(I32, (depth + 1) // 2)), I16.as_pointer())
+        row_buffer = b.bitcast(k.scratch(ir.ArrayType(I32, (depth + 1) // 2), plan.row_bytes), I16.as_pointer())
         row_sum = entry_alloca(b, acc) if mac.fold else None
     with loop_nest(b, batch) as index:
         base = [affine(b, 0, *zip(index, step)) for step in steps]

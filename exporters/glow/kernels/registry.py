@@ -3,6 +3,12 @@
 An emitter receives a ``KernelContext``: the layer's node and attributes, an IRBuilder positioned in
 the layer's own function, typed views of its input/output tensors, and the bundle's math library.
 It writes the loop nest computing the op with every shape baked in as a constant.
+
+A kernel that needs a scratch buffer (QConv's im2col rows, QMatMul's paired rows) declares its size with
+``@workspace("QConv")``: the memory planner then gives the layer that many bytes of the activations
+region, live only during the layer, and the emitter takes them with ``k.scratch(type)`` — so the RAM a
+bundle needs is in ACTIVATIONS_MEM_SIZE, not hidden on the stack. The size function sees the same
+context without a builder or pointers (types and target only).
 """
 
 from __future__ import annotations
@@ -90,14 +96,36 @@ class KernelContext:
     outputs: list[TensorRef | None]
     math: Any        # exporters.glow.llvm.mathlib.MathLib
     target: Any      # exporters.glow.target.Target
+    workspace: ir.Value | None = None    # i8* to the layer's planned scratch bytes (see ``workspace``)
+    workspace_size: int = 0
+    _workspace_used: int = 0
 
     @property
     def module(self) -> ir.Module:
         return self.builder.module
 
+    def scratch(self, typ: ir.Type, size: int) -> ir.Value:
+        """A ``typ*`` to ``size`` bytes of scratch: from the layer's workspace when it has one (16-byte
+        aligned pieces, in request order), else a stack slot in the function's entry block."""
+        b = self.builder
+        if self.workspace is None:
+            current = b.block
+            b.position_at_start(b.function.entry_basic_block)
+            slot = b.alloca(typ)
+            b.position_at_end(current)
+            return slot
+        offset = -(-self._workspace_used // 16) * 16
+        if offset + size > self.workspace_size:
+            raise AssertionError(f"layer '{self.node.name}' ({self.node.op}) asked for {offset + size} bytes of "
+                                 f"workspace, {self.workspace_size} were planned")
+        self._workspace_used = offset + size
+        return b.bitcast(b.gep(self.workspace, [ir.Constant(I32, offset)], inbounds=True), typ.as_pointer())
+
 
 Emitter = Callable[[KernelContext], None]
 _EMITTERS: dict[str, Emitter] = {}
+Sizer = Callable[[KernelContext], int]
+_WORKSPACES: dict[str, Sizer] = {}
 
 
 def emitter(*ops: str) -> Callable[[Emitter], Emitter]:
@@ -120,3 +148,30 @@ def emitted_ops() -> list[str]:
     import pegasus.exporters.glow.kernels  # noqa: F401
 
     return sorted(_EMITTERS)
+
+
+def workspace(*ops: str) -> Callable[[Sizer], Sizer]:
+    """Register the scratch bytes an op's emitter takes with ``KernelContext.scratch`` (a sum of 16-byte
+    aligned pieces)."""
+    def decorate(fn: Sizer) -> Sizer:
+        for op in ops:
+            _WORKSPACES[op] = fn
+        return fn
+    return decorate
+
+
+def workspace_bytes(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
+                    target: Any) -> int:
+    """The workspace ``node``'s emitter needs on ``target`` (0 for ops without one)."""
+    import pegasus.exporters.glow.kernels  # noqa: F401
+
+    sizer = _WORKSPACES.get(node.op)
+    if sizer is None:
+        return 0
+    refs = [[TensorRef(None, t) if t is not None else None for t in types] for types in (types_in, types_out)]
+    return sizer(KernelContext(node, node.attrs, None, refs[0], refs[1], None, target))
+
+
+def piece(size: int) -> int:
+    """Bytes a scratch piece of ``size`` takes in a workspace (pieces start 16-byte aligned)."""
+    return -(-size // 16) * 16

@@ -13,7 +13,9 @@
  *  - HARNESS_BARE_METAL: weights and inputs are linked in (harness_weights / harness_inputs, from the
  *    generated .incbin file); the weights are used in place, from flash. Outputs are printed over
  *    semihosting as hex bytes ("@out INDEX" then lines of hex), and the SysTick ticks spent in the entry
- *    call as "@ticks HEX" (under `qemu -icount shift=0`: instructions / 40 at 25 MHz, / 50 at 20 MHz).
+ *    call as "@ticks HEX" (under `qemu -icount shift=0`: instructions / 40 at 25 MHz, / 50 at 20 MHz),
+ *    and the stack the entry call used as "@stack HEX" (bytes): the 48 KB below the caller's stack pointer
+ *    are painted with a pattern before the call and scanned after it for the deepest overwritten word.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -128,6 +130,37 @@ static void put_tagged_u64(const char *tag, uint64_t value)
     put_hex(big_endian, sizeof big_endian);
 }
 
+#define STACK_PAINT 0x5AC4C0DEu
+#define STACK_PROBE_WORDS (48u * 1024u / 4u) /* below the 64 KB the linker script reserves for the stack */
+
+static inline uintptr_t stack_pointer(void)
+{
+    uintptr_t sp;
+    __asm__ volatile("mov %0, sp" : "=r"(sp));
+    return sp;
+}
+
+/* Paints the words below `sp` (free stack: nothing lives there until the next call). */
+static void __attribute__((noinline)) paint_stack(uintptr_t sp)
+{
+    volatile uint32_t *word = (volatile uint32_t *)(sp & ~(uintptr_t)3u) - STACK_PROBE_WORDS;
+    /* this function's own frame sits just below sp: start painting under it */
+    for (uint32_t i = 0; i < STACK_PROBE_WORDS - 16u; i++) {
+        word[i] = STACK_PAINT;
+    }
+}
+
+/* Bytes between `sp` and the deepest painted word that is no longer the pattern. */
+static uint32_t stack_used(uintptr_t sp)
+{
+    const volatile uint32_t *word = (const volatile uint32_t *)(sp & ~(uintptr_t)3u) - STACK_PROBE_WORDS;
+    uint32_t i = 0;
+    while (i < STACK_PROBE_WORDS - 16u && word[i] == STACK_PAINT) {
+        i++;
+    }
+    return (STACK_PROBE_WORDS - i) * 4u;
+}
+
 int main(void)
 {
     if ((size_t)(harness_weights_end - harness_weights) != HARNESS_CONSTANT_SIZE) {
@@ -138,15 +171,19 @@ int main(void)
         return 2;
     }
     scatter_inputs(harness_inputs);
+    uintptr_t sp = stack_pointer();
+    paint_stack(sp);
     systick_start();
     uint64_t start = systick_now();
     int status = HARNESS_ENTRY((uint8_t *)harness_weights, mutable_mem, activations_mem);
     uint64_t stop = systick_now();
+    uint32_t stack = stack_used(sp);
     for (size_t i = 0; i < OUTPUT_COUNT; i++) {
         put_tagged_u64("@out ", i);
         put_hex(GLOW_GET_ADDR(mutable_mem, outputs[i].offset), outputs[i].size);
     }
     put_tagged_u64("@ticks ", stop - start);
+    put_tagged_u64("@stack ", stack);
     fflush(stdout);
     return status;
 }
