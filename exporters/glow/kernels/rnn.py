@@ -3,10 +3,10 @@
 Mirrors the reference: one shared time loop (``recurrent``) and one cell per op (``CELLS``). Each
 batch entry is an independent recurrence, so the loops run direction (unrolled at compile time: each
 direction has its own activations and time order) → batch entry → time step, and a recurrence keeps
-its state in a few stack buffers (the bundle has no heap and no mutable globals): H (and C for LSTM),
-the gate pre-activations and, for GRU, one more hidden vector. They are allocas in the layer
-function's entry block: (states + gates, + 1 for GRU) x hidden_size floats, 6 KB for an LSTM with
-256 units.
+its state in a few scratch buffers (the bundle has no heap and no mutable globals): H (and C for LSTM),
+the gate pre-activations and one more hidden vector — (states + gates + 1) x hidden_size floats, 6 KB
+for an LSTM with 256 units — in the layer's workspace, which the memory planner places in the
+activations region (``registry.workspace``).
 
 A step first projects the input, ``gates = X_t W^T + Wb``, as the reference does outside the cell;
 the cell then adds ``H R^T`` (the same matrix-vector product helper, contiguous rows, reductions with
@@ -28,7 +28,7 @@ from llvmlite import ir
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.elementwise import UNARY, Arith, compute_dtype, convert, load_as, store_as
 from pegasus.exporters.glow.kernels.linear import affine, entry_alloca, for_tiles
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, piece, workspace
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
@@ -75,10 +75,18 @@ def view(b: ir.IRBuilder, ref: TensorRef, offset: ir.Value | int, count: int) ->
     return TensorRef(ref.address(b, offset), TensorType((count,), ref.type.dtype))
 
 
-def scratch(b: ir.IRBuilder, count: int, dtype: DType) -> TensorRef:
-    """A stack buffer of ``count`` elements, allocated in the function's entry block."""
-    slot = entry_alloca(b, ir.ArrayType(llvm_type(dtype), count))
+def scratch(k: KernelContext, count: int, dtype: DType) -> TensorRef:
+    """A buffer of ``count`` elements from the layer's workspace."""
+    b = k.builder
+    slot = k.scratch(ir.ArrayType(llvm_type(dtype), count), count * dtype.itemsize)
     return TensorRef(b.gep(slot, [const(0), const(0)], inbounds=True), TensorType((count,), dtype))
+
+
+def _buffer_counts(k: KernelContext) -> tuple[DType, int, list[int]]:
+    """The compute type, hidden size and element counts of the scratch buffers: states, gates, spare."""
+    op = get_op(k.node.op)
+    hidden = k.inputs[2].shape[-1]
+    return compute_dtype(k.inputs[0].type.dtype), hidden, [hidden] * op.states + [op.gates * hidden, hidden]
 
 
 @dataclass
@@ -331,6 +339,14 @@ def _only_if(b: ir.IRBuilder, condition: ir.Value | None) -> Iterator[None]:
         yield
 
 
+@workspace(*CELLS)
+def recurrent_workspace(k: KernelContext) -> int:
+    if not k.inputs[0].type.dtype.is_float:
+        return 0
+    dtype, _, counts = _buffer_counts(k)
+    return sum(piece(count * dtype.itemsize) for count in counts)
+
+
 @emitter(*CELLS)
 def recurrent(k: KernelContext) -> None:
     op: type[Recurrent] = get_op(k.node.op)
@@ -338,13 +354,13 @@ def recurrent(k: KernelContext) -> None:
     if not x.type.dtype.is_float:
         raise PegasusError(f"{op.name} on {x.type.dtype.value} is not supported by the Glow exporter (float only)",
                            where=f"layer '{k.node.name}'")
-    b, compute = k.builder, compute_dtype(x.type.dtype)
-    hidden = k.inputs[2].shape[-1]
+    b = k.builder
+    compute, hidden, counts = _buffer_counts(k)
     seq = x.shape[1] if k.attrs.layout else x.shape[0]
     batch = x.shape[0] if k.attrs.layout else x.shape[1]
+    buffers = [scratch(k, count, compute) for count in counts]
     layer = Layer(k, op, Arith(b, compute, k.math), Layout(bool(k.attrs.layout)), seq, hidden,
-                  [scratch(b, hidden, compute) for _ in range(op.states)], scratch(b, op.gates * hidden, compute),
-                  scratch(b, hidden, compute))
+                  buffers[:op.states], buffers[op.states], buffers[op.states + 1])
     for d, (reverse, fns) in enumerate(zip(op.directions(k.attrs), activations(op, k.attrs))):
         with for_range(b, batch, name="entry") as n:
             layer.run(d, reverse, fns, n)
