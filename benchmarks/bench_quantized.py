@@ -59,7 +59,7 @@ def quantized_lenet(scheme: str):
 
 
 def cortex_m7(graph, image) -> dict:
-    from tests.exporters.toolchains import count_instructions_cortex_m
+    from tests.exporters.toolchains import count_instructions_cortex_m, run_cortex_m_detailed
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -68,9 +68,10 @@ def cortex_m7(graph, image) -> dict:
         disassembly = subprocess.run(["arm-none-eabi-objdump", "-d", str(folder / "lenet_mnist.o")],
                                      capture_output=True, text=True).stdout
         instructions = count_instructions_cortex_m(folder, "lenet_mnist", "cortex-m7", {"data": image})
+        stack = run_cortex_m_detailed(folder, "lenet_mnist", "cortex-m7", {"data": image}, {}).stack
     plan = result.plan
     return {"constant": plan.constant_size, "mutable": plan.mutable_size, "activations": plan.activations_size,
-            "code": report["code"], "instructions": instructions,
+            "code": report["code"], "instructions": instructions, "stack": stack,
             "smlad": disassembly.count("smlad"), "report": report}
 
 
@@ -99,14 +100,16 @@ def main() -> None:
     args = parser.parse_args()
     image = heldout_digits()[0][0][None]
     print(f"{'scheme':8s} {'bundle µs':>10s} {'ort QDQ µs':>11s} {'ort/bundle':>10s}   {'CONSTANT':>9s} "
-          f"{'MUTABLE':>8s} {'ACTIV.':>7s} {'code M7':>8s} {'M7 instr.':>11s} {'MAC/instr':>9s} {'SMLAD':>5s}")
+          f"{'MUTABLE':>8s} {'ACTIV.':>7s} {'stack':>6s} {'code M7':>8s} {'M7 instr.':>11s} {'MAC/instr':>9s} "
+          f"{'SMLAD':>5s}")
     for scheme in args.schemes.split(","):
         graph, table, lowered = quantized_lenet(scheme)
         ours, theirs = host_vs_onnxruntime(graph, table, lowered, image, args.runs)
         m7 = {} if args.skip_cortex_m else cortex_m7(lowered, image)
         line = f"{scheme:8s} {ours:10.1f} {theirs:11.1f} {theirs / ours:9.2f}x"
         if m7:
-            line += (f"   {m7['constant']:9,d} {m7['mutable']:8,d} {m7['activations']:7,d} {m7['code']!s:>8s} "
+            line += (f"   {m7['constant']:9,d} {m7['mutable']:8,d} {m7['activations']:7,d} {m7['stack']:6,d} "
+                     f"{m7['code']!s:>8s} "
                      f"{m7['instructions']:11,d} {MACS / m7['instructions']:9.3f} {m7['smlad']:5d}")
         print(line)
     print(f"\nGlow int8 LeNet: CONSTANT {GLOW['constant']:,} MUTABLE {GLOW['mutable']:,} ACTIVATIONS "
