@@ -35,6 +35,10 @@ channels with AVX-512, summed by one tree per tile; QMatMul pairs B's rows k, k 
 them per 128-bit lane and meets them with a broadcast pair of A, formed once per row into the
 workspace, in tiles of 64 (AVX-512), 32, 16 or 8 columns.
 
+A depthwise QConv (one input channel per group, at most 64 taps) needs no im2col: each output channel's
+centred weights are held across its positions and every position sums its taps straight from the input
+(``qconv_direct``).
+
 QMatMul keeps a tile of rows times a vector of columns in registers: each step over the reduction adds
 a centred, broadcast element of A times a row of B (contiguous along its columns). With the DSP
 extension a row of A is first centred into 16-bit pairs in the workspace; B's rows are read a word at a
@@ -516,9 +520,92 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     return [[b.load(slot) for slot in row] for row in slots]
 
 
+#: Most taps a depthwise window may have for ``direct_taps`` (its weights are held across the positions).
+DIRECT_TAPS = 64
+
+
+def direct_taps(cp: ConvPlan) -> bool:
+    """Depthwise-style grouping (one input channel per group): direct taps instead of im2col."""
+    return cp.group > 1 and cp.in_group == 1 and cp.mac.depth <= DIRECT_TAPS
+
+
 @workspace("QConv")
 def qconv_workspace(k: KernelContext) -> int:
-    return piece(conv_plan(k).buffer_bytes)
+    cp = conv_plan(k)
+    return 0 if direct_taps(cp) else piece(cp.buffer_bytes)
+
+
+def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
+    """A depthwise QConv: per output channel, its centred weights ``w̃ = w - zw`` are loaded once, and each
+    output position sums ``x * w̃`` over its taps straight from the input — constant offsets inside the
+    input, a per-tap test on the border (padding reads ``zx``) — then subtracts ``zx * Σ w̃`` (once per
+    channel). The sums wrap in the accumulator type, and their exact total fits it (``Mac.acc``). Cortex-M7,
+    int8 3x3 over 32 channels of 32x32: 6.3 instructions per MAC, requantisation included (im2col: 8.3)."""
+    b, mac = k.builder, cp.mac
+    acc = mac.acc
+    rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(mac, cp.bias))
+    offsets = tap_offsets(cp, axes)
+    kernels = list(itertools.product(*(range(axis.kernel) for axis in axes)))
+    x_strides, y_strides = cp.x.strides, cp.y.strides
+    limits = [axis.interior() for axis in axes]
+    out_strides = strides_of(tuple(axis.out for axis in axes))
+
+    def wide(value: Value, signed: bool) -> Value:
+        return widen(b, value, acc, signed)
+
+    with loop_nest(b, [cp.x.shape[0], cp.y.shape[1]], names="nc") as (batch, chan):
+        row = b.mul(chan, const(mac.depth))
+        weights = [b.sub(wide(cp.w.load(b, affine(b, t, (row, 1))), mac.w.signed), ir.Constant(acc, mac.w.zero_point))
+                   if mac.w.zero_point else wide(cp.w.load(b, affine(b, t, (row, 1))), mac.w.signed)
+                   for t in range(mac.depth)]
+        total_w = weights[0]
+        for weight in weights[1:]:
+            total_w = b.add(total_w, weight)
+        shift = b.mul(total_w, ir.Constant(acc, mac.x.zero_point))
+        x_chan = affine(b, 0, (batch, x_strides[0]), (b.udiv(chan, const(cp.out_group)), x_strides[1]))
+        y_chan = affine(b, 0, (batch, y_strides[0]), (chan, y_strides[1]))
+        with loop_nest(b, [axis.out for axis in axes], names="abcdefgh") as coords:
+            origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
+            inside = None
+            for o, (lo, hi) in zip(coords, limits):
+                ok = b.icmp_unsigned("<", b.sub(o, const(lo)), const(max(0, hi - lo)))
+                inside = ok if inside is None else b.and_(inside, ok)
+
+            def interior() -> Value:
+                base = affine(b, 0, (x_chan, 1), *zip(origins, x_strides[2:]))
+                total = ir.Constant(acc, 0)
+                for weight, offset in zip(weights, offsets):
+                    total = b.add(total, b.mul(wide(cp.x.load(b, affine(b, offset, (base, 1))), mac.x.signed),
+                                               weight))
+                return total
+
+            def border() -> Value:
+                total = ir.Constant(acc, 0)
+                for weight, ks in zip(weights, kernels):
+                    terms, ok_all = [(x_chan, 1)], None
+                    for axis, origin, kk, stride in zip(axes, origins, ks, x_strides[2:]):
+                        at = affine(b, kk * axis.dilation, (origin, 1))
+                        ok = b.icmp_unsigned("<", at, const(axis.size))
+                        ok_all = ok if ok_all is None else b.and_(ok_all, ok)
+                        terms.append((b.select(ok, at, const(0)), stride))
+                    value = wide(cp.x.load(b, affine(b, 0, *terms)), mac.x.signed)
+                    value = b.select(ok_all, value, ir.Constant(acc, mac.x.zero_point))
+                    total = b.add(total, b.mul(value, weight))
+                return total
+
+            with b.if_else(inside, likely=True) as (then, otherwise):
+                with then:
+                    fast, fast_block = interior(), b.block
+                with otherwise:
+                    slow, slow_block = border(), b.block
+            total = b.phi(acc)
+            total.add_incoming(fast, fast_block)
+            total.add_incoming(slow, slow_block)
+            value = b.sub(total, shift)
+            if cp.bias is not None:
+                value = b.add(widen(b, value, I64, True), widen(b, cp.bias.load(b, chan), I64, True))
+            position = affine(b, 0, *zip(coords, out_strides))
+            cp.y.store(b, rq(b, value, chan), affine(b, 0, (y_chan, 1), (position, 1)))
 
 
 @emitter("QConv")
@@ -527,6 +614,9 @@ def qconv(k: KernelContext) -> None:
     cp = conv_plan(k)
     win = Conv.geometry(k.attrs, cp.x.shape, cp.w.shape)
     axes = axes_of(win, cp.x.shape[2:])
+    if direct_taps(cp):
+        qconv_direct(k, cp, axes)
+        return
     taps = Taps.of(k.module, cp, axes)
     rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(cp.mac, cp.bias))
     positions = prod(win.out)
