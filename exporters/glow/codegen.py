@@ -4,8 +4,8 @@ bundle's entry point ``int NAME(uint8_t *constantWeight, uint8_t *mutableWeight,
 
 Each layer function takes typed pointers to its tensors (and an ``i8*`` to its planned workspace, when its
 kernel has one); pointers whose byte ranges overlap no other argument are marked ``noalias`` so LLVM can
-vectorise freely. The module has no globals with mutable
-state and calls nothing outside itself (math functions come from ``llvm.mathlib``).
+vectorise freely. The module has no globals with mutable state and calls nothing outside itself (math
+functions come from ``llvm.mathlib``).
 """
 
 from __future__ import annotations
@@ -21,15 +21,7 @@ from pegasus.exporters.glow.kernels.conv import Epilogue, emit_conv
 from pegasus.exporters.glow.kernels.pool import emit_conv_pool
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type, workspace_bytes
 from pegasus.exporters.glow.llvm.mathlib import MathLib
-from pegasus.exporters.glow.memory_plan import (
-    ACTIVATIONS,
-    CODE,
-    CONSTANT,
-    MUTABLE,
-    Location,
-    MemoryPlan,
-    workspace_name,
-)
+from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
 
@@ -60,7 +52,8 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
     for index, unit in enumerate(plan.layers or single_layers(graph)):
         present = [n for n in unit.inputs + unit.outputs if n]
-        layer = _layer_function(module, graph, plan, index, unit, present)
+        workspace = plan.workspace_of(unit)
+        layer = _layer_function(module, graph, plan, index, unit, present, workspace is not None)
         args = []
         for tensor in present:
             loc = plan.locations[tensor]
@@ -70,7 +63,6 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
             raw = builder.gep(entry.args[REGION_ARG[loc.region]], [ir.Constant(ir.IntType(32), loc.offset)],
                               inbounds=True)
             args.append(builder.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer()))
-        workspace = plan.locations.get(workspace_name(unit))
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[ACTIVATIONS]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
@@ -110,9 +102,8 @@ def _code_constant(module: ir.Module, graph: Graph, tensor: str) -> ir.Value:
 
 
 def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, unit: Layer,
-                    present: list[str]):
+                    present: list[str], workspace: bool):
     types = [llvm_type(graph.type_of(n).dtype).as_pointer() for n in present]
-    workspace = workspace_name(unit) in plan.locations
     types += [BYTE_PTR] if workspace else []
     safe = re.sub(r"\W", "_", unit.op.lower())
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=f"layer{index}_{safe}")

@@ -69,6 +69,14 @@ class MemoryPlan:
     buffers: list[Buffer] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)   # the units planned for, in execution order
 
+    def workspace_of(self, layer: Layer) -> Location | None:
+        """Where ``layer``'s kernel scratch lies in the activations, if it has any."""
+        return self.locations.get(workspace_name(layer))
+
+    def workspaces(self) -> dict[str, int]:
+        """Scratch bytes by layer (its first node's name), for the layers that have some."""
+        return {layer.nodes[0].name: loc.size for layer in self.layers if (loc := self.workspace_of(layer))}
+
 
 def _stack(names: list[str], sizes: dict[str, int], region: str) -> tuple[dict[str, Location], int]:
     offset, placed = 0, {}

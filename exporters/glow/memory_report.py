@@ -97,18 +97,14 @@ def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dic
     return "\n".join(lines) + "\n"
 
 
-def _workspaces(plan: MemoryPlan) -> dict[str, int]:
-    return {buffer.tensors[0].rsplit(":", 1)[0]: buffer.size for buffer in plan.buffers if buffer.workspace}
-
-
 def _workspace_line(plan: MemoryPlan) -> str:
     """Where kernel scratch went: inside the activations (the stack holds registers only)."""
-    workspaces = _workspaces(plan)
+    workspaces = plan.workspaces()
     if not workspaces:
         return "Kernel scratch: none (the layers keep their state in registers)."
     layer, size = max(workspaces.items(), key=lambda item: item[1])
-    return (f"Kernel scratch (im2col rows, paired matrix rows) of {len(workspaces)} layers is planned inside the "
-            f"activations, the largest {size:,} bytes ({layer}).")
+    return (f"Kernel scratch of {len(workspaces)} layers is planned inside the activations, the largest "
+            f"{size:,} bytes ({layer}).")
 
 
 def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str, str]:
@@ -121,7 +117,7 @@ def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str
         "code": sizes.code_size, "code_sections": dict(sorted(sizes.code.items())),
         "data": sizes.data_size, "data_sections": dict(sorted(sizes.data.items())),
         "not_counted_sections": dict(sorted(sizes.other.items())),
-        "kernel_workspaces": _workspaces(plan),
+        "kernel_workspaces": plan.workspaces(),
         **totals,
     }
     return _text(name, plan, sizes, totals), json.dumps(report, indent=2) + "\n"

@@ -59,6 +59,15 @@ class BatchNormalization(OpDef):
         return y + [params[2], params[3]] if attrs.training_mode else y
 
     @staticmethod
+    def affine(attrs: Attrs, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray,
+               var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Inference mode as a per-channel affine map Y = slope * X + offset (float64): what the passes that
+        fold it into a linear layer and the integer lowering use."""
+        scale, bias, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in (scale, bias, mean, var))
+        slope = scale / np.sqrt(var + float(attrs.epsilon))
+        return slope, bias - mean * slope
+
+    @staticmethod
     def reference(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         x, scale, bias, mean, var = inputs
         xa = _acc(x)

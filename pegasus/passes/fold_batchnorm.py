@@ -16,6 +16,7 @@ import numpy as np
 
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor
+from pegasus.ops.normalization import BatchNormalization
 from pegasus.ops.registry import make_attrs
 
 
@@ -23,9 +24,7 @@ def _bn_coefficients(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | 
     params = [graph.value_of(n) for n in bn.inputs[1:5]]
     if any(p is None for p in params):
         return None
-    scale, beta, mean, var = (p.astype(np.float64) for p in params)
-    k = scale / np.sqrt(var + float(bn.attrs.epsilon))
-    return k, beta - mean * k
+    return BatchNormalization.affine(bn.attrs, *params)
 
 
 def _replace_constant(graph: Graph, node: Node, index: int, value: np.ndarray, dtype: np.dtype) -> None:

@@ -58,11 +58,12 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes, padded, reduce_all
-from pegasus.exporters.glow.kernels.linear import _batch_steps, affine, entry_alloca, for_tiles, simd_of
+from pegasus.exporters.glow.kernels.linear import _batch_steps, affine, for_tiles, simd_of
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
     TensorRef,
     emitter,
+    entry_alloca,
     llvm_type,
     piece,
     strides_of,
@@ -355,6 +356,29 @@ class Taps:
         return cls(offsets, channel_table(module, "im2col_taps", offsets, I16 if max(offsets) < (1 << 15) else I32))
 
 
+def window_inside(b: ir.IRBuilder, coords: list[Value], limits: list[tuple[int, int]]) -> Value | None:
+    """Whether every tap of the window at ``coords`` reads inside the input (``Axis.interior`` per axis);
+    None when no axis can cross the padding."""
+    inside = None
+    for o, (lo, hi) in zip(coords, limits):
+        ok = b.icmp_unsigned("<", b.sub(o, const(lo)), const(max(0, hi - lo)))
+        inside = ok if inside is None else b.and_(inside, ok)
+    return inside
+
+
+def tap_at(b: ir.IRBuilder, axes, origins: list[Value], ks: list[Value | int], x_strides,
+           channel: Value) -> tuple[Value, Value]:
+    """(flat input index, inside) of tap ``ks`` of the window at ``origins`` in the plane at ``channel``: the
+    index clamped to 0 along an axis where the tap reads the padding."""
+    terms, inside = [(channel, 1)], None
+    for axis, origin, kk, stride in zip(axes, origins, ks, x_strides[2:]):
+        at = affine(b, 0, (origin, 1), (kk, axis.dilation))
+        ok = b.icmp_unsigned("<", at, const(axis.size))
+        inside = ok if inside is None else b.and_(inside, ok)
+        terms.append((b.select(ok, at, const(0)), stride))
+    return affine(b, 0, *terms), inside
+
+
 def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group: Value, first: Value, count: int,
            buffer: Value, sums: Value | None) -> None:
     """Rows 0..count-1 of the buffer: the centred receptive fields of output positions first.., zeros where
@@ -365,7 +389,6 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group:
     x_strides = cp.x.strides
     depth = cp.mac.depth
     limits = [axis.interior() for axis in axes]
-    checked = [i for i, limit in enumerate(limits) if limit != (0, axes[i].out)]
     acc = cp.mac.acc
 
     with for_range(b, count, name="p") as p:
@@ -398,24 +421,16 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group:
             with for_range(b, cp.in_group, name="ci") as ci:
                 x_chan = affine(b, 0, (batch, x_strides[0]), (group, cp.in_group * x_strides[1]), (ci, x_strides[1]))
                 with loop_nest(b, kernel, names="abcdefgh") as ks:
-                    terms, inside = [(x_chan, 1)], None
-                    for axis, origin, kk, stride in zip(axes, origins, ks, x_strides[2:]):
-                        at = affine(b, 0, (origin, 1), (kk, axis.dilation))
-                        ok = b.icmp_unsigned("<", at, const(axis.size))
-                        inside = ok if inside is None else b.and_(inside, ok)
-                        terms.append((b.select(ok, at, const(0)), stride))
-                    value = b.select(inside, centered(b, cp.x, affine(b, 0, *terms), cp.mac.x), const(0))
+                    flat, inside = tap_at(b, axes, origins, ks, x_strides, x_chan)
+                    value = b.select(inside, centered(b, cp.x, flat, cp.mac.x), const(0))
                     index = affine(b, 0, (ci, prod(kernel)), *zip(ks, strides_of(tuple(kernel))))
                     put(value, cp.slot(b, p, index))
 
-        if not checked:
+        checked = [(o, limit) for o, limit, axis in zip(coords, limits, axes) if limit != (0, axis.out)]
+        inside = window_inside(b, [o for o, _ in checked], [limit for _, limit in checked])
+        if inside is None:
             interior()
         else:
-            inside = None
-            for i in checked:
-                lo, hi = limits[i]
-                ok = b.icmp_unsigned("<", b.sub(coords[i], const(lo)), const(max(0, hi - lo)))
-                inside = ok if inside is None else b.and_(inside, ok)
             with b.if_else(inside) as (then, otherwise):
                 with then:
                     interior()
@@ -446,7 +461,7 @@ def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     accumulator = ir.VectorType(I32, lanes // 2)
     slots = [[zeroed(b, accumulator) for _ in range(count)] for _ in w_rows]
 
-    def piece(first: Value, width: int) -> None:
+    def chunk(first: Value, width: int) -> None:
         size = max(8, width)
         xs = [load_lanes(b, b.gep(buffer, [cp.slot(b, p, first)], inbounds=True), width, True, size)
               for p in range(count)]
@@ -458,14 +473,14 @@ def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     full, rest = divmod(depth, lanes)
     if full:
         with for_range(b, full, name="q") as q:
-            piece(b.mul(q, const(lanes)), lanes)
+            chunk(b.mul(q, const(lanes)), lanes)
     first = full * lanes
     for width in (16, 8):
         if width < lanes and rest >= width:
-            piece(const(first), width)
+            chunk(const(first), width)
             first, rest = first + width, rest - width
     if rest:
-        piece(const(first), rest)
+        chunk(const(first), rest)
     totals = reduce_all(b, [b.load(slot) for row in slots for slot in row])
     return [totals[c * count:(c + 1) * count] for c in range(len(w_rows))]
 
@@ -555,9 +570,9 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
 
     with loop_nest(b, [cp.x.shape[0], cp.y.shape[1]], names="nc") as (batch, chan):
         row = b.mul(chan, const(mac.depth))
-        weights = [b.sub(wide(cp.w.load(b, affine(b, t, (row, 1))), mac.w.signed), ir.Constant(acc, mac.w.zero_point))
-                   if mac.w.zero_point else wide(cp.w.load(b, affine(b, t, (row, 1))), mac.w.signed)
-                   for t in range(mac.depth)]
+        weights = [wide(cp.w.load(b, affine(b, t, (row, 1))), mac.w.signed) for t in range(mac.depth)]
+        if mac.w.zero_point:
+            weights = [b.sub(weight, ir.Constant(acc, mac.w.zero_point)) for weight in weights]
         total_w = weights[0]
         for weight in weights[1:]:
             total_w = b.add(total_w, weight)
@@ -566,10 +581,7 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
         y_chan = affine(b, 0, (batch, y_strides[0]), (chan, y_strides[1]))
         with loop_nest(b, [axis.out for axis in axes], names="abcdefgh") as coords:
             origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
-            inside = None
-            for o, (lo, hi) in zip(coords, limits):
-                ok = b.icmp_unsigned("<", b.sub(o, const(lo)), const(max(0, hi - lo)))
-                inside = ok if inside is None else b.and_(inside, ok)
+            inside = window_inside(b, coords, limits)
 
             def interior() -> Value:
                 base = affine(b, 0, (x_chan, 1), *zip(origins, x_strides[2:]))
@@ -582,14 +594,8 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
             def border() -> Value:
                 total = ir.Constant(acc, 0)
                 for weight, ks in zip(weights, kernels):
-                    terms, ok_all = [(x_chan, 1)], None
-                    for axis, origin, kk, stride in zip(axes, origins, ks, x_strides[2:]):
-                        at = affine(b, kk * axis.dilation, (origin, 1))
-                        ok = b.icmp_unsigned("<", at, const(axis.size))
-                        ok_all = ok if ok_all is None else b.and_(ok_all, ok)
-                        terms.append((b.select(ok, at, const(0)), stride))
-                    value = wide(cp.x.load(b, affine(b, 0, *terms)), mac.x.signed)
-                    value = b.select(ok_all, value, ir.Constant(acc, mac.x.zero_point))
+                    flat, ok = tap_at(b, axes, origins, list(ks), x_strides, x_chan)
+                    value = b.select(ok, wide(cp.x.load(b, flat), mac.x.signed), ir.Constant(acc, mac.x.zero_point))
                     total = b.add(total, b.mul(value, weight))
                 return total
 
@@ -693,12 +699,17 @@ class MatMulPlan:
     dual_cols: int
 
     @property
+    def pairs(self) -> int:
+        """Words of 16-bit pairs a row of A takes (an odd last element pairs with 0)."""
+        return (self.depth + 1) // 2
+
+    @property
     def pair_bytes(self) -> int:
-        return self.row_tile * ((self.depth + 1) // 2) * 4 if self.madd_width else 0
+        return self.row_tile * self.pairs * 4 if self.madd_width else 0
 
     @property
     def row_bytes(self) -> int:
-        return (self.depth + 1) // 2 * 4 if self.dual_cols else 0
+        return self.pairs * 4 if self.dual_cols else 0
 
 
 def _matrix_shapes(k: KernelContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -744,7 +755,7 @@ def qmatmul(k: KernelContext) -> None:
     row_tile, width, madd_width, dual_cols = plan.row_tile, plan.width, plan.madd_width, plan.dual_cols
     acc = mac.acc
     rq = Requant(k.module, k.attrs, y, k.node.name, acc_bound(mac, bias))
-    pairs = (depth + 1) // 2
+    pairs = plan.pairs
     batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
     steps = (_batch_steps(a_shape, batch, rows * depth), _batch_steps(b_shape, batch, depth * cols),
              [s * rows * cols for s in strides_of(batch)])
@@ -909,7 +920,7 @@ def qmatmul(k: KernelContext) -> None:
         pair_words = b.bitcast(k.scratch(ir.ArrayType(I32, row_tile * pairs), plan.pair_bytes), I32.as_pointer())
         pair_sums = b.bitcast(entry_alloca(b, ir.ArrayType(acc, row_tile)), acc.as_pointer())
     if dual_cols:
-        row_buffer = b.bitcast(k.scratch(ir.ArrayType(I32, (depth + 1) // 2), plan.row_bytes), I16.as_pointer())
+        row_buffer = b.bitcast(k.scratch(ir.ArrayType(I32, pairs), plan.row_bytes), I16.as_pointer())
         row_sum = entry_alloca(b, acc) if mac.fold else None
     with loop_nest(b, batch) as index:
         base = [affine(b, 0, *zip(index, step)) for step in steps]

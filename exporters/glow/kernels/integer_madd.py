@@ -67,14 +67,6 @@ def madd(b: ir.IRBuilder, x: Value, w: Value) -> Value:
     return b.call(intrinsic(b.module, INTRINSICS[lanes], vector(I32, lanes // 2), [vector(I16, lanes)] * 2), [x, w])
 
 
-def splat_pair(b: ir.IRBuilder, low: Value, high: Value, lanes: int) -> Value:
-    """<lanes x i16> repeating (low, high), two i32 values that fit 16 bits."""
-    word = b.or_(b.and_(low, ir.Constant(I32, 0xFFFF)), b.shl(high, ir.Constant(I32, 16)))
-    one = b.insert_element(ir.Constant(vector(I32, lanes // 2), None), word, ir.Constant(I32, 0))
-    splat = b.shuffle_vector(one, ir.Constant(one.type, None), mask([0] * (lanes // 2)))
-    return b.bitcast(splat, vector(I16, lanes))
-
-
 def reduce_all(b: ir.IRBuilder, vectors: list[Value]) -> list[Value]:
     """The lane sums of equally long i32 vectors, by a tree that halves every vector and merges pairs
     (one add per two vectors and level instead of a full horizontal sum each)."""

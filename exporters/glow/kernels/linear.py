@@ -28,7 +28,15 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.registry import I32, KernelContext, TensorRef, emitter, llvm_type, strides_of
+from pegasus.exporters.glow.kernels.registry import (
+    I32,
+    KernelContext,
+    TensorRef,
+    emitter,
+    entry_alloca,
+    llvm_type,
+    strides_of,
+)
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import broadcast_shape
@@ -91,15 +99,6 @@ def simd_of(target) -> Simd:
 
 # ----------------------------------------------------------------------------------------------------
 # Arithmetic on explicit vectors
-
-
-def entry_alloca(b: ir.IRBuilder, typ: ir.Type) -> Value:
-    """A stack slot in the function's entry block (where LLVM promotes it to registers)."""
-    current = b.block
-    b.position_at_start(b.function.entry_basic_block)
-    slot = b.alloca(typ)
-    b.position_at_end(current)
-    return slot
 
 
 def affine(b: ir.IRBuilder, offset: int, *terms: tuple[Value | int, int]) -> Value:

@@ -50,7 +50,6 @@ from pegasus.exporters.glow.kernels.linear import (
     Numeric,
     Value,
     affine,
-    entry_alloca,
     for_tiles,
     pieces,
     power_of_two_below,
@@ -59,7 +58,7 @@ from pegasus.exporters.glow.kernels.linear import (
     simd_of,
     vconst,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, strides_of
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, entry_alloca, strides_of
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node

@@ -6,7 +6,7 @@ It writes the loop nest computing the op with every shape baked in as a constant
 
 A kernel that needs a scratch buffer (QConv's im2col rows, QMatMul's paired rows) declares its size with
 ``@workspace("QConv")``: the memory planner then gives the layer that many bytes of the activations
-region, live only during the layer, and the emitter takes them with ``k.scratch(type)`` — so the RAM a
+region, live only during the layer, and the emitter takes them with ``k.scratch(type, size)`` — so the RAM a
 bundle needs is in ACTIVATIONS_MEM_SIZE, not hidden on the stack. The size function sees the same
 context without a builder or pointers (types and target only).
 """
@@ -87,6 +87,20 @@ class TensorRef:
         builder.store(value, self.address(builder, flat))
 
 
+def entry_alloca(b: ir.IRBuilder, typ: ir.Type) -> ir.Value:
+    """A stack slot in the function's entry block (where LLVM promotes it to registers)."""
+    current = b.block
+    b.position_at_start(b.function.entry_basic_block)
+    slot = b.alloca(typ)
+    b.position_at_end(current)
+    return slot
+
+
+def piece(size: int) -> int:
+    """Bytes a scratch piece of ``size`` takes in a workspace (pieces start 16-byte aligned)."""
+    return -(-size // 16) * 16
+
+
 @dataclass
 class KernelContext:
     node: Node
@@ -109,12 +123,8 @@ class KernelContext:
         aligned pieces, in request order), else a stack slot in the function's entry block."""
         b = self.builder
         if self.workspace is None:
-            current = b.block
-            b.position_at_start(b.function.entry_basic_block)
-            slot = b.alloca(typ)
-            b.position_at_end(current)
-            return slot
-        offset = -(-self._workspace_used // 16) * 16
+            return entry_alloca(b, typ)
+        offset = piece(self._workspace_used)
         if offset + size > self.workspace_size:
             raise AssertionError(f"layer '{self.node.name}' ({self.node.op}) asked for {offset + size} bytes of "
                                  f"workspace, {self.workspace_size} were planned")
@@ -171,7 +181,3 @@ def workspace_bytes(node: Node, types_in: list[TensorType | None], types_out: li
     refs = [[TensorRef(None, t) if t is not None else None for t in types] for types in (types_in, types_out)]
     return sizer(KernelContext(node, node.attrs, None, refs[0], refs[1], None, target))
 
-
-def piece(size: int) -> int:
-    """Bytes a scratch piece of ``size`` takes in a workspace (pieces start 16-byte aligned)."""
-    return -(-size // 16) * 16

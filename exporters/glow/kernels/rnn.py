@@ -27,8 +27,16 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.elementwise import UNARY, Arith, compute_dtype, convert, load_as, store_as
-from pegasus.exporters.glow.kernels.linear import affine, entry_alloca, for_tiles
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, piece, workspace
+from pegasus.exporters.glow.kernels.linear import affine, for_tiles
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    TensorRef,
+    emitter,
+    entry_alloca,
+    llvm_type,
+    piece,
+    workspace,
+)
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType

@@ -12,6 +12,7 @@ import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import bits_needed
+from pegasus.ops.normalization import BatchNormalization
 from pegasus.quantized.lower import LoweringContext, integer_rule
 from pegasus.quantized.params import TensorQuant
 from pegasus.quantized.rules.common import fused_output, requant_fields
@@ -135,9 +136,7 @@ def batch_normalization(ctx: LoweringContext, node: Node) -> str | None:
     params = [ctx.value(name) for name in (scale, bias, mean, var)]
     if any(p is None for p in params) or ctx.source.type_of(x).rank < 3:
         return "parameters are not constant" if any(p is None for p in params) else "input has no spatial axes"
-    scale_v, bias_v, mean_v, var_v = (p.astype(np.float64).reshape(-1) for p in params)
-    slope = scale_v / np.sqrt(var_v + node.attrs.epsilon)
-    offset = bias_v - mean_v * slope
+    slope, offset = BatchNormalization.affine(node.attrs, *params)
     xq = ctx.quant(x)
     out, lo, hi = fused_output(ctx, node)
     yq = ctx.quant(out)
