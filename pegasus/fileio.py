@@ -2,7 +2,10 @@
 
 Every file pegasus produces goes through ``atomic_write``/``AtomicFileSet``: data goes to a temporary
 file in the destination folder and is renamed over the target only once complete, so an existing
-file is either untouched or fully replaced.
+file is either untouched or fully replaced. A missing destination folder is created (with its parents)
+when the first file is written into it; commands call ``check_folder``/``check_target`` on every output
+path before any work, so a path that can never be written (a component is a file, a folder is not
+writable) fails at once with one line and nothing written.
 """
 
 from __future__ import annotations
@@ -16,18 +19,50 @@ from pathlib import Path
 from pegasus.errors import PegasusError
 
 
-def check_target(target: str | os.PathLike) -> Path:
-    """Fail early, before any work, if ``target``'s folder does not exist or is not writable."""
+def check_folder(folder: str | os.PathLike, flag: str = "output folder") -> Path:
+    """Fail early, before any work, unless ``folder`` is a writable folder or can be created as one.
+
+    ``flag`` names the option in the error (``--output-dir``). A missing folder is not created here but
+    when the first file is written into it, so a command that fails before writing leaves nothing behind.
+    """
+    folder = Path(folder)
+    _check_creatable(folder, f"{flag} {folder}")
+    return folder
+
+
+def check_target(target: str | os.PathLike, flag: str = "output file") -> Path:
+    """Fail early, before any work, unless ``target`` can be written: its folder exists and is writable,
+    or can be created (``check_folder``), and it is not itself a folder."""
     target = Path(target)
-    _check_dir(target.parent if str(target.parent) else Path("."))
+    if target.is_dir():
+        raise PegasusError(f"{flag} {target} is a folder; give a file name")
+    _check_creatable(_folder_of(target), f"{flag} {target}")
     return target
 
 
-def _check_dir(folder: Path) -> None:
-    if not folder.is_dir():
-        raise PegasusError(f"output folder does not exist: {folder}")
-    if not os.access(folder, os.W_OK):
-        raise PegasusError(f"output folder is not writable: {folder}")
+def _folder_of(target: Path) -> Path:
+    return target.parent if str(target.parent) else Path(".")
+
+
+def _check_creatable(folder: Path, subject: str) -> None:
+    """``folder`` is a writable folder, or its nearest existing ancestor is one (so it can be created)."""
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PegasusError(f"{subject}: {existing} is a file, not a folder" if existing.is_file()
+                           else f"{subject}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PegasusError(f"{subject}: folder {existing} is not writable")
+
+
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` and its missing parents for a file about to be written there."""
+    _check_creatable(folder, f"output folder {folder}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PegasusError(f"cannot create output folder {folder}: {exc.strerror or exc}") from exc
 
 
 class AtomicFileSet:
@@ -38,8 +73,8 @@ class AtomicFileSet:
 
     def stage(self, target: str | os.PathLike, data: bytes | str) -> None:
         target = Path(target)
-        folder = target.parent if str(target.parent) else Path(".")
-        _check_dir(folder)
+        folder = _folder_of(target)
+        _make_folder(folder)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -79,8 +114,8 @@ def atomic_write(target: str | os.PathLike, data: bytes | str) -> None:
 def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Give a temporary path for a library that writes files itself; renamed to target on success."""
     target = Path(target)
-    folder = target.parent if str(target.parent) else Path(".")
-    _check_dir(folder)
+    folder = _folder_of(target)
+    _make_folder(folder)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or target.suffix, dir=folder)
     os.close(fd)
     try:

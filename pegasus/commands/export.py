@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from pegasus.errors import PegasusError
+from pegasus.fileio import check_folder, check_target
 from pegasus.ir import serialize
 
 TARGETS = ("x86_64", "i386", "arm", "aarch64")
@@ -21,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                             description="Compile the model with LLVM into a Glow-format bundle in --output-path.")
     glow.add_argument("--model", required=True, help="the model's .json file")
     glow.add_argument("--model-data", required=True, help="the model's .data file")
-    glow.add_argument("--output-path", required=True, help="folder for the bundle files (must exist)")
+    glow.add_argument("--output-path", required=True, help="folder for the bundle files (created if missing)")
     glow.add_argument("--network-name", help="bundle name: file names, entry point and macro prefix "
                                              "(default: the model's stem, as a C identifier)")
     glow.add_argument("--target", help=f"CPU architecture: {', '.join(TARGETS)} (default: the host)")
@@ -60,9 +61,10 @@ def run_glow(args: argparse.Namespace) -> int:
     target = resolve_target(args.target, args.mcpu, args.float_abi, args.relocation_model)
     if args.bundle_api not in ("static", "dynamic"):
         raise PegasusError(f"unknown --bundle-api '{args.bundle_api}' (valid: static, dynamic)")
-    out_dir = Path(args.output_path)
-    if not out_dir.is_dir():
-        raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
+    out_dir = check_folder(args.output_path, "--output-path")
+    for flag, path in (("--dump-graph-DAG", args.dump_graph_dag), ("--dump-memory-plan", args.dump_memory_plan)):
+        if path:
+            check_target(path, flag)
     graph = serialize.load(args.model, args.model_data)
     if args.dtype == "quantized":
         from pegasus.commands.quantized_model import lower_model

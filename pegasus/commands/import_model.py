@@ -35,7 +35,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                                                    "int16, uint16, int32, int64 (default: as the model declares)")
     parser.add_argument("--define-symbol", action="append", default=[], metavar="NAME=VALUE",
                         help="value of a symbolic dimension (e.g. N=1 or unk__286=1); repeat for several")
-    parser.add_argument("--output-model", help="the .json file to write (default: MODEL_STEM.json here)")
+    parser.add_argument("--output-model", help="the .json file to write (default: MODEL_STEM.json here; a missing "
+                                                "folder is created)")
     parser.add_argument("--output-data", help="the .data file to write (default: MODEL_STEM.data here)")
     parser.add_argument("--no-optimize", action="store_true",
                         help="skip folding/fusion passes (still infers shapes); for debugging an import")
@@ -97,7 +98,7 @@ def run_onnx(args: argparse.Namespace) -> int:
     from pegasus.importers.onnx.loader import declared_batches, import_onnx, load_model
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path), check_target(data_path)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     model = load_model(args.model)
     inputs = args.inputs.split() if args.inputs else None
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, declared_batches(model, inputs))

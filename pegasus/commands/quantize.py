@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pegasus.errors import PegasusError
+from pegasus.fileio import check_folder, check_target
 from pegasus.ir import serialize
 from pegasus.runtime import samples
 from pegasus.runtime.inputmeta import load_input_meta
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     graph = serialize.load(args.model, args.model_data)
     meta = load_input_meta(args.with_input_meta)
     model_path = Path(args.model)
-    target = Path(args.model_quantize) if args.model_quantize else _default_table_path(model_path)
+    target = check_target(args.model_quantize or _default_table_path(model_path), "--model-quantize")
+    if args.report:
+        check_folder(args.report, "--report")
     if args.hybrid and not args.model_quantize:
         raise PegasusError("--hybrid needs --model-quantize: the .quantize file with your customized_quantize_layers")
     if args.hybrid and not target.is_file():

@@ -28,8 +28,10 @@ def test_bad_target_flags(demo_model, tmp_path, flags, fragments):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_missing_output_dir(demo_model, tmp_path):
-    assert_one_line_error(export(demo_model, tmp_path / "nope"), "--output-path", "nope")
+def test_output_dir_under_a_file(demo_model, tmp_path):
+    (tmp_path / "blocker").write_text("a file")
+    assert_one_line_error(export(demo_model, tmp_path / "blocker" / "out"), "--output-path", "blocker is a file")
+    assert [p.name for p in tmp_path.iterdir()] == ["blocker"]
 
 
 def test_op_without_emitter_is_named_with_its_layer(demo_model, tmp_path, monkeypatch, capsys):

@@ -105,9 +105,11 @@ def test_failed_import_leaves_existing_files_untouched(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.data", "out.json"]
 
 
-def test_unwritable_output_folder(tmp_path, demo_onnx):
-    result = run_cli("import", "onnx", "--model", demo_onnx, "--output-model", tmp_path / "missing" / "x.json")
-    assert_one_line_error(result, "output folder does not exist")
+def test_output_folder_under_a_file(tmp_path, demo_onnx):
+    (tmp_path / "blocker").write_text("a file")
+    result = run_cli("import", "onnx", "--model", demo_onnx, "--output-model", tmp_path / "blocker" / "x.json")
+    assert_one_line_error(result, "--output-model", "blocker is a file, not a folder")
+    assert [p.name for p in tmp_path.iterdir()] == ["blocker"]
 
 
 def test_verbose_shows_traceback(tmp_path):
