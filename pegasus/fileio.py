@@ -56,13 +56,15 @@ def _check_creatable(folder: Path, subject: str) -> None:
         raise PegasusError(f"{subject}: folder {existing} is not writable")
 
 
-def _make_folder(folder: Path) -> None:
+def make_folder(folder: str | os.PathLike) -> Path:
     """Create ``folder`` and its missing parents for a file about to be written there."""
+    folder = Path(folder)
     _check_creatable(folder, f"output folder {folder}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PegasusError(f"cannot create output folder {folder}: {exc.strerror or exc}") from exc
+    return folder
 
 
 class AtomicFileSet:
@@ -74,7 +76,7 @@ class AtomicFileSet:
     def stage(self, target: str | os.PathLike, data: bytes | str) -> None:
         target = Path(target)
         folder = _folder_of(target)
-        _make_folder(folder)
+        make_folder(folder)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -115,7 +117,7 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Give a temporary path for a library that writes files itself; renamed to target on success."""
     target = Path(target)
     folder = _folder_of(target)
-    _make_folder(folder)
+    make_folder(folder)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or target.suffix, dir=folder)
     os.close(fd)
     try:

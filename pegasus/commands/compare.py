@@ -6,9 +6,9 @@ for a .quantize file that already exists (e.g. after editing it)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from pegasus.errors import PegasusError
+from pegasus.fileio import check_folder
 from pegasus.ir import serialize
 from pegasus.runtime import samples
 from pegasus.runtime.inputmeta import load_input_meta
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--batch-size", args.batch_size), ("--iterations", args.iterations)):
         if value is not None and value < 1:
             raise PegasusError(f"{flag} must be at least 1, got {value}")
+    out_dir = check_folder(args.output_dir, "--output-dir")
     graph = serialize.load(args.model, args.model_data)
     table = load_table(args.model_quantize, graph, serialize.graph_digest(graph))
     if table.customized_layers and not any(node.op == "DtypeConverter" for node in graph.nodes):
@@ -44,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
                            "pegasus quantize --hybrid and pass --model NAME.quantize.json")
     meta = load_input_meta(args.with_input_meta)
     feeds = samples.iterate_samples(graph, meta, batch_size=args.batch_size, iterations=args.iterations)
-    compare.write_report(graph, table, feeds, Path(args.output_dir))
+    compare.write_report(graph, table, feeds, out_dir)
     return 0

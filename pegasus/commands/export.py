@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from pegasus.errors import PegasusError
-from pegasus.fileio import check_folder, check_target
+from pegasus.fileio import check_folder, check_target, make_folder
 from pegasus.ir import serialize
 
 TARGETS = ("x86_64", "i386", "arm", "aarch64")
@@ -29,7 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--mcpu", help=f"CPU: {', '.join(MCPUS)} (default: cortex-m7 for arm, cortex-a53 for "
                                      "aarch64, generic for x86)")
     glow.add_argument("--float-abi", help="soft or hard (default: hard where the CPU has an FPU)")
-    glow.add_argument("--relocation-model", default="static", help="static (default) or pic")
+    glow.add_argument("--relocation-model", help="pic (default for x86_64, i386, aarch64: links into PIE and non-PIE "
+                                                 "programs and shared libraries) or static (default for arm: "
+                                                 "Cortex-M firmware)")
     glow.add_argument("--bundle-api", default="static", help="static (default): offsets as macros; dynamic: also "
                                                              "a BundleConfig NAME_config with a symbol table")
     glow.add_argument("--no-fuse", dest="fuse", action="store_false",
@@ -75,7 +77,7 @@ def run_glow(args: argparse.Namespace) -> int:
     elif args.quantized_io or args.model_quantize:
         raise PegasusError("--model-quantize and --quantized-io need --dtype quantized")
     name = c_identifier(args.network_name or Path(args.model).stem)
-    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api, fuse=args.fuse)
+    result = export_bundle(graph, make_folder(out_dir), name, target, bundle_api=args.bundle_api, fuse=args.fuse)
     if args.dump_graph_dag:
         from pegasus.exporters.glow.graph_dot import write_dot
 

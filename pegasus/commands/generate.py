@@ -124,7 +124,8 @@ def relative_to_folder(path: Path, folder: Path) -> str:
 def run_inputmeta(args: argparse.Namespace) -> int:
     json_path = Path(args.model)
     graph = serialize.load(json_path)
-    target = check_target(args.input_meta_output or json_path.with_name(f"{json_path.stem}_inputmeta.yml"))
+    target = check_target(args.input_meta_output or json_path.with_name(f"{json_path.stem}_inputmeta.yml"),
+                          "--input-meta-output")
     layout = model_layout(json_path)
     ports = [default_port(name, list(graph.type_of(name).shape), graph.type_of(name).dtype.value, layout)
              for name in graph.inputs]

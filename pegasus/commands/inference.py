@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pegasus.errors import PegasusError
+from pegasus.fileio import check_folder
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.runtime import interpreter, samples
@@ -35,7 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--postprocess", choices=POSTPROCESS_CHOICES, default="classification_classic",
                         help="print_topn: top-5 of each output; dump_result: .tensor files of inputs and outputs "
                              "+ outputs.npz; classification_classic: both (default)")
-    parser.add_argument("--output-dir", default=".", help="where dumps go (default: current directory)")
+    parser.add_argument("--output-dir", default=".", help="where dumps go (created if missing; default: current "
+                                                          "directory)")
     parser.add_argument("--device", choices=("CPU",), default="CPU", help="accepted for Acuity compatibility")
     parser.set_defaults(run=run)
 
@@ -58,11 +59,9 @@ def model_for(args: argparse.Namespace) -> tuple[Graph, Graph]:
 
 def run(args: argparse.Namespace) -> int:
     _, graph = model_for(args)
-    out_dir = Path(args.output_dir)
     dump = args.postprocess in ("dump_result", "classification_classic")
     show = args.postprocess in ("print_topn", "classification_classic")
-    if dump and not out_dir.is_dir():
-        raise PegasusError(f"--output-dir does not exist: {out_dir}")
+    out_dir = check_folder(args.output_dir, "--output-dir") if dump else Path(args.output_dir)
     stacked: dict[str, list[np.ndarray]] = {name: [] for name in graph.outputs}
     for index, feeds in enumerate(iterate_samples(args, graph)):
         results = interpreter.run(graph, feeds)

@@ -281,7 +281,8 @@ def test_generate_errors(capsys, lenet, adder, two_channel, tmp_path, rgb_sample
         ((lenet, DEMO_DATASET, "--channel-mean-value", "128 128 128 0.0078125"), ("input 'data'", "needs 2 values")),
         ((lenet, DEMO_DATASET, "--channel-mean-value", "0 one"), ("input 'data'", "expected numbers")),
         ((folder / "nope.json", DEMO_DATASET), ("model file not found", "nope.json")),
-        ((lenet, DEMO_DATASET, "--input-meta-output", folder / "no_dir" / "m.yml"), ("output folder does not exist",)),
+        ((lenet, DEMO_DATASET, "--input-meta-output", folder / "a.png" / "m.yml"),
+         ("--input-meta-output", "a.png is a file, not a folder")),
     ]
     before = {p.name for p in folder.iterdir()}
     model_dirs = {m: {p.name for p in m.parent.iterdir()} for m in (lenet, adder, two_channel)}
