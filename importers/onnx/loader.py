@@ -1,14 +1,15 @@
 """Import an ONNX model into the pegasus IR.
 
 Steps: read and check the file; fix every input's static shape (``--input-size-list``,
-``--define-symbol``); cut the subgraph between ``--inputs`` and ``--outputs``; list every unsupported
-op in one error; convert node by node through the converter registry (types inferred and constant
-subgraphs folded as we go); then run the import passes.
+``--define-symbol``; a symbolic or unknown batch on axis 0 defaults to 1, with a note); cut the subgraph
+between ``--inputs`` and ``--outputs``; list every unsupported op in one error; convert node by node
+through the converter registry (types inferred and constant subgraphs folded as we go); then run the
+import passes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -63,9 +64,17 @@ def _declared_dims(value_info: onnx.ValueInfoProto) -> list[int | str | None]:
     return dims
 
 
+DEFAULT_BATCH = 1
+
+
 def _resolve_shape(name: str, declared: list[int | str | None], given: Sequence[int] | None,
-                   symbols: Mapping[str, int]) -> tuple[int, ...]:
-    """The static shape of one input from its declaration, --input-size-list and --define-symbol."""
+                   symbols: Mapping[str, int], batches: dict[str | None, list[str]]) -> tuple[int, ...]:
+    """The static shape of one input from its declaration, --input-size-list and --define-symbol.
+
+    A symbolic or unknown dimension on axis 0 is the batch (tf2onnx writes ``unk__123`` there): unless
+    --define-symbol sets it, it is ``DEFAULT_BATCH``, and the input is listed under its symbol (None when
+    unnamed) in ``batches`` so the caller can say so once per symbol. On any other axis it is an error.
+    """
     if given is not None:
         return tuple(int(d) for d in given)
     shape = []
@@ -74,6 +83,9 @@ def _resolve_shape(name: str, declared: list[int | str | None], given: Sequence[
             shape.append(dim)
         elif isinstance(dim, str) and dim in symbols:
             shape.append(int(symbols[dim]))
+        elif axis == 0 and (dim is None or isinstance(dim, str)):
+            batches.setdefault(dim, []).append(name)
+            shape.append(DEFAULT_BATCH)
         elif isinstance(dim, str):
             raise PegasusError(f"input '{name}' has symbolic dimension '{dim}' (axis {axis}): set it with "
                                f"--define-symbol {dim}=VALUE or give the shape with --input-size-list")
@@ -116,12 +128,14 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
                 input_dtypes: Sequence[DType | None] | None = None,
                 symbols: Mapping[str, int] | None = None,
                 constant_inputs: Mapping[str, np.ndarray] | None = None,
-                name: str | None = None, optimize: bool = True) -> Graph:
+                name: str | None = None, optimize: bool = True,
+                note: Callable[[str], None] | None = None) -> Graph:
     """Convert an ONNX model to a verified pegasus Graph.
 
     ``inputs``/``outputs`` cut a subgraph (tensor names). ``input_shapes``/``input_dtypes`` are per
     graph input, in order (None keeps the declared one). ``constant_inputs`` binds graph inputs to
-    values known at compile time (they become constants and fold away).
+    values known at compile time (they become constants and fold away). ``note`` receives one line per
+    choice made for the user, e.g. ``input_1: batch unk__123 = 1`` for a symbolic batch.
     """
     if isinstance(model, (str, Path)):
         name = name or Path(model).stem
@@ -163,13 +177,14 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
 
     graph = Graph(name or onnx_graph.name or "model")
     builder = GraphBuilder(graph)
+    batches: dict[str | None, list[str]] = {}  # defaulted batch symbol (None: unnamed) -> the inputs using it
     for index, input_name in enumerate(input_names):
         info = known.get(input_name)
         if input_name in constant_inputs:
             builder.set_constant(input_name, np.asarray(constant_inputs[input_name]))
             continue
         given = input_shapes[index] if input_shapes else None
-        shape = _resolve_shape(input_name, _declared_dims(info) if info else [], given, symbols)
+        shape = _resolve_shape(input_name, _declared_dims(info) if info else [], given, symbols, batches)
         dtype = input_dtypes[index] if input_dtypes and input_dtypes[index] else None
         if dtype is None:
             if info is None or not info.type.HasField("tensor_type"):
@@ -179,6 +194,8 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
             except TypeError as exc:
                 raise PegasusError(f"input '{input_name}': {exc}") from None
         builder.add_input(input_name, TensorType(shape, dtype))
+    for symbol, names in batches.items() if note else ():
+        note(f"{', '.join(names)}: {f'batch {symbol}' if symbol else 'unknown batch'} = {DEFAULT_BATCH}")
 
     stop_at = set(input_names)
     node_indices = _needed_nodes(onnx_graph, output_names, stop_at)

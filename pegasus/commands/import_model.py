@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from pegasus.errors import PegasusError
@@ -104,7 +105,8 @@ def run_onnx(args: argparse.Namespace) -> int:
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, declared_batches(model, inputs))
     graph = import_onnx(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
                         input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list),
-                        symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize)
+                        symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize,
+                        note=lambda line: print(line, file=sys.stderr))
     source = {"framework": "onnx", "file": Path(args.model).name, "opset": _opset(model)}
     serialize.save(graph, json_path, data_path, source)
     print(f"imported {args.model}: {len(graph.nodes)} layers, {len(graph.constants())} constant tensors "

@@ -81,12 +81,12 @@ def test_shape_conflict(tmp_path):
 
 def test_undefined_symbol_then_defined(tmp_path):
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
-    model = model_with(nodes, [tensor("x", ["N", 3])], [tensor("y", ["N", 3])])
+    model = model_with(nodes, [tensor("x", [2, "N"])], [tensor("y", [2, "N"])])
     path = save(model, tmp_path / "m.onnx")
-    assert_one_line_error(import_model(path, tmp_path), "'N'", "--define-symbol")
+    assert_one_line_error(import_model(path, tmp_path), "'N'", "axis 1", "--define-symbol")
     ok = import_model(path, tmp_path, "--define-symbol", "N=4")
     assert ok.code == 0, ok.stderr
-    assert json.loads((tmp_path / "out.json").read_text())["inputs"][0]["shape"] == [4, 3]
+    assert json.loads((tmp_path / "out.json").read_text())["inputs"][0]["shape"] == [2, 4]
 
 
 def test_unknown_output_name(tmp_path, demo_onnx):
