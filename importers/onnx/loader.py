@@ -16,15 +16,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from pegasus.errors import NeedsConstantError, PegasusError, UnsupportedOpsError
+from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
+from pegasus.importers.common.converters import convert_nodes
 from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
-from pegasus.importers.onnx.registry import OnnxContext, OnnxNode, find_converter
+from pegasus.importers.onnx.registry import TABLE, OnnxContext, OnnxNode
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import TensorType
-from pegasus.ops.registry import ShapeError
 from pegasus.passes.pipeline import run_import_passes
 
 MIN_OPSET = 7
@@ -110,18 +110,6 @@ def _needed_nodes(graph: onnx.GraphProto, outputs: Sequence[str], stop_at: set[s
     return sorted(needed)
 
 
-def _check_supported(nodes: list[OnnxNode], opset: int) -> None:
-    problems: dict[str, str] = {}
-    for node in nodes:
-        if find_converter(node.op_type, opset, node.domain) is None:
-            key = f"{node.domain}::{node.op_type}"
-            if key not in problems:
-                domain = f" (domain {node.domain})" if node.domain else ""
-                problems[key] = f"{node.op_type}{domain} at node '{node.name}' (opset {opset})"
-    if problems:
-        raise UnsupportedOpsError(list(problems.values()))
-
-
 def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | None = None,
                 outputs: Sequence[str] | None = None,
                 input_shapes: Sequence[Sequence[int] | None] | None = None,
@@ -200,7 +188,7 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
     stop_at = set(input_names)
     node_indices = _needed_nodes(onnx_graph, output_names, stop_at)
     nodes = [OnnxNode.from_proto(onnx_graph.node[i], i) for i in node_indices]
-    _check_supported(nodes, opset)
+    TABLE.check_supported(nodes, opset)
     for init_name in {n for node in nodes for n in node.inputs} | set(output_names):
         if init_name in initializers and init_name not in stop_at:
             try:
@@ -208,21 +196,7 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
             except TypeError as exc:
                 raise PegasusError(f"initializer '{init_name}': {exc}") from None
 
-    ctx = OnnxContext(builder, opset)
-    for node in nodes:
-        missing = [n for n in node.inputs if n and not builder.has(n)]
-        if missing:
-            raise PegasusError(f"node '{node.name}' ({node.op_type}) reads '{missing[0]}', which nothing defines")
-        try:
-            find_converter(node.op_type, opset, node.domain)(ctx, node)
-        except NeedsConstantError:
-            raise
-        except ShapeError as exc:
-            raise PegasusError(f"{node.op_type} node '{node.name}' (opset {opset}): {exc}") from exc
-        except PegasusError as exc:
-            if exc.where is None and f"'{node.name}'" not in exc.message:
-                raise PegasusError(f"{node.op_type} node '{node.name}' (opset {opset}): {exc.message}") from exc
-            raise
+    convert_nodes(TABLE, OnnxContext(builder, opset), nodes, opset)
     graph.outputs = output_names
     for out in output_names:
         if not builder.has(out):

@@ -1,0 +1,1 @@
+"""What every importer shares: the converter mechanism and the channels-last conventions."""
