@@ -47,9 +47,9 @@ def insert_converters(graph: Graph, model: Scheme, custom: dict[str, str]) -> Gr
                 continue
             key = (name, target)
             if key not in converted:
-                out = hybrid.unique_name(f"{name}_to_{target.replace('-', '_')}")
+                out = hybrid.unique_tensor_name(f"{name}_to_{target.replace('-', '_')}")
                 hybrid.tensors[out] = Tensor(out, hybrid.type_of(name))
-                layer = hybrid.unique_name(f"dtype_converter_{name}_{target.replace('-', '_')}")
+                layer = hybrid.unique_node_name(f"dtype_converter_{name}_{target.replace('-', '_')}")
                 nodes.append(Node(layer, "DtypeConverter",
                                   make_attrs("DtypeConverter", from_precision=source, to_precision=target),
                                   [name], [out]))

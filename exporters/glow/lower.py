@@ -26,16 +26,16 @@ def materialize_outputs(graph: Graph) -> bool:
         tensor = graph.tensors[name]
         if tensor.is_constant and name not in graph.outputs[:position]:
             # the placeholder keeps the output's name; the constant moves aside
-            source = graph.unique_name(f"{name}_value")
+            source = graph.unique_tensor_name(f"{name}_value")
             graph.tensors[source] = Tensor.constant(source, tensor.data)
             for node in graph.nodes:
                 node.inputs = [source if n == name else n for n in node.inputs]
             target = name
         else:
-            source, target = name, graph.unique_name(f"{name}_copy")
+            source, target = name, graph.unique_tensor_name(f"{name}_copy")
             graph.outputs[position] = target
         graph.tensors[target] = Tensor(target, tensor.type)
-        graph.nodes.append(Node(graph.unique_name(f"{target}_output_copy"), "Identity", make_attrs("Identity"),
+        graph.nodes.append(Node(graph.unique_node_name(f"{target}_output_copy"), "Identity", make_attrs("Identity"),
                                 [source], [target]))
         changed = True
     return changed

@@ -4,6 +4,10 @@ Every importer emits registry ops through ``GraphBuilder.emit``. Each new node's
 inferred at once, and when all its inputs are constants the node is evaluated with the reference
 kernel and replaced by its result. That is what makes shape chains (Shape → Gather → Concat →
 Reshape) collapse during import, so converters can ask for a parameter with ``constant()``.
+
+Layer and tensor names are separate namespaces: a layer may be called like any tensor. A tensor the
+builder named itself (an extra output, a constant) steps aside when a later layer's output is given
+that name explicitly, so the model's own names always win.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class GraphBuilder:
     def __init__(self, graph: Graph, *, fold: bool = True):
         self.graph = graph
         self.fold = fold
+        self._invented: set[str] = set()  # tensor names this builder made up (not the model's)
 
     # ---- tensors -------------------------------------------------------------------------------
     def add_input(self, name: str, ttype: TensorType) -> None:
@@ -59,7 +64,18 @@ class GraphBuilder:
         self.graph.inputs.append(name)
 
     def add_constant(self, base: str, array: np.ndarray) -> str:
-        return self.graph.add_constant(base, np.asarray(array))
+        name = self.graph.add_constant(base, np.asarray(array))
+        self._invented.add(name)
+        return name
+
+    def _claim(self, name: str) -> None:
+        """Free tensor name ``name`` for an output the caller named: a tensor this builder invented under that
+        name is renamed (a name the model itself uses twice is left for ``verify`` to report)."""
+        if name in self._invented and name in self.graph.tensor_names():
+            self._invented.discard(name)
+            aside = self.graph.unique_tensor_name(name)
+            self.graph.rename_tensor(name, aside)
+            self._invented.add(aside)
 
     def set_constant(self, name: str, array: np.ndarray) -> None:
         self.graph.tensors[name] = Tensor.constant(name, np.asarray(array))
@@ -93,10 +109,15 @@ class GraphBuilder:
         given = len(inputs)
         if given < lo or (hi is not None and given > hi):
             raise PegasusError(f"layer '{name}' ({op}) takes {lo}..{hi if hi is not None else 'n'} inputs, got {given}")
-        node_name = self.graph.unique_name(name) if any(n.name == name for n in self.graph.nodes) else name
+        node_name = self.graph.unique_node_name(name)
         if outputs is None:
-            outputs = [self.graph.unique_name(node_name if num_outputs == 1 else f"{node_name}_out{i}")
+            outputs = [self.graph.unique_tensor_name(node_name if num_outputs == 1 else f"{node_name}_out{i}")
                        for i in range(num_outputs)]
+            self._invented.update(outputs)
+        else:
+            for out in outputs:
+                if out:
+                    self._claim(out)
         types = [self.graph.type_of(n) if n else None for n in inputs]
         out_types = infer_node(opdef, attrs, types, node_name)
         outputs = list(outputs)

@@ -3,12 +3,17 @@
 Nodes refer to tensors by name, which is what NAME.json, NAME.quantize and dumps use too. An empty
 string in ``Node.inputs`` marks an omitted optional input (as in ONNX). The graph owns every tensor's
 type; constants carry their value. Passes edit the graph in place and then call ``verify``.
+
+Layer names and tensor names are two separate namespaces, as in ONNX, TFLite, Keras and TorchScript:
+tf2onnx calls the last layer ``Identity`` next to the output tensor ``Identity``. New names are drawn
+from one namespace only (``unique_tensor_name`` / ``unique_node_name``), so a graph output keeps its
+name whatever the layers are called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -46,17 +51,25 @@ class Graph:
         tensor = self.tensors.get(name)
         return None if tensor is None else tensor.data
 
-    def unique_name(self, base: str) -> str:
-        taken = set(self.tensors) | {node.name for node in self.nodes}
-        if base not in taken:
-            return base
-        i = 1
-        while f"{base}_{i}" in taken:
-            i += 1
-        return f"{base}_{i}"
+    def tensor_names(self) -> set[str]:
+        """Every tensor name in use: typed tensors, graph inputs and outputs, and layers' inputs and outputs."""
+        names = set(self.tensors) | set(self.inputs) | set(self.outputs)
+        for node in self.nodes:
+            names.update(node.inputs)
+            names.update(node.outputs)
+        names.discard("")
+        return names
+
+    def unique_tensor_name(self, base: str) -> str:
+        """``base``, or ``base_N`` if a tensor (or a graph output still to be produced) has that name."""
+        return _fresh(base, self.tensor_names())
+
+    def unique_node_name(self, base: str) -> str:
+        """``base``, or ``base_N`` if a layer has that name (tensor names do not matter)."""
+        return _fresh(base, {node.name for node in self.nodes})
 
     def add_constant(self, base: str, array: np.ndarray) -> str:
-        name = self.unique_name(base)
+        name = self.unique_tensor_name(base)
         self.tensors[name] = Tensor.constant(name, array)
         return name
 
@@ -79,6 +92,16 @@ class Graph:
             for name in node.present_inputs():
                 uses.setdefault(name, []).append(node)
         return uses
+
+    def rename_tensor(self, old: str, new: str) -> None:
+        """Give tensor ``old`` the name ``new`` everywhere: its entry, its producer, its readers, the graph's
+        inputs and outputs."""
+        if old in self.tensors:
+            self.tensors[new] = replace(self.tensors.pop(old), name=new)
+        for node in self.nodes:
+            node.outputs = [new if name == old else name for name in node.outputs]
+        self.inputs = [new if name == old else name for name in self.inputs]
+        self.rename_uses(old, new)
 
     def rename_uses(self, old: str, new: str) -> None:
         """Make every reader of tensor ``old`` (nodes and graph outputs) read ``new`` instead."""
@@ -130,3 +153,12 @@ class Graph:
                     if parent is not None and state.get(id(parent)) != 2:
                         stack.append((parent, False))
         self.nodes = order
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    if base not in taken:
+        return base
+    i = 1
+    while f"{base}_{i}" in taken:
+        i += 1
+    return f"{base}_{i}"

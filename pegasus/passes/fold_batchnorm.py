@@ -66,13 +66,13 @@ def _fold_into_matmul(graph: Graph, matmul: Node, k: np.ndarray, shift: np.ndarr
     if weight is None or weight.ndim != 2 or graph.type_of(matmul.outputs[0]).rank != 2:
         return False
     _replace_constant(graph, matmul, 1, weight * k[None, :], weight.dtype)
-    product = graph.unique_name(f"{matmul.outputs[0]}_scaled")
+    product = graph.unique_tensor_name(f"{matmul.outputs[0]}_scaled")
     result = matmul.outputs[0]
     graph.tensors[product] = Tensor(product, graph.type_of(result))
     matmul.outputs = [product]
     offset = graph.add_constant(f"{matmul.name}_bn_shift", shift.astype(weight.dtype))
     index = graph.nodes.index(matmul)
-    graph.nodes.insert(index + 1, Node(graph.unique_name(f"{matmul.name}_bn_add"), "Add", make_attrs("Add"),
+    graph.nodes.insert(index + 1, Node(graph.unique_node_name(f"{matmul.name}_bn_add"), "Add", make_attrs("Add"),
                                        [product, offset], [result]))
     return True
 

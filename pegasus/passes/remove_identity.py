@@ -19,18 +19,9 @@ def remove_identity(graph: Graph) -> bool:
             changed = True
         elif source not in graph.inputs and source not in graph.outputs and not graph.tensors[source].is_constant:
             graph.remove_nodes([node])
-            _rename_tensor(graph, source, result)
+            graph.rename_tensor(source, result)
             changed = True
     if changed:
         graph.prune()
     return changed
 
-
-def _rename_tensor(graph: Graph, old: str, new: str) -> None:
-    """Give tensor ``old`` (produced by a layer) the name ``new`` everywhere."""
-    tensor = graph.tensors.pop(old)
-    tensor.name = new
-    graph.tensors[new] = tensor
-    for node in graph.nodes:
-        node.outputs = [new if n == old else n for n in node.outputs]
-    graph.rename_uses(old, new)

@@ -106,8 +106,8 @@ class LoweringContext:
         """Add a layer; ``quant`` attaches each output's quantization to its type."""
         if isinstance(attrs, dict):
             attrs = make_attrs(op, **attrs)
-        names = self.builder.emit(op, list(inputs), attrs, name=self.graph.unique_name(name),
-                                  outputs=[self.graph.unique_name(o) for o in outputs] if outputs else None)
+        fresh = [self.graph.unique_tensor_name(o) if o else "" for o in outputs] if outputs else None
+        names = self.builder.emit(op, list(inputs), attrs, name=self.graph.unique_node_name(name), outputs=fresh)
         for out, q in zip(names, quant or []):
             if q is not None and q.is_integer:
                 self.graph.tensors[out].type = replace(self.graph.type_of(out), quant=quant_params(q))
@@ -236,6 +236,7 @@ def layer_precision(node: Node, table: QuantTable) -> str | None:
 def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
     """The integer graph of ``graph`` under ``table``: float inputs and outputs, integer inside."""
     ctx = LoweringContext(graph, table)
+    ctx.graph.outputs = list(graph.outputs)  # reserved: tensors the lowering invents never take these names
     for name in graph.inputs:
         ctx.builder.add_input(name, graph.type_of(name))
         ctx.set_home(name, name, None)
@@ -254,21 +255,14 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
         if reason is not None:
             ctx.run_in_float(node, reason)
     ctx.graph.inputs = list(graph.inputs)
-    for name in graph.outputs:
+    for name in dict.fromkeys(graph.outputs):
         _bind_float_output(ctx, name)
-    ctx.graph.outputs = list(graph.outputs)
     return LoweredGraph(ctx.graph, ctx.float_layers, dict(ctx.homes))
 
 
-def _rename_tensor(graph: Graph, old: str, new: str) -> None:
-    graph.tensors[new] = replace(graph.tensors.pop(old), name=new)
-    for node in graph.nodes:
-        node.outputs = [new if o == old else o for o in node.outputs]
-    graph.rename_uses(old, new)
-
-
 def _bind_float_output(ctx: LoweringContext, name: str) -> None:
-    """Make the float value of graph output ``name`` carry that name (dequantizing an integer home)."""
+    """Make the float value of graph output ``name`` carry that name (dequantizing an integer home). The name
+    was reserved from the start (``ctx.graph.outputs``), so no other tensor has taken it."""
     if name not in ctx.homes:  # a constant output (e.g. Dropout's all-true mask)
         ctx.builder.set_constant(name, ctx.value(name))
         ctx.set_home(name, name, None)
@@ -276,18 +270,12 @@ def _bind_float_output(ctx: LoweringContext, name: str) -> None:
     home, q = ctx.homes[name]
     if q is None:
         if home != name:
-            _rename_tensor(ctx.graph, home, name)
+            ctx.graph.rename_tensor(home, name)
             ctx.set_home(name, name, None)
         return
-    if home == name:  # the integer tensor holds the output's name: move it aside
-        aside = ctx.graph.unique_name(f"{name}_q")
-        _rename_tensor(ctx.graph, name, aside)
-        ctx.homes[name] = (aside, q)
-        ctx._ints = {k: (aside if v == name else v) for k, v in ctx._ints.items()}
-        home = aside
     scale, zero = ctx._param_constants(name, q)
-    ctx.emit("DequantizeLinear", [home, scale, zero], {"axis": q.axis or 0}, name=f"{name}_dequantize",
-             outputs=[name])
+    ctx.builder.emit("DequantizeLinear", [home, scale, zero], make_attrs("DequantizeLinear", axis=q.axis or 0),
+                     name=ctx.graph.unique_node_name(f"{name}_dequantize"), outputs=[name])
 
 
 def _round_outputs_to_bfloat16(ctx: LoweringContext, node: Node) -> None:
