@@ -15,7 +15,7 @@ from pegasus.errors import PegasusError
 from pegasus.fileio import atomic_write, check_target
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
-from pegasus.runtime.inputmeta import PortMeta, default_port, dump_yaml, input_meta_document
+from pegasus.runtime.inputmeta import LAYOUTS, PortMeta, default_port, dump_yaml, input_meta_document
 from pegasus.runtime.inputs import check_sample, dataset_lines
 
 NHWC_FRAMEWORKS = ("tensorflow", "tflite", "keras")  # their image inputs are [batch, height, width, channels]
@@ -44,10 +44,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     meta.set_defaults(run=run_inputmeta)
 
 
-def model_layout(json_path: Path) -> str:
-    """Layout of the model's image inputs: nchw unless imported from a channels-last framework."""
+def recorded_layout(json_path: Path) -> str | None:
+    """The layout the importer recorded for the model's inputs (``source.layout``, or nhwc for a channels-last
+    framework), None if it says nothing: what an input whose shape is ambiguous (1x3x4x4) is taken as."""
     source = json.loads(json_path.read_text()).get("source") or {}
-    return "nhwc" if str(source.get("framework", "")).lower() in NHWC_FRAMEWORKS else "nchw"
+    layout = str(source.get("layout", "")).lower()
+    if layout in LAYOUTS:
+        return layout
+    return "nhwc" if str(source.get("framework", "")).lower() in NHWC_FRAMEWORKS else None
 
 
 def parse_channel_mean_value(text: str | None, ports: list[PortMeta]) -> None:
@@ -126,7 +130,7 @@ def run_inputmeta(args: argparse.Namespace) -> int:
     graph = serialize.load(json_path)
     target = check_target(args.input_meta_output or json_path.with_name(f"{json_path.stem}_inputmeta.yml"),
                           "--input-meta-output")
-    layout = model_layout(json_path)
+    layout = recorded_layout(json_path)
     ports = [default_port(name, list(graph.type_of(name).shape), graph.type_of(name).dtype.value, layout)
              for name in graph.inputs]
     parse_channel_mean_value(args.channel_mean_value, ports)

@@ -39,6 +39,7 @@ from pegasus.fileio import require_file
 
 LAYOUTS = ("nchw", "nhwc")
 IMAGE_CHANNELS = (1, 3, 4)  # grayscale, RGB, RGBA
+MAX_IMAGE_CHANNELS = max(IMAGE_CHANNELS)
 
 HEADER = """\
 Input meta{about}: how each model input is fed and preprocessed. Edit it freely;
@@ -86,9 +87,25 @@ class InputMeta:
     path: Path
 
 
-def default_port(name: str, shape: list[int], dtype: str, layout: str) -> PortMeta:
-    """A port as ``generate inputmeta`` starts it: 4-D inputs with 1, 3 or 4 channels are images; mean 0, scale 1."""
-    port = PortMeta(name=name, shape=list(shape), layout=layout if len(shape) == 4 else "nchw", dtype=dtype)
+def guess_layout(shape: list[int], recorded: str | None = None) -> str:
+    """Where a 4-D input's channel axis lies, from its shape: nhwc when the last axis holds 1, 3 or 4 image
+    channels and axis 1 is too large to be a channel count (``1x96x96x3``, ``1x49x10x1``), nchw in the mirror
+    case (``1x3x224x224``); otherwise (``1x4x4x3``, or a 2-channel ``1x2x4x4``) the layout the importer
+    recorded for the model, else nchw. Other ranks: nchw (the field is unused there)."""
+    if len(shape) == 4:
+        if shape[3] in IMAGE_CHANNELS and shape[1] > MAX_IMAGE_CHANNELS:
+            return "nhwc"
+        if shape[1] in IMAGE_CHANNELS and shape[3] > MAX_IMAGE_CHANNELS:
+            return "nchw"
+        if recorded in LAYOUTS:
+            return recorded
+    return "nchw"
+
+
+def default_port(name: str, shape: list[int], dtype: str, recorded_layout: str | None = None) -> PortMeta:
+    """A port as ``generate inputmeta`` starts it (and as a sample file without an input meta is read): layout
+    from ``guess_layout``, 4-D inputs with 1, 3 or 4 channels are images; mean 0, scale 1 per channel."""
+    port = PortMeta(name=name, shape=list(shape), layout=guess_layout(shape, recorded_layout), dtype=dtype)
     port.category = "image" if len(shape) == 4 and port.channels in IMAGE_CHANNELS else "undefined"
     port.mean, port.scale = [0.0] * port.channels, [1.0] * port.channels  # one slot per channel to edit
     return port

@@ -15,7 +15,7 @@ import numpy as np
 from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
 from pegasus.ir.tensor import TensorType
-from pegasus.runtime.inputmeta import IMAGE_CHANNELS, PortMeta
+from pegasus.runtime.inputmeta import IMAGE_CHANNELS, PortMeta, default_port
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
 TENSOR_SUFFIXES = {".npy", ".pb", ".tensor", ".txt"}
@@ -106,9 +106,7 @@ def read_sample(path: str | Path, ttype: TensorType, port: PortMeta | None, name
     """One input tensor from a file, shaped as ``ttype``."""
     path = require_file(path, f"input file for '{name}'")
     if path.suffix.lower() in IMAGE_SUFFIXES:
-        if port is None:
-            port = PortMeta(name=name, shape=list(ttype.shape))
-        return read_image(path, ttype, port)
+        return read_image(path, ttype, port or default_port(name, list(ttype.shape), ttype.dtype.value))
     value = read_tensor_file(path)
     check_tensor(value, ttype, name, path)
     return value.reshape(ttype.shape).astype(ttype.dtype.numpy)
@@ -118,7 +116,7 @@ def check_sample(path: Path, ttype: TensorType, port: PortMeta | None, name: str
     """Fail as ``read_sample`` would, but cheaply: images are checked from their header only."""
     path = require_file(path, f"input file for '{name}'")
     if path.suffix.lower() in IMAGE_SUFFIXES:
-        port = port or PortMeta(name=name, shape=list(ttype.shape))
+        port = port or default_port(name, list(ttype.shape), ttype.dtype.value)
         _, height, width = image_geometry(ttype, port, path)
         with open_image(path) as image:
             check_image_size(image, width, height, port, path)
