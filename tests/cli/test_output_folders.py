@@ -107,3 +107,19 @@ def test_output_file_that_is_a_folder_is_refused(capsys, prepared, tmp_path):
                        "--model-quantize", tmp_path / "m.quantize")
     assert code == 2 and "--model-quantize" in err and "is a folder" in err, err
     assert [p.name for p in tmp_path.iterdir()] == ["m.quantize"] and not any((tmp_path / "m.quantize").iterdir())
+
+
+def test_folder_that_is_not_writable_is_refused(capsys, prepared, tmp_path, monkeypatch):
+    # Tests may run as root, for whom every folder is writable: os.access stands in for the permission bits.
+    import pegasus.fileio
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = pegasus.fileio.os.access
+    monkeypatch.setattr(pegasus.fileio.os, "access",
+                        lambda path, mode: Path(path) != locked and real_access(path, mode))
+    argv, flag, _ = CASES["inference"]
+    code, _, err = run(capsys, *argv(prepared, locked / "new" / "dumps"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert flag in err and f"folder {locked} is not writable" in err, err
+    assert list(locked.iterdir()) == []
