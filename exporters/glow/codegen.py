@@ -50,6 +50,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         arg.name = arg_name
         arg.add_attribute("noalias")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
+    code_constants: dict[str, ir.GlobalVariable] = {}
     for index, unit in enumerate(plan.layers or single_layers(graph)):
         present = [n for n in unit.inputs + unit.outputs if n]
         workspace = plan.workspace_of(unit)
@@ -58,7 +59,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         for tensor in present:
             loc = plan.locations[tensor]
             if loc.region == CODE:
-                args.append(_code_constant(module, graph, tensor))
+                args.append(_code_constant(module, graph, tensor, code_constants))
                 continue
             raw = builder.gep(entry.args[REGION_ARG[loc.region]], [ir.Constant(ir.IntType(32), loc.offset)],
                               inbounds=True)
@@ -83,11 +84,12 @@ def forbid_library_calls(module: ir.Module) -> None:
             function.attributes.add('"no-builtins"')
 
 
-def _code_constant(module: ir.Module, graph: Graph, tensor: str) -> ir.Value:
-    """A tiny constant (memory_plan.CODE) as internal read-only data of the object, created once."""
-    symbol = "const." + re.sub(r"[^A-Za-z0-9_.]", "_", tensor)
-    element = llvm_type(graph.type_of(tensor).dtype)
-    if symbol not in module.globals:
+def _code_constant(module: ir.Module, graph: Graph, tensor: str, made: dict[str, ir.GlobalVariable]) -> ir.Value:
+    """A tiny constant (memory_plan.CODE) as internal read-only data of the object, created once per tensor
+    (``made``): tensors whose names differ only in characters a symbol cannot hold get symbols of their own."""
+    if tensor not in made:
+        symbol = module.get_unique_name("const." + re.sub(r"[^A-Za-z0-9_.]", "_", tensor))
+        element = llvm_type(graph.type_of(tensor).dtype)
         data = np.ascontiguousarray(graph.value_of(tensor)).reshape(-1)
         values = data.view(f"<u{data.dtype.itemsize}") if not data.dtype.kind == "f" else data
         array_ty = ir.ArrayType(element, max(1, data.size))
@@ -97,8 +99,8 @@ def _code_constant(module: ir.Module, graph: Graph, tensor: str) -> ir.Value:
         variable.global_constant = True
         variable.linkage = "internal"
         variable.unnamed_addr = True
-    variable = module.globals[symbol]
-    return variable.gep([ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)])
+        made[tensor] = variable
+    return made[tensor].gep([ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)])
 
 
 def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: int, unit: Layer,

@@ -154,3 +154,23 @@ def test_builder_names_step_aside_for_the_models_own_names(tmp_path):
         assert sorted(got.files) == ["sm_2d", "y"]
         np.testing.assert_allclose(got["sm_2d"][0], want[0], rtol=1e-6)
         np.testing.assert_allclose(got["y"][0], want[1], rtol=1e-6)
+
+
+def test_tiny_constants_whose_names_differ_only_in_symbol_characters_stay_apart(tmp_path):
+    """Constants of up to 16 bytes are compiled into the bundle's code as symbols made from the tensor name;
+    ``k/a`` and ``k_a`` both became ``const.k_a``, and the bundle read the first one's values twice."""
+    from tests.exporters.host_runner import run_bundle_host
+
+    nodes = [helper.make_node("Add", ["x", "k/a"], ["t"], name="k_a"), helper.make_node("Mul", ["t", "k_a"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.array([1, 2], np.float32), "k/a"),
+                               numpy_helper.from_array(np.array([10, 20], np.float32), "k_a")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    run("import", "onnx", "--model", tmp_path / "m.onnx", "--output-model", tmp_path / "m.json",
+        "--output-data", tmp_path / "m.data")
+    x = np.array([0.5, 0.25], np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = run_bundle_host(serialize.load(tmp_path / "m.json", tmp_path / "m.data"), {"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
