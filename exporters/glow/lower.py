@@ -3,14 +3,20 @@
 - every graph output must be written by a layer: an output that is a constant, a graph input or
   another output gets an explicit Identity copy (the bundle fills the output placeholder itself).
   A constant output keeps its name as the placeholder; the others get a ``_copy`` suffix.
+- a channels-last layer (pegasus/ops/layout.py) whose op has no channels-last kernel runs channels first
+  between two transposes: correct for every op, at the cost of a buffer and a pass each way, which the
+  layers with native channels-last kernels do not pay.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
+from pegasus.exporters.glow.kernels.registry import supports_channels_last
 from pegasus.ir.graph import Graph, Node
-from pegasus.ir.tensor import Tensor
+from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.ops.layout import first_shape, to_first_perm, to_last_perm
 from pegasus.ops.registry import make_attrs
 
 
@@ -41,7 +47,32 @@ def materialize_outputs(graph: Graph) -> bool:
     return changed
 
 
+def channels_first_fallback(graph: Graph) -> bool:
+    """Run each channels-last layer without a channels-last kernel channels first, between transposes."""
+    changed = False
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if not getattr(node.attrs, "channels_last", False) or supports_channels_last(node.op):
+            nodes.append(node)
+            continue
+        x, y = node.inputs[0], node.outputs[0]
+        x_type, y_type = graph.type_of(x), graph.type_of(y)
+        x_first, y_first = (graph.unique_tensor_name(f"{name}_channels_first") for name in (x, y))
+        for name, ttype in ((x_first, x_type), (y_first, y_type)):
+            graph.tensors[name] = Tensor(name, TensorType(first_shape(ttype.shape, True), ttype.dtype, ttype.quant))
+        nodes.append(Node(graph.unique_node_name(f"{node.name}_to_channels_first"), "Transpose",
+                          make_attrs("Transpose", perm=to_first_perm(x_type.rank)), [x], [x_first]))
+        nodes.append(Node(node.name, node.op, replace(node.attrs, channels_last=False),
+                          [x_first, *node.inputs[1:]], [y_first, *node.outputs[1:]]))
+        nodes.append(Node(graph.unique_node_name(f"{node.name}_to_channels_last"), "Transpose",
+                          make_attrs("Transpose", perm=to_last_perm(y_type.rank)), [y_first], [y]))
+        changed = True
+    graph.nodes = nodes
+    return changed
+
+
 def lower_for_export(graph: Graph) -> Graph:
     lowered = copy.deepcopy(graph)
+    channels_first_fallback(lowered)
     materialize_outputs(lowered)
     return lowered

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pegasus.ir.tensor import TensorType
+from pegasus.ops.layout import channels_last_op
 from pegasus.ops.registry import OpDef, ShapeError, register
 from pegasus.ops.spatial import Window, WindowAttrs, prod, spatial_sizes, transposed_window, window, window_view
 
@@ -118,6 +119,7 @@ class _ConvolutionBase(OpDef):
 
 
 @register
+@channels_last_op
 class Conv(_ConvolutionBase):
     """Y = X ⊛ W + B (cross-correlation, ONNX Conv-22); kernel_shape defaults to W's spatial shape."""
 
@@ -137,6 +139,7 @@ class Conv(_ConvolutionBase):
 
 
 @register
+@channels_last_op
 class ConvTranspose(_ConvolutionBase):
     """Y = transpose of Conv applied to X with W (C, M/group, k...), plus B (ONNX ConvTranspose-22)."""
 

@@ -23,6 +23,7 @@ from pegasus.ir.tensor import TensorType
 from pegasus.ops.common import broadcast_shape, normalize_axis
 from pegasus.ops.conv import Conv
 from pegasus.ops.fixedpoint import channel_view, integer_range, requantize, rounding_shift
+from pegasus.ops.layout import channels_last_op
 from pegasus.ops.linear import matmul_shape
 from pegasus.ops.pool import AveragePool
 from pegasus.ops.registry import OpDef, ShapeError, register
@@ -87,6 +88,7 @@ def _check_channels(attrs: RequantAttrs, channels: int) -> None:
 
 
 @register
+@channels_last_op
 class QConv(OpDef):
     """Y = requant(Σ (X - x_zero_point) * (W - w_zero_point) + B) per output channel (Conv geometry)."""
 
@@ -322,6 +324,7 @@ class QSoftmax(OpDef):
 
 
 @register
+@channels_last_op
 class QAveragePool(OpDef):
     """Y = requant(Σ (X - x_zero_point), multiplier[c - 1], shift[c - 1]) over each window (AveragePool
     geometry), c = the window's tap count (AveragePool's divisor, at least 1). The tables hold one entry per

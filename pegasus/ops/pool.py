@@ -1,4 +1,5 @@
-"""Op family: pooling (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool) over NCHW tensors.
+"""Op family: pooling (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool) over NCHW tensors
+(or channels-last ones, ``channels_last``: pegasus/ops/layout.py).
 
 Windowed pooling reads its geometry from ``spatial.window`` (the same rules as Conv, plus
 ceil_mode) and reduces the strided ``spatial.window_view`` of the input in one NumPy call.
@@ -14,7 +15,8 @@ import numpy as np
 
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
-from pegasus.ops.registry import NoAttrs, OpDef, register
+from pegasus.ops.layout import LayoutAttrs, channels_last_op
+from pegasus.ops.registry import OpDef, register
 from pegasus.ops.spatial import (
     Window,
     WindowAttrs,
@@ -47,6 +49,7 @@ class _WindowPool(OpDef):
 
 
 @register
+@channels_last_op
 class MaxPool(_WindowPool):
     """Y = max over each window of X, padding excluded; Indices = flat index of the max in X (MaxPool-22)."""
 
@@ -77,6 +80,7 @@ class MaxPool(_WindowPool):
 
 
 @register
+@channels_last_op
 class AveragePool(_WindowPool):
     """Y = mean over each window of X; the divisor counts the explicit pads when count_include_pad,
     never the overrun of ceil_mode (AveragePool-22)."""
@@ -102,23 +106,24 @@ class AveragePool(_WindowPool):
 class _GlobalPool(OpDef):
     """Y[n, c, 1, ...] = reduce(X[n, c, ...]) over every spatial axis."""
 
-    Attrs = NoAttrs
+    Attrs = LayoutAttrs
     reduce: ClassVar[str]
 
     @staticmethod
-    def infer(attrs: NoAttrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
+    def infer(attrs: LayoutAttrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
         x = inputs[0]
         spatial_sizes(x.shape, "X")
         return [TensorType(tuple(x.shape[:2]) + (1,) * (x.rank - 2), x.dtype)]
 
     @classmethod
-    def reference(cls, attrs: NoAttrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    def reference(cls, attrs: LayoutAttrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         x = inputs[0]
         y = getattr(np, cls.reduce)(x, axis=tuple(range(2, x.ndim)), keepdims=True)
         return [y.astype(x.dtype, copy=False)]
 
 
 @register
+@channels_last_op
 class GlobalMaxPool(_GlobalPool):
     """Y = max of X over the spatial axes, kept as size-1 axes (GlobalMaxPool-22)."""
 
@@ -127,6 +132,7 @@ class GlobalMaxPool(_GlobalPool):
 
 
 @register
+@channels_last_op
 class GlobalAveragePool(_GlobalPool):
     """Y = mean of X over the spatial axes, kept as size-1 axes (GlobalAveragePool-22)."""
 

@@ -17,15 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pegasus.ops.layout import LayoutAttrs
 from pegasus.ops.registry import ShapeError
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
 @dataclass(frozen=True)
-class WindowAttrs:
+class WindowAttrs(LayoutAttrs):
     """ONNX attributes common to sliding-window ops; an empty tuple means the ONNX default
-    (kernel from the weights, strides and dilations 1, pads 0)."""
+    (kernel from the weights, strides and dilations 1, pads 0). ``channels_last`` (pegasus/ops/layout.py)
+    says the activations are (N, D1, ..., Dn, C)."""
 
     auto_pad: str = "NOTSET"
     dilations: tuple[int, ...] = ()

@@ -134,18 +134,30 @@ class KernelContext:
 
 Emitter = Callable[[KernelContext], None]
 _EMITTERS: dict[str, Emitter] = {}
+_CHANNELS_LAST: set[str] = set()
 Sizer = Callable[[KernelContext], int]
 _WORKSPACES: dict[str, Sizer] = {}
 
 
-def emitter(*ops: str) -> Callable[[Emitter], Emitter]:
+def emitter(*ops: str, channels_last: bool = False) -> Callable[[Emitter], Emitter]:
+    """Register ``fn`` as the emitter of ``ops``; ``channels_last`` says it also reads the ops'
+    ``channels_last`` attribute (pegasus/ops/layout.py) itself. The exporter wraps a channels-last layer
+    of any other op in transposes (exporters/glow/lower.py)."""
     def decorate(fn: Emitter) -> Emitter:
         for op in ops:
             if op in _EMITTERS:
                 raise ValueError(f"emitter for {op} registered twice")
             _EMITTERS[op] = fn
+            if channels_last:
+                _CHANNELS_LAST.add(op)
         return fn
     return decorate
+
+
+def supports_channels_last(op: str) -> bool:
+    import pegasus.exporters.glow.kernels  # noqa: F401  (registers every family)
+
+    return op in _CHANNELS_LAST
 
 
 def get_emitter(op: str) -> Emitter | None:
