@@ -22,9 +22,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     onnx.add_argument("--model", required=True, help="the .onnx file to import")
     _add_common(onnx)
     onnx.set_defaults(run=run_onnx)
+    tflite = frameworks.add_parser("tflite", help="import a TensorFlow Lite model (.tflite), float or quantized",
+                                   description="Import a TensorFlow Lite flatbuffer (.tflite). The graph keeps the "
+                                               "file's channels-last shapes and tensor names.")
+    tflite.add_argument("--model", required=True, help="the .tflite file to import")
+    tflite.add_argument("--subgraph", type=int, default=0, help="which subgraph to import (default 0)")
+    _add_common(tflite, dtypes=False)
+    tflite.set_defaults(run=run_tflite)
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+def _add_common(parser: argparse.ArgumentParser, dtypes: bool = True) -> None:
     parser.add_argument("--inputs", help="input tensor names, space separated, e.g. 'input_1 input_2'; cuts the "
                                          "graph there (default: the model's inputs)")
     parser.add_argument("--outputs", help="output tensor names, space separated (default: the model's outputs)")
@@ -32,10 +39,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                                                   "separated by ',' and inputs by '#', e.g. '3,224,224#10'")
     parser.add_argument("--size-with-batch", help="per input, 'True' if its --input-size-list entry includes "
                                                   "the batch dimension, e.g. 'True,False' (default: False)")
-    parser.add_argument("--input-dtype-list", help="dtype of each input separated by '#': float, int8, uint8, "
-                                                   "int16, uint16, int32, int64 (default: as the model declares)")
-    parser.add_argument("--define-symbol", action="append", default=[], metavar="NAME=VALUE",
-                        help="value of a symbolic dimension (e.g. N=1 or unk__286=1); repeat for several")
+    if dtypes:
+        parser.add_argument("--input-dtype-list", help="dtype of each input separated by '#': float, int8, uint8, "
+                                                       "int16, uint16, int32, int64 (default: as the model declares)")
+        parser.add_argument("--define-symbol", action="append", default=[], metavar="NAME=VALUE",
+                            help="value of a symbolic dimension (e.g. N=1 or unk__286=1); repeat for several")
     parser.add_argument("--output-model", help="the .json file to write (default: MODEL_STEM.json here; a missing "
                                                 "folder is created)")
     parser.add_argument("--output-data", help="the .data file to write (default: MODEL_STEM.data here)")
@@ -108,6 +116,10 @@ def run_onnx(args: argparse.Namespace) -> int:
                         symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize,
                         note=lambda line: print(line, file=sys.stderr))
     source = {"framework": "onnx", "file": Path(args.model).name, "opset": _opset(model)}
+    return _save(args, graph, source, json_path, data_path)
+
+
+def _save(args: argparse.Namespace, graph, source: dict, json_path: Path, data_path: Path) -> int:
     serialize.save(graph, json_path, data_path, source)
     print(f"imported {args.model}: {len(graph.nodes)} layers, {len(graph.constants())} constant tensors "
           f"-> {json_path}, {data_path}")
@@ -116,6 +128,23 @@ def run_onnx(args: argparse.Namespace) -> int:
     for name_ in graph.outputs:
         print(f"  output {name_}: {graph.type_of(name_)}")
     return 0
+
+
+def run_tflite(args: argparse.Namespace) -> int:
+    from pegasus.importers.tflite.loader import import_tflite
+    from pegasus.importers.tflite.reader import read_tflite
+
+    json_path, data_path, name = output_paths(args)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    model = read_tflite(args.model, args.subgraph)
+    inputs = args.inputs.split() if args.inputs else None
+    batches = [1] * len(inputs or model.inputs)
+    shapes = parse_size_list(args.input_size_list, args.size_with_batch, batches)
+    graph = import_tflite(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+                          input_shapes=shapes, name=name, optimize=not args.no_optimize,
+                          note=lambda line: print(line, file=sys.stderr))
+    source = {"framework": "tflite", "file": Path(args.model).name, "subgraph": args.subgraph, "layout": "nhwc"}
+    return _save(args, graph, source, json_path, data_path)
 
 
 def _opset(model) -> int:

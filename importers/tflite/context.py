@@ -1,0 +1,66 @@
+"""The TFLite converters' registry and context: the shared mechanism (importers/common/converters.py) plus
+what only TFLite has — tensors carrying quantization parameters, and weights stored as float16 or int8
+that the float graph holds as float32.
+
+Converters register with ``@converter("CONV_2D")`` (the builtin operator's name; custom ops are in domain
+``custom`` and have no converters, so they are listed as unsupported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.tflite.reader import TfliteTensor
+from pegasus.ir.builder import GraphBuilder
+
+TABLE = ConverterTable("TFLite")
+
+
+def converter(*op_types: str) -> Callable[[ConvertFn], ConvertFn]:
+    def decorate(fn: ConvertFn) -> ConvertFn:
+        for op_type in op_types:
+            TABLE.register(op_type)(fn)
+        return fn
+    return decorate
+
+
+def dequantized(tensor: TfliteTensor, data: np.ndarray) -> np.ndarray:
+    """A constant's real values: (q - zero_point) * scale per tensor or along its quantized axis."""
+    if not tensor.quantized:
+        return data.astype(np.float32)
+    shape = [1] * data.ndim
+    if tensor.scale.size > 1:
+        shape[tensor.axis] = -1
+    scale = tensor.scale.astype(np.float64).reshape(shape)
+    zero = tensor.zero_point.astype(np.float64).reshape(shape)
+    return ((data.astype(np.float64) - zero) * scale).astype(np.float32)
+
+
+class TfliteContext(ImportContext):
+    """The shared context plus the file's tensors by name (quantization parameters, variables)."""
+
+    def __init__(self, builder: GraphBuilder, tensors: dict[str, TfliteTensor]):
+        super().__init__(builder)
+        self.tensors = tensors
+
+    def weights(self, node: SourceNode, index: int, what: str) -> np.ndarray | None:
+        """Input ``index`` as float32 constant values (float16 and int8/uint8 weights converted); None if
+        the input is omitted."""
+        value = self.constant(node, index, what)
+        if value is None:
+            return None
+        tensor = self.tensors.get(node.input(index))
+        if np.issubdtype(value.dtype, np.floating):
+            return value.astype(np.float32)
+        return dequantized(tensor, value) if tensor is not None and tensor.quantized else value.astype(np.float32)
+
+    def ints(self, node: SourceNode, index: int, what: str) -> list[int] | None:
+        value = self.constant(node, index, what)
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    @staticmethod
+    def activation(node: SourceNode) -> str:
+        return str(node.attrs.get("fused_activation_function", "NONE"))

@@ -1,0 +1,163 @@
+"""TFLite converters for the data-movement ops: SHAPE, RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE,
+CONCATENATION, PACK, UNPACK, STRIDED_SLICE, SLICE.
+
+Parameters that TFLite passes as tensors (a reshape's target, a slice's bounds) must be known at compile
+time; the shape chains Keras leaves in a model (SHAPE → STRIDED_SLICE → PACK → RESHAPE) fold as they are
+converted, since every input shape is static. STRIDED_SLICE's masks become one Slice over the input's
+axes plus a Reshape for the axes it adds (new_axis_mask) or removes (shrink_axis_mask); the selection is
+worked out the way NumPy indexes, which is TF's definition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pegasus.importers.common.channels_last import emit_activated
+from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.tflite.context import TfliteContext, converter
+from pegasus.ops.shape_ops import resolve_reshape, resolve_squeeze_axes, resolve_unsqueeze_axes
+
+_INT_TYPES = {2: "int32", 4: "int64"}   # SHAPE's out_type (TensorType enum)
+
+
+def _shape(ctx: TfliteContext, node: SourceNode, index: int = 0) -> tuple[int, ...]:
+    return ctx.type_of(node.inputs[index]).shape
+
+
+@converter("SHAPE")
+def shape(ctx: TfliteContext, node: SourceNode) -> None:
+    dtype = _INT_TYPES.get(int(node.attrs.get("out_type", 2)), "int32")
+    value = ctx.emit("Shape", [node.inputs[0]], node=node, suffix="/int64")[0]
+    ctx.emit("Cast", [value], {"to": dtype}, node=node)
+
+
+@converter("RESHAPE")
+def reshape(ctx: TfliteContext, node: SourceNode) -> None:
+    """RESHAPE: the target is input 1 when present, else the new_shape option (TF's 0 is a real size)."""
+    target = ctx.ints(node, 1, "new shape") if node.input(1) else list(node.attrs.get("new_shape", []))
+    ctx.emit("Reshape", [node.inputs[0]], {"shape": resolve_reshape(_shape(ctx, node), target, True)}, node=node)
+
+
+@converter("SQUEEZE")
+def squeeze(ctx: TfliteContext, node: SourceNode) -> None:
+    axes = resolve_squeeze_axes(_shape(ctx, node), list(node.attrs.get("squeeze_dims", [])))
+    ctx.emit("Squeeze", [node.inputs[0]], {"axes": axes}, node=node)
+
+
+@converter("EXPAND_DIMS")
+def expand_dims(ctx: TfliteContext, node: SourceNode) -> None:
+    axes = resolve_unsqueeze_axes(len(_shape(ctx, node)), ctx.ints(node, 1, "axis"))
+    ctx.emit("Unsqueeze", [node.inputs[0]], {"axes": axes}, node=node)
+
+
+@converter("TRANSPOSE")
+def transpose(ctx: TfliteContext, node: SourceNode) -> None:
+    ctx.emit("Transpose", [node.inputs[0]], {"perm": tuple(ctx.ints(node, 1, "permutation"))}, node=node)
+
+
+@converter("CONCATENATION")
+def concatenation(ctx: TfliteContext, node: SourceNode) -> None:
+    attrs = {"axis": int(node.attrs.get("axis", 0))}
+    emit_activated(ctx, node, "Concat", list(node.inputs), attrs, ctx.activation(node))
+
+
+@converter("PACK")
+def pack(ctx: TfliteContext, node: SourceNode) -> None:
+    """PACK: stack the inputs along a new axis = Unsqueeze each, then Concat."""
+    axis = int(node.attrs.get("axis", 0))
+    rank = len(_shape(ctx, node)) + 1
+    axis = axis % rank
+    parts = [ctx.emit("Unsqueeze", [name], {"axes": (axis,)}, node=node, suffix=f"/unsqueeze_{i}")[0]
+             for i, name in enumerate(node.inputs)]
+    ctx.emit("Concat", parts, {"axis": axis}, node=node)
+
+
+@converter("UNPACK")
+def unpack(ctx: TfliteContext, node: SourceNode) -> None:
+    """UNPACK: split along ``axis`` into size-1 pieces and drop the axis."""
+    shape_ = _shape(ctx, node)
+    axis = int(node.attrs.get("axis", 0)) % len(shape_)
+    count = shape_[axis]
+    pieces = ctx.emit("Split", [node.inputs[0]], {"axis": axis, "split": (1,) * count}, node=node,
+                      outputs=[ctx.graph.unique_tensor_name(f"{node.name}/piece_{i}") for i in range(count)])
+    for i, (piece, out) in enumerate(zip(pieces, node.outputs)):
+        ctx.emit("Squeeze", [piece], {"axes": (axis,)}, node=node, outputs=[out], suffix=f"/squeeze_{i}")
+
+
+def _bit(mask: int, i: int) -> bool:
+    return bool((int(mask) >> i) & 1)
+
+
+def strided_index(node: SourceNode, begin: list[int], end: list[int], strides: list[int]) -> tuple:
+    """TF's strided-slice specification as a NumPy index tuple."""
+    attrs = node.attrs
+    index: list = []
+    for i in range(len(begin)):
+        if _bit(attrs.get("ellipsis_mask", 0), i):
+            index.append(Ellipsis)
+        elif _bit(attrs.get("new_axis_mask", 0), i):
+            index.append(None)
+        elif _bit(attrs.get("shrink_axis_mask", 0), i):
+            index.append(int(begin[i]))
+        else:
+            start = None if _bit(attrs.get("begin_mask", 0), i) else int(begin[i])
+            stop = None if _bit(attrs.get("end_mask", 0), i) else int(end[i]) + (
+                int(begin[i]) if attrs.get("offset", False) else 0)
+            index.append(slice(start, stop, int(strides[i])))
+    return tuple(index)
+
+
+def emit_index(ctx: TfliteContext, node: SourceNode, index: tuple) -> None:
+    """Emit ``x[index]`` (slices, ints, None, Ellipsis) as one Slice over x's axes and a Reshape."""
+    in_shape = _shape(ctx, node)
+    result_shape = np.empty(in_shape, dtype=np.bool_)[index].shape
+    explicit = sum(1 for item in index if item is not None and item is not Ellipsis)
+    expanded: list = []
+    for item in index:
+        if item is Ellipsis:
+            expanded += [slice(None)] * (len(in_shape) - explicit)
+        elif item is not None:
+            expanded.append(item)
+    expanded += [slice(None)] * (len(in_shape) - len(expanded))
+    starts, ends, steps, axes = [], [], [], []
+    for axis, (item, dim) in enumerate(zip(expanded, in_shape)):
+        if isinstance(item, int):
+            item = slice(item % dim, item % dim + 1, 1)
+        start, stop, step = item.indices(dim)
+        if (start, stop, step) == (0, dim, 1):
+            continue
+        starts.append(start)
+        ends.append(stop if stop >= 0 else -(dim + 1))
+        steps.append(step)
+        axes.append(axis)
+    sliced_shape = tuple(len(range(*item.indices(dim))) if isinstance(item, slice) else 1
+                         for item, dim in zip(expanded, in_shape))
+    x = node.inputs[0]
+    if not axes:
+        ctx.emit("Reshape" if tuple(result_shape) != in_shape else "Identity", [x],
+                 {"shape": tuple(result_shape)} if tuple(result_shape) != in_shape else {}, node=node)
+        return
+    attrs = {"starts": tuple(starts), "ends": tuple(ends), "axes": tuple(axes), "steps": tuple(steps)}
+    if sliced_shape == tuple(result_shape):
+        ctx.emit("Slice", [x], attrs, node=node)
+        return
+    sliced = ctx.emit("Slice", [x], attrs, node=node, suffix="/slice")[0]
+    ctx.emit("Reshape", [sliced], {"shape": tuple(result_shape)}, node=node)
+
+
+@converter("STRIDED_SLICE")
+def strided_slice(ctx: TfliteContext, node: SourceNode) -> None:
+    begin = ctx.ints(node, 1, "begin")
+    end = ctx.ints(node, 2, "end")
+    strides = ctx.ints(node, 3, "strides") or [1] * len(begin)
+    emit_index(ctx, node, strided_index(node, begin, end, strides))
+
+
+@converter("SLICE")
+def slice_(ctx: TfliteContext, node: SourceNode) -> None:
+    """SLICE: begin and size (-1: to the end) per axis."""
+    begin = ctx.ints(node, 1, "begin")
+    size = ctx.ints(node, 2, "size")
+    index = tuple(slice(b, None if s == -1 else b + s) for b, s in zip(begin, size))
+    emit_index(ctx, node, index)
+
