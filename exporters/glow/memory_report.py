@@ -1,8 +1,9 @@
 """NAME.memory.txt/.json: how much Flash and RAM a bundle needs, as NXP's AN13001 tabulates it.
 
 Rows: weights (CONSTANT_MEM_SIZE), input/output (MUTABLE_MEM_SIZE), activations
-(ACTIVATIONS_MEM_SIZE, which holds the kernels' scratch too) and code — the ``.text*`` and ``.rodata*``
-sections of NAME.o, read with pyelftools. Totals for weights kept in Flash (a ``const`` array) and
+(ACTIVATIONS_MEM_SIZE, which holds the kernels' scratch too) and code — the ``.text*``, ``.rodata*`` and
+``.data.rel.ro*`` (tables of addresses in position-independent code, read-only once relocated) sections of
+NAME.o, read with pyelftools. Totals for weights kept in Flash (a ``const`` array) and
 weights copied to RAM:
 Flash = code + weights both ways; RAM = input/output + activations (+ weights when copied).
 Writable sections of the object (normally none: a bundle has no global state) count in RAM, and the
@@ -20,14 +21,14 @@ from elftools.elf.elffile import ELFFile
 
 from pegasus.exporters.glow.memory_plan import MemoryPlan
 
-CODE_PREFIXES = (".text", ".rodata")
+CODE_PREFIXES = (".text", ".rodata", ".data.rel.ro")
 
 
 @dataclass
 class ObjectSizes:
     """Allocated section sizes of an object by section name, in three groups."""
 
-    code: dict[str, int]     # .text*, .rodata*: Flash
+    code: dict[str, int]     # .text*, .rodata*, .data.rel.ro*: Flash
     data: dict[str, int]     # writable: RAM (and Flash for the initial values of .data)
     other: dict[str, int]    # everything else that would be loaded (unwind tables): not counted
 

@@ -3,6 +3,11 @@
 The float ABI is decided by the triple's environment (``eabihf`` = hard, ``eabi`` = soft); it must be
 the 4-part form (``thumbv7em-unknown-none-eabihf``), which is what links with ``arm-none-eabi-gcc
 -mfloat-abi=hard`` (see DESIGN.md).
+
+The relocation model defaults by where the bundle goes: position-independent code for hosted targets
+(x86-64, i386, AArch64 Linux), where compilers build PIE programs by default and PIC links into those,
+into non-PIE programs and into shared libraries alike; absolute addresses (``static``) for bare-metal
+Cortex-M firmware, linked at fixed addresses.
 """
 
 from __future__ import annotations
@@ -68,13 +73,15 @@ def host_arch() -> str:
 
 
 def resolve_target(arch: str | None = None, mcpu: str | None = None, float_abi: str | None = None,
-                   relocation: str = "static") -> Target:
-    """Check and combine --target/--mcpu/--float-abi/--relocation-model into a Target."""
+                   relocation: str | None = None) -> Target:
+    """Check and combine --target/--mcpu/--float-abi/--relocation-model into a Target (relocation None: pic for
+    hosted targets, static for Cortex-M)."""
     arch = arch or (CPUS[mcpu].arch if mcpu in CPUS else host_arch())
     if arch not in ARCHES:
         raise PegasusError(f"unknown --target '{arch}' (valid: {', '.join(ARCHES)})")
-    if relocation not in ("static", "pic"):
+    if relocation not in (None, "static", "pic"):
         raise PegasusError(f"unknown --relocation-model '{relocation}' (valid: static, pic)")
+    relocation = relocation or ("static" if arch == "arm" else "pic")   # --target arm is bare-metal Cortex-M
     if float_abi not in (None, "soft", "hard"):
         raise PegasusError(f"unknown --float-abi '{float_abi}' (valid: soft, hard)")
     if arch in HOST_TRIPLES:

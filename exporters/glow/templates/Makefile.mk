@@ -1,11 +1,11 @@
 # Builds the example host program of the bundle "@NAME@": `make`, then
 #   ./@NAME@_run [-w @NAME@.weights.bin] [-n RUNS] [-o OUTPUT.bin] INPUT.npy
-# The bundle must have been exported for this machine (the default --target).
-# -no-pie: a bundle built with --relocation-model static cannot go into a position-independent program.
+# The bundle must have been exported for this machine (the default --target). One exported with
+# --relocation-model static (not the default here) links only into a non-PIE program: make LDFLAGS=-no-pie
 NAME    = @NAME@
 CC      = cc
 CFLAGS  = -O2 -Wall
-LDFLAGS = -no-pie
+LDFLAGS =
 LDLIBS  =
 
 $(NAME)_run: main.c $(NAME).h $(NAME).o
