@@ -3,9 +3,11 @@
 - every graph output must be written by a layer: an output that is a constant, a graph input or
   another output gets an explicit Identity copy (the bundle fills the output placeholder itself).
   A constant output keeps its name as the placeholder; the others get a ``_copy`` suffix.
-- a channels-last layer (pegasus/ops/layout.py) whose op has no channels-last kernel runs channels first
-  between two transposes: correct for every op, at the cost of a buffer and a pass each way, which the
-  layers with native channels-last kernels do not pay.
+- a channels-last layer (pegasus/ops/layout.py) that its op's kernel computes channels last
+  (``kernels.registry.supports_channels_last``) stays as it is, its constant weights re-laid in the order
+  that kernel reads them (``kernels.registry.packer``: e.g. conv_channels_last.py's (k..., C/group, M)),
+  so NAME.weights.bin holds that layout. Any other channels-last layer runs channels first between two
+  transposes: correct for every op, at the cost of a buffer and a pass each way.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from pegasus.exporters.glow.kernels.registry import supports_channels_last
+from pegasus.exporters.glow.kernels.registry import packed_weights, supports_channels_last
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.layout import first_shape, to_first_perm, to_last_perm
@@ -47,12 +49,26 @@ def materialize_outputs(graph: Graph) -> bool:
     return changed
 
 
-def channels_first_fallback(graph: Graph) -> bool:
-    """Run each channels-last layer without a channels-last kernel channels first, between transposes."""
+def _pack_weights(graph: Graph, node: Node) -> None:
+    """Replace the constant weights of a channels-last ``node`` by the re-laid ones its kernel reads (new
+    constants: a weight another layer shares keeps its own layout there)."""
+    for position, array in packed_weights(node, graph).items():
+        name = graph.add_constant(f"{node.inputs[position]}_channels_last", array)
+        node.inputs = [name if i == position else n for i, n in enumerate(node.inputs)]
+
+
+def channels_last_layers(graph: Graph) -> bool:
+    """Channels-last layers with a channels-last kernel get their weights re-laid for it; each other one
+    runs channels first, between transposes."""
     changed = False
     nodes: list[Node] = []
     for node in graph.nodes:
-        if not getattr(node.attrs, "channels_last", False) or supports_channels_last(node.op):
+        if not getattr(node.attrs, "channels_last", False):
+            nodes.append(node)
+            continue
+        changed = True
+        if supports_channels_last(node, graph):
+            _pack_weights(graph, node)
             nodes.append(node)
             continue
         x, y = node.inputs[0], node.outputs[0]
@@ -66,13 +82,12 @@ def channels_first_fallback(graph: Graph) -> bool:
                           [x_first, *node.inputs[1:]], [y_first, *node.outputs[1:]]))
         nodes.append(Node(graph.unique_node_name(f"{node.name}_to_channels_last"), "Transpose",
                           make_attrs("Transpose", perm=to_last_perm(y_type.rank)), [y_first], [y]))
-        changed = True
     graph.nodes = nodes
     return changed
 
 
 def lower_for_export(graph: Graph) -> Graph:
     lowered = copy.deepcopy(graph)
-    channels_first_fallback(lowered)
+    channels_last_layers(lowered)
     materialize_outputs(lowered)
     return lowered

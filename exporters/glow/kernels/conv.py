@@ -19,6 +19,9 @@ o = q*stride + r of one residue r read a fixed subset of the taps, a dense strid
 A Conv fused with element-wise consumers (exporters/glow/fuse.py) applies them as an ``Epilogue`` to
 each accumulator vector before storing it; pool.py's ``emit_conv_pool`` reduces ``correlate``'s
 register tiles straight into pooled outputs.
+
+Channels-last layers (``channels_last``) with constant weights go to conv_channels_last.py, built on
+this file's ``Axis``; the exporter re-lays their weights for it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from pegasus.exporters.glow.kernels.linear import (
 )
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv, ConvTranspose
 from pegasus.ops.spatial import Window
 
@@ -351,11 +355,19 @@ def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
 
 def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
     """Conv, its outputs passed through ``epilogue`` (fused element-wise layers) before they are stored."""
+    if k.attrs.channels_last:
+        conv_channels_last.emit_conv(k, epilogue)
+        return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     emit_correlation(k, num, conv_correlation(k, epilogue))
 
 
-@emitter("Conv")
+def weights_known(node: Node, graph: Graph) -> bool:
+    """Channels-last convolutions run natively when their weights are constants (re-laid at export)."""
+    return graph.tensors[node.inputs[1]].is_constant
+
+
+@emitter("Conv", channels_last=weights_known)
 def conv(k: KernelContext) -> None:
     emit_conv(k, Epilogue())
 
@@ -393,11 +405,14 @@ def _axis_phases(win: Window, index: int, in_size: int) -> list[Phase]:
     return phases
 
 
-@emitter("ConvTranspose")
+@emitter("ConvTranspose", channels_last=weights_known)
 def conv_transpose(k: KernelContext) -> None:
     """Y[o] = bias + sum of X[i] * W[tap] over the (i, tap) with i*stride - pad + tap*dilation = o:
     each combination of per-axis phases (o mod stride) is a dense stride-1 correlation, register
     tiled like Conv, whose outputs land every ``stride`` positions of Y."""
+    if k.attrs.channels_last:
+        conv_channels_last.emit_conv_transpose(k)
+        return
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     y = k.outputs[0]
@@ -413,3 +428,8 @@ def conv_transpose(k: KernelContext) -> None:
                          tuple(s * ys for s, ys in zip(win.strides, y_strides)),
                          sum(p.residue * ys for p, ys in zip(phases, y_strides)))
         emit_correlation(k, num, cr)
+
+
+# the channels-last kernels build on this file (imported last: they import it; this also registers
+# their weight layouts)
+from pegasus.exporters.glow.kernels import conv_channels_last  # noqa: E402

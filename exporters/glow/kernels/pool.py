@@ -12,6 +12,9 @@ first NaN; Indices are flat positions in X (row-major, or column-major with stor
 the (n, c) plane; the average divides by the taps inside the input, or inside the explicit pads with
 count_include_pad, never counting ceil_mode's overrun.
 
+Channels-last layers (``channels_last``) go to pool_channels_last.py, except MaxPool with Indices (which
+runs channels first, between transposes).
+
 ``emit_conv_pool`` computes a convolution fused with its pooling (exporters/glow/fuse.py) without ever
 storing the convolution: a register tile of pooled outputs (a block of channels times a vector of
 pooled positions along the row) is reduced from Conv's ``correlate`` tiles, one per pooling tap, each
@@ -160,8 +163,16 @@ def _max_tile(k: KernelContext, num: Numeric, axes: list[Axis], plane: Value, ti
         argmax.store(out)
 
 
-@emitter("MaxPool")
+def _no_indices(node: Node, graph) -> bool:
+    """MaxPool runs channels last natively unless it has Indices (flat channels-first positions)."""
+    return len(node.outputs) < 2 or not node.outputs[1]
+
+
+@emitter("MaxPool", channels_last=_no_indices)
 def max_pool(k: KernelContext) -> None:
+    if k.attrs.channels_last:
+        pool_channels_last.max_pool(k)
+        return
     require_dtype(k, FLOATS + INTEGERS)
     _window_pool(k, MaxPool.geometry, lambda num, axes, plane, tile: _max_tile(k, num, axes, plane, tile))
 
@@ -176,9 +187,10 @@ def _counted_bounds(axis: Axis, end_pad: int, include_pads: bool) -> tuple[int, 
     return (-axis.pad, axis.size + end_pad) if include_pads else (0, axis.size)
 
 
-def _outer_count(b: ir.IRBuilder, axes: list[Axis], outer: list[Value], pads_end: tuple[int, ...],
+def counted_taps(b: ir.IRBuilder, axes: list[Axis], outer: list[Value], pads_end: tuple[int, ...],
                  include_pads: bool) -> Value:
-    """Counted taps of the outer axes (all but the last) at the positions ``outer``, multiplied (i32)."""
+    """Counted taps of ``axes`` (e.g. the outer axes, all but the last) at the positions ``outer``,
+    multiplied (i32)."""
     count: Value = const(1)
     for axis, o, end_pad in zip(axes, outer, pads_end):
         lo, hi = axis.taps(b, o, *_counted_bounds(axis, end_pad, include_pads))
@@ -191,7 +203,7 @@ def window_count(b: ir.IRBuilder, axes: list[Axis], tile: Tile, pads_end: tuple[
     """Taps counted by the average of the tile's positions (``_counted_bounds``), i32, possibly 0;
     shared with the integer average (integer_elementwise.py)."""
     *outer, last = axes
-    count = _outer_count(b, outer, tile.outer, pads_end, include_pads)
+    count = counted_taps(b, outer, tile.outer, pads_end, include_pads)
     if tile.last_taps is None:
         return b.mul(count, const(last.kernel))
     lo, hi = last.taps(b, tile.first, *_counted_bounds(last, pads_end[-1], include_pads))
@@ -220,8 +232,11 @@ def _average_tile(k: KernelContext, num: Numeric, axes: list[Axis], plane: Value
     num.store(y, _output_flat(b, y, plane, tile), num.div(total.get(0), divisor))
 
 
-@emitter("AveragePool")
+@emitter("AveragePool", channels_last=True)
 def average_pool(k: KernelContext) -> None:
+    if k.attrs.channels_last:
+        pool_channels_last.average_pool(k)
+        return
     require_dtype(k, FLOATS)
     pads_end = AveragePool.geometry(k.attrs, k.inputs[0].shape).pads_end
     _window_pool(k, AveragePool.geometry,
@@ -264,8 +279,11 @@ def _global_pool(k: KernelContext, allowed, reducer, scalar_chunk: int) -> None:
         num.store(y, plane, reducer(num, affine(b, 0, (plane, size)), size, chunk))
 
 
-@emitter("GlobalMaxPool")
+@emitter("GlobalMaxPool", channels_last=True)
 def global_max_pool(k: KernelContext) -> None:
+    if k.attrs.channels_last:
+        pool_channels_last.global_max_pool(k)
+        return
     x = k.inputs[0]
 
     def reducer(num: Numeric, base: Value, size: int, chunk: int) -> Value:
@@ -275,8 +293,11 @@ def global_max_pool(k: KernelContext) -> None:
     _global_pool(k, FLOATS + INTEGERS, reducer, 1)
 
 
-@emitter("GlobalAveragePool")
+@emitter("GlobalAveragePool", channels_last=True)
 def global_average_pool(k: KernelContext) -> None:
+    if k.attrs.channels_last:
+        pool_channels_last.global_average_pool(k)
+        return
     x = k.inputs[0]
 
     def reducer(num: Numeric, base: Value, size: int, chunk: int) -> Value:
@@ -362,7 +383,7 @@ def _pooled_divisor(num: Numeric, cp: ConvPool, outer: list[Value], start: int |
     interior tiles, counted lane by lane in edge tiles); at least 1."""
     b = num.b
     width, last = cp.width, cp.pool[-1]
-    outer_count = b.sitofp(_outer_count(b, cp.pool[:-1], outer, cp.pads_end, cp.include_pads), num.compute)
+    outer_count = b.sitofp(counted_taps(b, cp.pool[:-1], outer, cp.pads_end, cp.include_pads), num.compute)
     if start is None:
         per_lane = [last.kernel] * width
     else:
@@ -428,3 +449,7 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
 
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
         for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+
+
+# the channels-last kernels build on this file (imported last: they import it)
+from pegasus.exporters.glow.kernels import pool_channels_last  # noqa: E402

@@ -133,31 +133,59 @@ class KernelContext:
 
 
 Emitter = Callable[[KernelContext], None]
+#: whether a channels-last layer runs in the op's emitter: (node, graph) -> bool
+Supports = Callable[[Node, Any], bool]
+#: the weights a channels-last kernel reads, re-laid at export: (node, graph) -> {input position: array}
+Packer = Callable[[Node, Any], dict[int, Any]]
 _EMITTERS: dict[str, Emitter] = {}
-_CHANNELS_LAST: set[str] = set()
+_CHANNELS_LAST: dict[str, Supports] = {}
+_PACKERS: dict[str, Packer] = {}
 Sizer = Callable[[KernelContext], int]
 _WORKSPACES: dict[str, Sizer] = {}
 
 
-def emitter(*ops: str, channels_last: bool = False) -> Callable[[Emitter], Emitter]:
-    """Register ``fn`` as the emitter of ``ops``; ``channels_last`` says it also reads the ops'
-    ``channels_last`` attribute (pegasus/ops/layout.py) itself. The exporter wraps a channels-last layer
-    of any other op in transposes (exporters/glow/lower.py)."""
+def emitter(*ops: str, channels_last: bool | Supports = False) -> Callable[[Emitter], Emitter]:
+    """Register ``fn`` as the emitter of ``ops``. ``channels_last`` says it also reads the ops'
+    ``channels_last`` attribute (pegasus/ops/layout.py) itself: True for every layer, or a predicate
+    ``(node, graph) -> bool`` naming the layers it computes channels last. The exporter wraps any other
+    channels-last layer in transposes (exporters/glow/lower.py)."""
     def decorate(fn: Emitter) -> Emitter:
         for op in ops:
             if op in _EMITTERS:
                 raise ValueError(f"emitter for {op} registered twice")
             _EMITTERS[op] = fn
             if channels_last:
-                _CHANNELS_LAST.add(op)
+                _CHANNELS_LAST[op] = channels_last if callable(channels_last) else (lambda node, graph: True)
         return fn
     return decorate
 
 
-def supports_channels_last(op: str) -> bool:
+def supports_channels_last(node: Node, graph: Any) -> bool:
+    """Whether ``node`` (a channels-last layer of ``graph``) runs channels last in its op's emitter."""
     import pegasus.exporters.glow.kernels  # noqa: F401  (registers every family)
 
-    return op in _CHANNELS_LAST
+    supports = _CHANNELS_LAST.get(node.op)
+    return supports is not None and supports(node, graph)
+
+
+def packer(*ops: str) -> Callable[[Packer], Packer]:
+    """Register how a channels-last kernel of ``ops`` wants its constant weights laid out: ``fn(node,
+    graph)`` returns the re-laid arrays by input position. The exporter replaces those inputs with the
+    re-laid constants before code generation (exporters/glow/lower.py), so NAME.weights.bin holds what
+    the kernel reads."""
+    def decorate(fn: Packer) -> Packer:
+        for op in ops:
+            _PACKERS[op] = fn
+        return fn
+    return decorate
+
+
+def packed_weights(node: Node, graph: Any) -> dict[int, Any]:
+    """The re-laid weights of a channels-last ``node`` whose kernel has a ``packer`` (else none)."""
+    import pegasus.exporters.glow.kernels  # noqa: F401
+
+    pack = _PACKERS.get(node.op)
+    return pack(node, graph) if pack is not None else {}
 
 
 def get_emitter(op: str) -> Emitter | None:

@@ -1,0 +1,174 @@
+"""Emitters for MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on channels-last activations
+(``channels_last``: X is (N, D1..Dn, C), Y is (N, O1..On, C) — pegasus/ops/layout.py), so channels-last
+models pool without transposes.
+
+Channels are contiguous, so every load is a vector of channels: for each output position the kernel
+computes the in-bounds tap range of each axis once (conv.py's ``Axis``: padding is never read, and
+ceil_mode's overrun is clamped like padding), then reduces a block of channels — as many vectors as the
+accumulator registers hold — over those taps. Global pooling reduces every position into a block of
+channel vectors, with a few interleaved partial results so consecutive additions do not wait on each
+other. Semantics are pool.py's: the max propagates NaN, the average divides by the taps inside the input
+(or inside the explicit pads with count_include_pad, never ceil_mode's overrun; pool.py's
+``counted_taps``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pegasus.exporters.glow.kernels.conv import Axis, axes_of
+from pegasus.exporters.glow.kernels.linear import (
+    FLOATS,
+    INTEGERS,
+    Accumulators,
+    Numeric,
+    Value,
+    affine,
+    for_tiles,
+    pieces,
+    range_nest,
+    require_dtype,
+    simd_of,
+)
+from pegasus.exporters.glow.kernels.pool import counted_taps
+from pegasus.exporters.glow.kernels.registry import KernelContext
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ops.layout import first_shape
+from pegasus.ops.pool import AveragePool, MaxPool
+from pegasus.ops.spatial import prod
+
+#: (num, accumulated, loaded) -> combined
+Combine = Callable[[Numeric, Value, Value], Value]
+
+
+def _block_size(k: KernelContext, num: Numeric, channels: int, sets: int = 1) -> int:
+    """Channels per block: as many vectors as the accumulator registers hold (``sets`` copies each)."""
+    simd = simd_of(k.target)
+    lanes = simd.lanes(num.compute)
+    needed = len(pieces(channels, lanes))
+    most = max(1, min(needed, simd.accumulators // sets))
+    vectors = -(-needed // -(-needed // most))
+    return min(channels, vectors * lanes)
+
+
+def _maximum(num: Numeric, best: Value, value: Value) -> Value:
+    return num.maximum(value, best)
+
+
+def _add(num: Numeric, total: Value, value: Value) -> Value:
+    return num.add(total, value)
+
+
+def _window_pool(k: KernelContext, axes: list[Axis], identity: Callable[[Numeric, int], Value], combine: Combine,
+                 finish: Callable[[Numeric, list[Value], Value], Value]) -> None:
+    """Y[n, o..., c] = finish(reduce over the in-bounds taps of X[n, o*stride - pad + k*dilation..., c]):
+    per output position, the taps' ranges, then blocks of channel vectors reduced over them.
+    ``finish(num, positions, value)`` turns a reduced vector into the output."""
+    x, y = k.inputs[0], k.outputs[0]
+    b = k.builder
+    num = Numeric(b, x.type.dtype)
+    channels = x.shape[-1]
+    lanes = simd_of(k.target).lanes(num.compute)
+    x_strides, y_strides = x.strides[1:-1], y.strides[1:-1]
+    with loop_nest(b, [x.shape[0], *(axis.out for axis in axes)]) as (batch, *position):
+        ranges = [axis.taps(b, o) for axis, o in zip(axes, position)]
+        origins = [axis.origin(b, o) for axis, o in zip(axes, position)]
+        x_base = affine(b, 0, (batch, x.strides[0]), *zip(origins, x_strides))
+        y_base = affine(b, 0, (batch, y.strides[0]), *zip(position, y_strides))
+
+        def block(c0: Value, count: int) -> None:
+            widths = pieces(count, lanes)
+            accs = [Accumulators(num, 1, width) for _, width in widths]
+            for acc, (_, width) in zip(accs, widths):
+                acc.set(0, identity(num, width))
+            with range_nest(b, ranges) as taps:
+                flat = affine(b, 0, (x_base, 1), (c0, 1),
+                              *((tap, axis.dilation * s) for tap, axis, s in zip(taps, axes, x_strides)))
+                for acc, (offset, width) in zip(accs, widths):
+                    acc.set(0, combine(num, acc.get(0), num.load(x, affine(b, offset, (flat, 1)), width)))
+            for acc, (offset, _) in zip(accs, widths):
+                num.store(y, affine(b, offset, (y_base, 1), (c0, 1)), finish(num, position, acc.get(0)))
+
+        for_tiles(b, 0, channels, _block_size(k, num, channels), block)
+
+
+def _axes(k: KernelContext, geometry) -> list[Axis]:
+    x = k.inputs[0]
+    return axes_of(geometry(k.attrs, first_shape(x.shape, True)), x.shape[1:-1])
+
+
+def max_pool(k: KernelContext) -> None:
+    require_dtype(k, FLOATS + INTEGERS)
+    _window_pool(k, _axes(k, MaxPool.geometry), lambda num, lanes: num.lowest(lanes), _maximum,
+                 lambda num, position, value: value)
+
+
+def average_pool(k: KernelContext) -> None:
+    require_dtype(k, FLOATS)
+    axes = _axes(k, AveragePool.geometry)
+    pads_end = AveragePool.geometry(k.attrs, first_shape(k.inputs[0].shape, True)).pads_end
+    include = bool(k.attrs.count_include_pad)
+    b = k.builder
+
+    def finish(num: Numeric, position: list[Value], total: Value) -> Value:
+        count = counted_taps(b, axes, position, pads_end, include)
+        count = b.select(b.icmp_signed("<", count, const(1)), const(1), count)
+        return num.div(total, num.from_int(count, total.type.count))
+
+    _window_pool(k, axes, lambda num, lanes: num.constant(0, lanes), _add, finish)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Global pooling
+
+
+def _global_pool(k: KernelContext, identity: Callable[[Numeric, int], Value], combine: Combine,
+                 finish: Callable[[Numeric, Value, int], Value]) -> None:
+    """Y[n, c] = finish(reduce of X[n, s, c] over every position s, size): per block of channel vectors,
+    ``sets`` interleaved partial results over consecutive positions, combined at the end."""
+    x, y = k.inputs[0], k.outputs[0]
+    b = k.builder
+    num = Numeric(b, x.type.dtype)
+    channels, size = x.shape[-1], prod(x.shape[1:-1])
+    lanes = simd_of(k.target).lanes(num.compute)
+    budget = simd_of(k.target).accumulators
+    sets = max(1, min(4, size, budget // len(pieces(channels, lanes))))
+    full = size // sets
+
+    with for_range(b, x.shape[0], name="n") as batch:
+        def block(c0: Value, count: int) -> None:
+            widths = pieces(count, lanes)
+            accs = [Accumulators(num, sets, width) for _, width in widths]
+            for acc, (_, width) in zip(accs, widths):
+                for s in range(sets):
+                    acc.set(s, identity(num, width))
+
+            def positions(first: Value, used: int) -> None:
+                for s in range(used):
+                    flat = affine(b, 0, (batch, x.strides[0]), (first, channels), (c0, 1))
+                    for acc, (offset, width) in zip(accs, widths):
+                        value = num.load(x, affine(b, offset + s * channels, (flat, 1)), width)
+                        acc.set(s, combine(num, acc.get(s), value))
+
+            with for_range(b, full, name="position") as chunk:
+                positions(affine(b, 0, (chunk, sets)), sets)
+            if size % sets:
+                positions(const(full * sets), size % sets)
+            for acc, (offset, _) in zip(accs, widths):
+                value = acc.get(0)
+                for s in range(1, sets):
+                    value = combine(num, value, acc.get(s))
+                num.store(y, affine(b, offset, (batch, y.strides[0]), (c0, 1)), finish(num, value, size))
+
+        for_tiles(b, 0, channels, _block_size(k, num, channels, sets), block)
+
+
+def global_max_pool(k: KernelContext) -> None:
+    require_dtype(k, FLOATS + INTEGERS)
+    _global_pool(k, lambda num, lanes: num.lowest(lanes), _maximum, lambda num, value, size: value)
+
+
+def global_average_pool(k: KernelContext) -> None:
+    require_dtype(k, FLOATS)
+    _global_pool(k, lambda num, lanes: num.constant(0, lanes), _add,
+                 lambda num, value, size: num.div(value, num.constant(size, value.type.count)))
