@@ -1,7 +1,7 @@
 """``export glow``: plan memory, generate and compile the LLVM module, write the bundle atomically.
 
 Everything is staged in temporary files and renamed at the end, so a failed export leaves the output
-folder as it was.
+folder as it was. A tensor or buffer the code cannot address is refused before anything is compiled.
 """
 
 from __future__ import annotations
@@ -9,15 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pegasus.errors import PegasusError
 from pegasus.exporters.glow import bundle_files, memory_report
 from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_workspaces
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers, single_layers
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import MemoryPlan, plan_memory
+from pegasus.exporters.glow.memory_plan import MemoryPlan, check_limits, plan_memory
 from pegasus.exporters.glow.target import Target
-from pegasus.fileio import AtomicFileSet
+from pegasus.fileio import AtomicFileSet, check_folder
 from pegasus.ir.graph import Graph
 
 
@@ -34,12 +33,12 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
                   bundle_api: str = "static", fuse: bool = True) -> BundleResult:
     """Export ``graph`` as a bundle in ``out_dir``; ``fuse`` computes each convolution's element-wise and
     pooling consumers inside its loop nest (fuse.py), False generates one layer per node."""
-    if not out_dir.is_dir():
-        raise PegasusError(f"--output-path does not exist or is not a folder: {out_dir}")
+    check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
     graph = lower_for_export(graph)
     check_emitters(graph)
     layers = fuse_layers(graph) if fuse else single_layers(graph)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target))
+    check_limits(graph, plan, target.address_bits)
     module = build_module(graph, plan, target, name)
     if bundle_api == "dynamic":
         bundle_files.add_dynamic_config(module, name, graph, plan)

@@ -9,6 +9,10 @@
   input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
   greedy best-fit by size, largest first (the usual static planner of AOT compilers).
 
+What a bundle can hold: the kernels index a tensor's elements, and the code offsets into each buffer, with
+signed 32-bit integers, so a tensor of more than 2**31 - 1 elements or bytes, or a buffer larger than that,
+is refused (``check_limits``), as are buffers adding up past a 32-bit CPU's 4 GiB address space.
+
 A layer whose kernel needs scratch memory (``kernels.registry.workspace``) gets a buffer of its own in the
 activations region, live during that layer only (``workspace_name``): RAM the kernels use is planned and
 counted like any tensor's, not taken from the stack.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.ir.graph import Graph
 from pegasus.ops.registry import get_op
@@ -35,6 +40,10 @@ CODE, CODE_CONSTANT_LIMIT = "code", 16
 #: constants below this size are 16-byte aligned in the constant buffer (enough for any SIMD load of
 #: the targets); larger ones start on a 64-byte boundary (cache lines, Glow's MEM_ALIGN)
 SMALL_CONSTANT, SMALL_ALIGN = 16384, 16
+#: the largest element count, byte size and buffer offset the generated code's 32-bit indices reach
+MAX_INDEX = 2**31 - 1
+#: bytes a 32-bit CPU addresses (4 GiB)
+ADDRESS_SPACE_32 = 2**32
 
 
 def align(value: int, to: int = ALIGN) -> int:
@@ -189,3 +198,38 @@ def plan_memory(graph: Graph, layers: list[Layer] | None = None,
     for name in placeholders:  # placeholders fed straight from a constant or another placeholder
         locations.setdefault(name, mutable_locations[name])
     return MemoryPlan(locations, constant_size, mutable_size, activations_size, buffers, layers)
+
+
+def oversized_tensors(graph: Graph) -> list[str]:
+    """Tensors with more than MAX_INDEX elements or bytes, largest first."""
+    sizes = {name: tensor.type.nbytes for name, tensor in graph.tensors.items()
+             if max(tensor.type.size, tensor.type.nbytes) > MAX_INDEX}
+    return sorted(sizes, key=lambda name: -sizes[name])
+
+
+def describe_size(graph: Graph, name: str) -> str:
+    ttype = graph.type_of(name)
+    return f"tensor '{name}' {ttype} ({ttype.size:,} elements, {ttype.nbytes:,} bytes)"
+
+
+def _more(names: list[str]) -> str:
+    return {0: "", 1: " (and 1 more tensor)"}.get(len(names) - 1, f" (and {len(names) - 1} more tensors)")
+
+
+def check_limits(graph: Graph, plan: MemoryPlan, address_bits: int) -> None:
+    """Refuse, with one line, a tensor or buffer the generated code cannot address (see the module's note)."""
+    too_big = oversized_tensors(graph)
+    if too_big:
+        raise PegasusError(f"{describe_size(graph, too_big[0])}{_more(too_big)} is too large for a bundle: at most "
+                           f"{MAX_INDEX:,} elements and bytes per tensor (32-bit indices)")
+    buffers = {"CONSTANT_MEM_SIZE (weights)": plan.constant_size, "MUTABLE_MEM_SIZE (inputs/outputs)":
+               plan.mutable_size, "ACTIVATIONS_MEM_SIZE": plan.activations_size}
+    for label, size in buffers.items():
+        if size > MAX_INDEX:
+            raise PegasusError(f"{label} would be {size:,} bytes: a bundle's buffers hold at most {MAX_INDEX:,} "
+                               "bytes (32-bit offsets)")
+    total = sum(buffers.values())
+    if address_bits == 32 and total > ADDRESS_SPACE_32:
+        raise PegasusError(f"the bundle's buffers need {total:,} bytes (weights {plan.constant_size:,}, inputs/outputs "
+                           f"{plan.mutable_size:,}, activations {plan.activations_size:,}): more than the 4 GiB "
+                           f"({ADDRESS_SPACE_32:,} bytes) a 32-bit CPU addresses")

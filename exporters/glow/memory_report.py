@@ -73,6 +73,13 @@ def _listing(sections: dict[str, int]) -> str:
     return ", ".join(f"{name} {size:,}" for name, size in sorted(sections.items())) or "none"
 
 
+def _table(rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
+    """Rows as text columns as wide as their widest cell (columns in ``right`` right-aligned), two spaces apart."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  " + "  ".join(cell.rjust(width) if column in right else cell.ljust(width)
+                             for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
 def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dict[str, int]]) -> str:
     rows = [("Weights", "CONSTANT_MEM_SIZE", plan.constant_size, "Flash, or RAM when copied there"),
             ("Input/Output", "MUTABLE_MEM_SIZE", plan.mutable_size, "RAM"),
@@ -81,10 +88,11 @@ def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dic
     if sizes.data:
         rows.append(("Data", f"writable sections of {name}.o", sizes.data_size, "RAM (+ initial values in Flash)"))
     lines = [f'Memory report of bundle "{name}" (bytes)', ""]
-    lines += [f"  {kind:<13}{source:<32}{size:>12,}  {where}" for kind, source, size, where in rows]
-    lines += ["", f"  {'':<18}{'Flash':>12}{'RAM':>12}"]
-    for label, key in (("Weights in Flash", "weights_in_flash"), ("Weights in RAM", "weights_in_ram")):
-        lines.append(f"  {label:<18}{totals[key]['flash']:>12,}{totals[key]['ram']:>12,}")
+    lines += _table([(kind, source, f"{size:,}", where) for kind, source, size, where in rows], right={2})
+    lines += [""]
+    lines += _table([("", "Flash", "RAM")] + [(label, f"{totals[key]['flash']:,}", f"{totals[key]['ram']:,}")
+                                             for label, key in (("Weights in Flash", "weights_in_flash"),
+                                                                ("Weights in RAM", "weights_in_ram"))], right={1, 2})
     lines += [
         "",
         "Flash = code + weights; RAM = input/output + activations, plus the weights when they are copied to RAM",

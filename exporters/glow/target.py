@@ -59,6 +59,11 @@ class Target:
     def is_cortex_m(self) -> bool:
         return self.triple.startswith("thumb")
 
+    @property
+    def address_bits(self) -> int:
+        """Width of the CPU's addresses: 32 for Cortex-M and i386, 64 for x86-64 and AArch64."""
+        return 32 if self.arch in ("arm", "i386") else 64
+
     def machine(self) -> llvm.TargetMachine:
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from pegasus.errors import PegasusError
-from pegasus.fileio import check_folder, check_target, make_folder
+from pegasus.fileio import check_folder, check_target
 from pegasus.ir import serialize
 
 TARGETS = ("x86_64", "i386", "arm", "aarch64")
@@ -77,7 +77,7 @@ def run_glow(args: argparse.Namespace) -> int:
     elif args.quantized_io or args.model_quantize:
         raise PegasusError("--model-quantize and --quantized-io need --dtype quantized")
     name = c_identifier(args.network_name or Path(args.model).stem)
-    result = export_bundle(graph, make_folder(out_dir), name, target, bundle_api=args.bundle_api, fuse=args.fuse)
+    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api, fuse=args.fuse)
     if args.dump_graph_dag:
         from pegasus.exporters.glow.graph_dot import write_dot
 

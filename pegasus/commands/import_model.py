@@ -127,7 +127,19 @@ def _save(args: argparse.Namespace, graph, source: dict, json_path: Path, data_p
         print(f"  input  {name_}: {graph.type_of(name_)}")
     for name_ in graph.outputs:
         print(f"  output {name_}: {graph.type_of(name_)}")
+    _warn_oversized(graph)
     return 0
+
+
+def _warn_oversized(graph) -> None:
+    """One line on stderr when a tensor is over 2 GiB (elements or bytes): no bundle can hold it."""
+    from pegasus.exporters.glow.memory_plan import MAX_INDEX, describe_size, oversized_tensors
+
+    too_big = oversized_tensors(graph)
+    if too_big:
+        more = "" if len(too_big) == 1 else f" (and {len(too_big) - 1} more)"
+        print(f"warning: {describe_size(graph, too_big[0])}{more} is over 2 GiB: export glow will refuse it (at most "
+              f"{MAX_INDEX:,} elements and bytes per tensor)", file=sys.stderr)
 
 
 def run_tflite(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ Quantization parameters belong to the tensor type, as in Glow, not to a side tab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +34,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(int(d) for d in self.shape)   # exact: an int64 product wraps past 2**63 silently
 
     @property
     def nbytes(self) -> int:
