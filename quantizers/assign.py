@@ -51,16 +51,35 @@ def float_entry(lo: float, hi: float) -> TensorQuant:
     return TensorQuant("float32", "float32", "layer", [lo], [hi])
 
 
+def same_precision(a: TensorQuant, b: TensorQuant) -> bool:
+    """Whether two entries put a tensor on the same kind of grid (dtype, qtype, per tensor or per channel)."""
+    return (a.dtype, a.qtype, a.method) == (b.dtype, b.qtype, b.method)
+
+
 def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Scheme, *, algorithm: str,
                 digest: str, custom: dict[str, str] | None = None,
                 keep: dict[str, TensorQuant] | None = None) -> QuantTable:
-    """Quantization parameters of every tensor; entries in ``keep`` (a reused table) are left as they are."""
+    """Quantization parameters of every tensor of ``graph``.
+
+    ``ranges`` holds the (min, max) of every activation, and may hold weights' too (a table's, so that
+    hand-edited weight ranges count when a weight changes precision). An entry of ``keep`` (an existing
+    table) is kept as it is when the tensor's precision is unchanged, else recomputed from the range; a
+    bias entry is kept only when its layer's input and weight entries are.
+    """
     custom = dict(custom or {})
     keep = keep or {}
     tensors: dict[str, TensorQuant] = {}
 
     def put(name: str, entry: TensorQuant) -> None:
-        tensors[name] = keep.get(name, entry)
+        old = keep.get(name)
+        tensors[name] = old if old is not None and same_precision(old, entry) else entry
+
+    def weight(name: str, value: np.ndarray, scheme: Scheme | None, axis: int | None) -> TensorQuant:
+        lo, hi = ranges.get(name, (float(value.min(initial=0)), float(value.max(initial=0))))
+        if scheme is None:
+            return float_entry(lo, hi)
+        entry = scheme.weight(value, axis)
+        return scheme.activation(lo, hi) if name in ranges and entry.method == "layer" else entry
 
     for name in graph.inputs:
         if name in ranges:
@@ -85,20 +104,21 @@ def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Sch
             value = graph.value_of(name) if name else None
             if value is None or not value.dtype.kind == "f" or name in tensors:
                 continue
-            if scheme is None:
-                put(name, float_entry(float(value.min(initial=0)), float(value.max(initial=0))))
-            elif is_bias(node, index):
+            if scheme is not None and is_bias(node, index):
                 continue  # after the weights, below
-            else:
-                put(name, scheme.weight(value, weight_axis(node, graph, index)))
+            put(name, weight(name, value, scheme, weight_axis(node, graph, index)))
         if scheme is not None and not scheme.is_float:
             for index, name in enumerate(node.inputs):
                 if name and is_bias(node, index) and graph.value_of(name) is not None and name not in tensors:
                     x, w = tensors.get(node.inputs[0]), tensors.get(node.inputs[1])
                     if x is not None and w is not None and x.is_integer and w.is_integer:
-                        put(name, schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale)))
+                        entry = schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale))
+                        sources_kept = x is keep.get(node.inputs[0]) and w is keep.get(node.inputs[1])
+                        tensors[name] = keep[name] if sources_kept and name in keep and same_precision(
+                            keep[name], entry) else entry
     return QuantTable(quantizer=model.quantizer, qtype=model.qtype, algorithm=algorithm, graph_digest=digest,
-                      tensors=tensors, customized_layers=custom, layer_digests=serialize.layer_digests(graph))
+                      tensors=tensors, customized_layers=custom, layer_digests=serialize.layer_digests(graph),
+                      float_graph_digest=digest)
 
 
 def refresh_biases(graph: Graph, table: QuantTable) -> None:

@@ -52,8 +52,12 @@ def observed_tensors(graph: Graph) -> list[str]:
 def calibrate(graph: Graph, feeds: Iterable[dict[str, np.ndarray]], *, total: int, batch_size: int = 1,
               algorithm: str = "normal", signed: bool = False, moving_average_weight: float = 0.01,
               first_quantize_bits: int = 11, keep_values: bool = False, seed: int = 0,
-              progress: bool = True) -> Calibration:
+              progress: bool = True, only: Iterable[str] | None = None) -> Calibration:
+    """Observe every float tensor computed at run time (or those in ``only``) over ``total`` samples."""
     names = [n for n in observed_tensors(graph) if graph.type_of(n).dtype.is_float]
+    if only is not None:
+        wanted = set(only)
+        names = [n for n in names if n in wanted]
     observers: dict[str, Observer] = {
         name: make_observer(algorithm, signed=signed, moving_average_weight=moving_average_weight,
                             first_quantize_bits=first_quantize_bits) for name in names}

@@ -60,6 +60,18 @@ def insert_converters(graph: Graph, model: Scheme, custom: dict[str, str]) -> Gr
     return hybrid
 
 
+def without_converters(graph: Graph) -> Graph:
+    """A copy of ``graph`` without DtypeConverter layers: the model a hybrid graph was made from (NAME.json)."""
+    clean = copy.deepcopy(graph)
+    _remove_converters(clean)
+    return clean
+
+
+def converted_tensor(name: str) -> str:
+    """The tensor a converter's output (named ``TENSOR_to_PRECISION`` above) converts; '' for other names."""
+    return name.rpartition("_to_")[0]
+
+
 def _remove_converters(graph: Graph) -> None:
     for node in [n for n in graph.nodes if n.op == "DtypeConverter"]:
         graph.rename_uses(node.outputs[0], node.inputs[0])

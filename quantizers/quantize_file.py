@@ -4,6 +4,7 @@ Layout::
 
     pegasus_version: 0.1.0
     graph_digest: 1f0c...            # the model this table belongs to (a stale table is refused)
+    float_graph_digest: 1f0c...      # that model without dtype_converter layers (NAME.json; differs after --hybrid)
     quantizer: asymmetric_affine
     qtype: uint8
     algorithm: normal
@@ -18,19 +19,29 @@ Layout::
         qtype: u8                    # u8 | i8 | i16 | i32 | bf16 | float32
         fl: 4                        # dynamic_fixed_point only: scale = 2**-fl
     customized_quantize_layers: {}   # {layer: float32 | dynamic_fixed_point-i16}
-    layer_digests:                   # each layer as it was (op, attributes, shapes, weights), to name what changed
-      conv1: 3fa2c1d07e19
+    layer_digests:                   # each layer of the float model (op, attributes, shapes, weights): names
+      conv1: 3fa2c1d07e19            # the layer that changed
 
-Read and written with ruamel.yaml in round-trip mode: rewriting a table a user edited keeps their
-comments and key order; only values pegasus recomputes change.
+Read and written with ruamel.yaml in round-trip mode: rewriting a table a user edited keeps its key
+order and the text of every value pegasus does not change. Comments are put back from the old text,
+not from ruamel's tree: ruamel hangs a comment line on the node BEFORE it (the comment above
+``customized_quantize_layers`` belongs to the last tensor entry, or to the last layer digest), so
+replacing or deleting that node would lose it. Here each comment line stays above the key it stood
+above (or the next key that still exists), end-of-line comments stay on their key or list item, and
+comments at the end stay at the end.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import Comment, CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.scalarfloat import ScalarFloat
 
 from pegasus import __version__
 from pegasus.errors import PegasusError
@@ -117,7 +128,8 @@ def load_table(path: str | Path, graph: Graph | None = None, digest: str | None 
     table = QuantTable(quantizer=str(doc.get("quantizer", "asymmetric_affine")), qtype=str(doc.get("qtype", "uint8")),
                        algorithm=str(doc.get("algorithm", "normal")), graph_digest=str(doc.get("graph_digest", "")),
                        tensors=tensors, customized_layers=custom, path=where,
-                       layer_digests={str(k): str(v) for k, v in (doc.get("layer_digests") or {}).items()})
+                       layer_digests={str(k): str(v) for k, v in (doc.get("layer_digests") or {}).items()},
+                       float_graph_digest=str(doc.get("float_graph_digest", "")))
     if graph is not None:
         check_against_graph(table, graph, doc, digest)
     return table
@@ -126,29 +138,61 @@ def load_table(path: str | Path, graph: Graph | None = None, digest: str | None 
 def check_against_graph(table: QuantTable, graph: Graph, doc: Any = None, digest: str | None = None) -> None:
     """Refuse a table naming layers/tensors the model does not have, or made for another model."""
     where = table.path
-    layers = {node.name for node in graph.nodes}
+    if digest is not None and table.graph_digest and table.graph_digest != digest:
+        if table.float_graph_digest not in ("", table.graph_digest) and digest == table.float_graph_digest:
+            raise PegasusError(f"is the hybrid table of model '{graph.name}' (customized_quantize_layers with "
+                               "dtype_converter layers): pass --model NAME.quantize.json, which pegasus quantize "
+                               "--hybrid wrote next to the model", where=where)
+        raise PegasusError(f"was made for another version of model '{graph.name}' ({_what_changed(table, graph)}); "
+                           "re-run pegasus quantize --rebuild", where=where)
+    _check_layers(table, graph, doc)
+    unknown = sorted(set(table.tensors) - set(graph.tensors))
+    if unknown:
+        _unknown_tensors(table, graph, doc, unknown)
+
+
+def check_for_hybrid(table: QuantTable, graph: Graph, source: Graph, doc: Any = None) -> None:
+    """What ``--hybrid`` accepts: ``graph`` is the model the table was made for (NAME.quantize.json) or the
+    model it derives from (NAME.json); ``source`` is ``graph`` without dtype_converter layers."""
+    from pegasus.quantizers.hybrid import converted_tensor
+
+    expected = table.float_graph_digest or table.graph_digest
+    if expected and serialize.graph_digest(source) != expected and serialize.graph_digest(graph) != table.graph_digest:
+        raise PegasusError(f"was made for another version of model '{graph.name}' ({_what_changed(table, source)}); "
+                           "re-run pegasus quantize --rebuild", where=table.path)
+    _check_layers(table, source, doc)
+    # entries of converters an earlier --hybrid inserted are dropped or reused; any other unknown name is a typo
+    unknown = sorted(name for name in set(table.tensors) - set(graph.tensors) - set(source.tensors)
+                     if converted_tensor(name) not in source.tensors)
+    if unknown:
+        _unknown_tensors(table, graph, doc, unknown)
+
+
+def _check_layers(table: QuantTable, graph: Graph, doc: Any) -> None:
+    layers = {node.name for node in graph.nodes if node.op != "DtypeConverter"}
     for layer in table.customized_layers:
         if layer not in layers:
             line = _line(doc.get("customized_quantize_layers"), layer) if doc is not None else ""
             raise PegasusError(f"{line}customized_quantize_layers names layer '{layer}', which is not in the model "
                                f"(layers: {', '.join(sorted(layers)[:8])}{', ...' if len(layers) > 8 else ''})",
-                               where=where)
-    unknown = sorted(set(table.tensors) - set(graph.tensors))
-    if unknown:
-        line = _line(doc.get("quantize_parameters"), unknown[0]) if doc is not None else ""
-        raise PegasusError(f"{line}quantize_parameters names tensor '{unknown[0]}', which is not in model "
-                           f"'{graph.name}'" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "") +
-                           ": the model changed since this .quantize was made; re-run pegasus quantize --rebuild",
-                           where=where)
-    if digest is not None and table.graph_digest and table.graph_digest != digest:
-        raise PegasusError(f"was made for another version of model '{graph.name}' ({_what_changed(table, graph)}); "
-                           "re-run pegasus quantize --rebuild", where=where)
+                               where=table.path)
+
+
+def _unknown_tensors(table: QuantTable, graph: Graph, doc: Any, unknown: list[str]) -> None:
+    line = _line(doc.get("quantize_parameters"), unknown[0]) if doc is not None else ""
+    raise PegasusError(f"{line}quantize_parameters names tensor '{unknown[0]}', which is not in model "
+                       f"'{graph.name}'" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "") +
+                       ": the model changed since this .quantize was made; re-run pegasus quantize --rebuild",
+                       where=table.path)
 
 
 def _what_changed(table: QuantTable, graph: Graph) -> str:
     """Name the first layer whose recorded digest differs from the model's (and how many more do)."""
+    from pegasus.quantizers.hybrid import without_converters
+
     if not table.layer_digests:
         return f"graph digest {table.graph_digest}, model now {serialize.graph_digest(graph)}"
+    graph = without_converters(graph)  # the digests are the float model's, as NAME.json has it
     now = serialize.layer_digests(graph)
     ops = {node.name: node.op for node in graph.nodes}
     changes = [f"layer '{name}' ({ops[name]}) is new" if name not in table.layer_digests else
@@ -158,6 +202,16 @@ def _what_changed(table: QuantTable, graph: Graph) -> str:
     if not changes:
         return "its inputs, outputs or layer order changed"
     return changes[0] + (f"; {len(changes) - 1} more layers changed" if len(changes) > 1 else "")
+
+
+def _update(mapping: CommentedMap, values: dict[str, Any], *, drop_others: bool = True) -> None:
+    """Set ``values`` in ``mapping`` in place, leaving values that are already equal as they were written."""
+    if drop_others:
+        for key in [k for k in mapping if k not in values]:
+            del mapping[key]
+    for key, value in values.items():
+        if key not in mapping or mapping[key] != value:
+            mapping[key] = value
 
 
 def _entry_to_yaml(q: TensorQuant, existing: Any = None) -> CommentedMap:
@@ -173,51 +227,173 @@ def _entry_to_yaml(q: TensorQuant, existing: Any = None) -> CommentedMap:
     values["qtype"] = q.qtype
     if q.axis is not None:
         values["axis"] = int(q.axis)
-    for key in [k for k in entry if k not in values]:
-        del entry[key]
-    for key, value in values.items():
-        entry[key] = value
+    _update(entry, values)
     return entry
 
 
 def table_document(table: QuantTable, existing: Any = None) -> CommentedMap:
-    """The YAML document of ``table``; updates ``existing`` (a loaded document) in place to keep comments."""
+    """The YAML document of ``table``; updates ``existing`` (a loaded document) in place."""
     doc = existing if isinstance(existing, CommentedMap) else CommentedMap()
     if not isinstance(existing, CommentedMap):
         doc.yaml_set_start_comment(HEADER)
-    doc["pegasus_version"] = __version__
-    doc["graph_digest"] = table.graph_digest
-    doc["quantizer"] = table.quantizer
-    doc["qtype"] = table.qtype
-    doc["algorithm"] = table.algorithm
+    if "float_graph_digest" not in doc and "graph_digest" in doc:
+        doc.insert(list(doc).index("graph_digest") + 1, "float_graph_digest", "")
+    _update(doc, {"pegasus_version": __version__, "graph_digest": table.graph_digest,
+                  "float_graph_digest": table.float_graph_digest or table.graph_digest, "quantizer": table.quantizer,
+                  "qtype": table.qtype, "algorithm": table.algorithm}, drop_others=False)
     params = doc.get("quantize_parameters")
     if not isinstance(params, CommentedMap):
-        params = CommentedMap()
+        params = doc["quantize_parameters"] = CommentedMap()
     for name in [k for k in params if k not in table.tensors]:
         del params[name]
     for name, q in table.tensors.items():
         params[name] = _entry_to_yaml(q, params.get(name))
-    doc["quantize_parameters"] = params
     custom = doc.get("customized_quantize_layers")
     if not isinstance(custom, CommentedMap):
-        custom = CommentedMap()
+        custom = doc["customized_quantize_layers"] = CommentedMap()
         custom.fa.set_flow_style()
-    for name in [k for k in custom if k not in table.customized_layers]:
-        del custom[name]
-    for layer, precision in table.customized_layers.items():
-        custom[layer] = precision
-    doc["customized_quantize_layers"] = custom
-    fresh = "layer_digests" not in doc
-    doc["layer_digests"] = CommentedMap(table.layer_digests)
-    if fresh:
+    _update(custom, table.customized_layers)
+    digests = doc.get("layer_digests")
+    if not isinstance(digests, CommentedMap):
+        digests = doc["layer_digests"] = CommentedMap()
         note = "each layer as this table saw it (op, attributes, shapes, weights): names what changed in the model"
         doc.yaml_set_comment_before_after_key("layer_digests", before=note)
+    _update(digests, table.layer_digests)
     return doc
 
 
-def save_table(table: QuantTable, path: str | Path, existing: Any = None) -> None:
-    atomic_write(path, dump_yaml(table_document(table, existing)))
+def render_table(table: QuantTable, previous: str | None = None) -> str:
+    """The text of ``table``. Given the text of the file it replaces, that document is updated in place and
+    every comment and blank line of it is put back where it stood (see the module docstring)."""
+    if previous is None:
+        return dump_yaml(table_document(table))
+    yaml = YAML()
+    try:
+        doc = yaml.load(previous)
+    except YAMLError:  # --rebuild over a broken file: nothing of it to keep
+        doc = None
+    if not isinstance(doc, CommentedMap) or "quantize_parameters" not in doc:
+        return dump_yaml(table_document(table))
+    order = _node_lines(doc)
+    comments = _user_comments(previous, order)
+    _strip_comments(doc)
+    _exact_floats(doc, yaml)
+    text = dump_yaml(table_document(table, doc))
+    return _put_back(text, [path for _, path in order], comments, yaml)
+
+
+def save_table(table: QuantTable, path: str | Path, previous: str | None = None) -> None:
+    atomic_write(path, render_table(table, previous))
+
+
+def previous_text(path: str | Path) -> str | None:
+    """The text of an existing table, whose comments and layout a rewrite keeps (None: no readable file)."""
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def load_document(path: str | Path) -> Any:
     return read_yaml(path)
+
+
+# ---- comments: kept from the old text ------------------------------------------------------------------------
+
+NodePath = tuple  # a node's keys / list indices from the document root
+
+
+def _node_lines(node: Any, path: NodePath = ()) -> list[tuple[int, NodePath]]:
+    """(0-based line, path) of every mapping key and list item, in document order."""
+    found: list[tuple[int, NodePath]] = []
+    if isinstance(node, CommentedMap):
+        for key in node:
+            found.append((node.lc.key(key)[0], path + (key,)))
+            found += _node_lines(node[key], path + (key,))
+    elif isinstance(node, CommentedSeq):
+        for index, item in enumerate(node):
+            found.append((node.lc.item(index)[0], path + (index,)))
+            found += _node_lines(item, path + (index,))
+    return found
+
+
+def _comment_start(line: str) -> int | None:
+    """Where the end-of-line comment of a YAML line starts (with the blanks before it), or None."""
+    quote = ""
+    for i, char in enumerate(line):
+        if quote:
+            if char == quote and not (quote == '"' and line[i - 1] == "\\"):
+                quote = ""
+        elif char in "'\"" and line[:i].rstrip()[-1:] in ("", ":", "-", "[", "{", ",", "?"):
+            quote = char  # a quoted scalar starts here (a quote inside a plain scalar does not)
+        elif char == "#" and i > 0 and line[i - 1] in " \t":
+            return len(line[:i].rstrip())
+    return None
+
+
+def _user_comments(text: str, order: list[tuple[int, NodePath]]) -> list[tuple[int, str, str | None]]:
+    """Each comment (or blank) line of ``text`` as (index in ``order`` of the node it belongs to, the line, None):
+    a comment line belongs to the node after it (len(order): the end of the file); and each end-of-line comment
+    as (index of the node on its line, the comment as a line of its own, the comment as it ends the line)."""
+    lines = [line for line, _ in order]
+    comments: list[tuple[int, str, str | None]] = []
+    pending: list[str] = []
+    for number, line in enumerate(text.splitlines()):
+        if not line.strip() or line.lstrip().startswith("#"):
+            pending.append(line)
+            continue
+        anchor = bisect_left(lines, number)
+        comments += [(anchor, kept, None) for kept in pending]
+        pending = []
+        cut = _comment_start(line)
+        if cut is not None:
+            own_line = line[: len(line) - len(line.lstrip())] + line[cut:].lstrip()
+            on_line = anchor < len(order) and lines[anchor] == number
+            comments.append((anchor, own_line, line[cut:] if on_line else None))
+    comments += [(len(order), kept, None) for kept in pending]
+    return comments
+
+
+def _exact_floats(node: Any, yaml: YAML) -> None:
+    """Numbers as written stay as written, except where ruamel.yaml 0.19 would print a float it read in another
+    value (2.856082316325486e-05 comes back as ...485e-05): those are printed as Python prints them."""
+    if isinstance(node, (CommentedMap, CommentedSeq)):
+        for key in list(node.keys() if isinstance(node, CommentedMap) else range(len(node))):
+            value = node[key]
+            if isinstance(value, ScalarFloat) and math.isfinite(value) and \
+                    float(yaml.representer.represent_scalar_float(value).value) != float(value):
+                node[key] = float(value)
+            else:
+                _exact_floats(value, yaml)
+
+
+def _strip_comments(node: Any) -> None:
+    if isinstance(node, (CommentedMap, CommentedSeq)):
+        setattr(node, Comment.attrib, Comment())
+        for child in node.values() if isinstance(node, CommentedMap) else node:
+            _strip_comments(child)
+
+
+def _put_back(text: str, old_paths: list[NodePath], comments: list[tuple[int, str, str | None]], yaml: YAML) -> str:
+    """``text`` with the old comments at the line of the node each belongs to (or of the next node that is still
+    there; end-of-line comments of a node that is gone become comment lines)."""
+    lines = text.splitlines()
+    at: dict[NodePath, int] = {}
+    for number, path in _node_lines(yaml.load(text)):
+        at.setdefault(path, number)
+    before: dict[int, list[str]] = {}
+    after: dict[int, str] = {}
+    for anchor, comment, line_end in comments:
+        if line_end is not None and old_paths[anchor] in at:
+            number = at[old_paths[anchor]]
+            after[number] = after.get(number, "") + line_end
+            continue
+        while anchor < len(old_paths) and old_paths[anchor] not in at:
+            anchor += 1
+        before.setdefault(at[old_paths[anchor]] if anchor < len(old_paths) else len(lines), []).append(comment)
+    out: list[str] = []
+    for number, line in enumerate(lines):
+        out += before.get(number, [])
+        out.append(line + after.get(number, ""))
+    out += before.get(len(lines), [])
+    return "\n".join(out) + "\n"

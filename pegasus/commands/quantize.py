@@ -24,16 +24,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--with-input-meta", required=True, help="inputmeta .yml (preprocessing + dataset)")
     parser.add_argument("--model-quantize", help="the .quantize file to write (default: NAME.quantize next to the "
                                                  "model); with --hybrid, the edited file to read")
-    parser.add_argument("--quantizer", default="asymmetric_affine",
-                        help="asymmetric_affine (default), dynamic_fixed_point, perchannel_symmetric_affine, "
-                             "qbfloat16")
-    parser.add_argument("--qtype", default="uint8", help="uint8 (default), int8, int16, bfloat16 (qbfloat16)")
+    parser.add_argument("--quantizer",
+                        help="asymmetric_affine (default; with --hybrid: the table's), dynamic_fixed_point, "
+                             "perchannel_symmetric_affine, qbfloat16")
+    parser.add_argument("--qtype", help="uint8 (default; with --hybrid: the table's), int8, int16, bfloat16 "
+                                        "(qbfloat16)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--rebuild", action="store_true", help="compute a new table even if the .quantize exists")
     mode.add_argument("--rebuild-all", action="store_true", help="like --rebuild (Acuity: needed for qbfloat16)")
     mode.add_argument("--hybrid", action="store_true",
                       help="apply the customized_quantize_layers of --model-quantize: writes NAME.quantize.json "
-                           "(with dtype_converter layers) and the updated .quantize")
+                           "(with dtype_converter layers) and the updated .quantize, whose ranges it reuses "
+                           "(only tensors missing from it are calibrated)")
     parser.add_argument("--batch-size", type=int, help="samples per calibration batch (default: 1)")
     parser.add_argument("--iterations", type=int, help="number of batches (default: 1)")
     parser.add_argument("--algorithm", default="normal", choices=("normal", "kl_divergence", "moving_average"),
@@ -84,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
         raise PegasusError("--hybrid needs --model-quantize: the .quantize file with your customized_quantize_layers")
     if args.hybrid and not target.is_file():
         raise PegasusError(f"--model-quantize {target} does not exist (run pegasus quantize --rebuild first)")
+    quantizer, qtype = _scheme(args, target)
     batch_size = args.batch_size or 1
     iterations = args.iterations or 1
     feeds = lambda g: samples.iterate_samples(g, meta, batch_size=batch_size, iterations=iterations)  # noqa: E731
-    options = workflow.Options(quantizer=args.quantizer, qtype=args.qtype, algorithm=args.algorithm,
+    options = workflow.Options(quantizer=quantizer, qtype=qtype, algorithm=args.algorithm,
                                batch_size=batch_size, total=batch_size * iterations,
                                moving_average_weight=args.moving_average_weight,
                                first_quantize_bits=_first_quantize_bits(args), mle=args.mle,
@@ -104,6 +107,22 @@ def run(args: argparse.Namespace) -> int:
 
         compare.write_report(result.graph, result.table, feeds(result.graph), Path(args.report))
     return 0
+
+
+def _scheme(args: argparse.Namespace, target: Path) -> tuple[str, str]:
+    """--quantizer/--qtype; with --hybrid the table's scheme, which flags may repeat but not change."""
+    quantizer, qtype = args.quantizer or "asymmetric_affine", args.qtype or "uint8"
+    if not args.hybrid:
+        return quantizer, qtype
+    from pegasus.quantizers.quantize_file import load_table
+    from pegasus.quantizers.schemes import Scheme
+
+    table = load_table(target)
+    quantizer, qtype = args.quantizer or table.quantizer, args.qtype or table.qtype
+    if Scheme.of(quantizer, qtype) != Scheme.of(table.quantizer, table.qtype):
+        raise PegasusError(f"--hybrid re-quantizes with the scheme of {target} ({table.quantizer}-{table.qtype}), "
+                           f"not --quantizer {quantizer} --qtype {qtype}; to change the scheme, pass --rebuild")
+    return quantizer, qtype
 
 
 def _default_table_path(model: Path) -> Path:

@@ -70,6 +70,8 @@ class QuantTable:
     customized_layers: dict[str, str] = field(default_factory=dict)
     layer_digests: dict[str, str] = field(default_factory=dict)
     path: str | None = None
+    #: the model without dtype_converter layers (NAME.json) a hybrid table derives from; "" = graph_digest's
+    float_graph_digest: str = ""
 
     def get(self, tensor: str) -> TensorQuant | None:
         return self.tensors.get(tensor)
