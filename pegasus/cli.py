@@ -7,6 +7,7 @@ traceback. Any other exception is a bug in pegasus and exits with 1, saying so.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pegasus: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (pegasus ... | head): not an error of pegasus
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141
     except Exception as exc:
         if verbose:
             traceback.print_exc()
