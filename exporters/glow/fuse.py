@@ -8,9 +8,8 @@ convolution with the layers that consume its output on the spot:
 The element-wise layers become an epilogue applied to each convolution accumulator before it is stored
 or pooled, and the pooling reduces convolution values computed in registers, so the tensors between
 the nodes of a group are never written to memory and the memory planner never allocates them. A chain
-only grows through a tensor that exactly one node reads and that is not a graph output. Channels-last
-convolutions (kernels/conv_channels_last.py) take the element-wise epilogue but not the pooling (the fused
-conv-pool kernel is channels first), nor does a channels-first convolution take a channels-last pooling. The graph
+only grows through a tensor that exactly one node reads and that is not a graph output. A pooling joins a
+convolution of its own layout (channels first, or channels last: kernels/pool_channels_last.py). The graph
 itself is untouched: the reference interpreter still runs every node, and a fused bundle must give
 the same outputs.
 """
@@ -78,9 +77,9 @@ def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
     """Whether ``node`` can join ``layer`` (whose last output it reads)."""
     if layer.pool is not None or [n for n in node.inputs if n] != [layer.outputs[0]]:
         return False
-    if node.op in POOLS:   # channels first only; MaxPool's Indices need the whole tensor
-        layouts = (getattr(n.attrs, "channels_last", False) for n in (layer.nodes[0], node))
-        return not any(layouts) and all(not name for name in node.outputs[1:])
+    if node.op in POOLS:   # MaxPool's Indices need the whole tensor
+        same_layout = layer.nodes[0].attrs.channels_last == node.attrs.channels_last
+        return same_layout and all(not name for name in node.outputs[1:])
     source, result = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
     return (node.op in UNARY and get_op(node.op).elementwise and len(node.outputs) == 1
             and result.dtype == source.dtype and result.shape == source.shape)

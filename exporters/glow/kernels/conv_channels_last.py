@@ -156,20 +156,22 @@ def row_tiles(axis: Axis, width: int) -> list[tuple[int, int, int, bool]]:
 
 @dataclass(frozen=True)
 class Tile:
-    """Outputs ``first``..``first+count`` of the row at the outer positions ``outer``; ``start`` is the
-    static first position of a tile that is not interior (None: every tap of every position is inside)."""
+    """Outputs ``first + p*step`` (p < ``count``) of the row at the outer positions ``outer``; ``start`` is
+    the static ``first`` of a tile that is not interior (None: every tap of every position is inside).
+    A step above 1 serves pooling fused after the convolution (pool_channels_last.py)."""
 
     outer: list[Value]
     first: Value
     count: int
     start: int | None
+    step: int = 1
 
     def row_taps(self, axis: Axis) -> list[tuple[int, list[int]]]:
         """Per tap of the row, the positions of the tile reading inside the input (taps with none left out)."""
         taps = []
         for k in range(axis.kernel):
-            inside = [p for p in range(self.count) if self.start is None
-                      or 0 <= (self.start + p) * axis.stride - axis.pad + k * axis.dilation < axis.size]
+            inside = [p for p in range(self.count) if self.start is None or 0 <= (
+                self.start + p * self.step) * axis.stride - axis.pad + k * axis.dilation < axis.size]
             if inside:
                 taps.append((k, inside))
         return taps
@@ -193,10 +195,12 @@ def sweep_rows(b, axes: list[Axis], width: int, visit: Callable[[Tile], None]) -
 
 @dataclass(frozen=True)
 class Block:
-    """Output channels ``m0`` (global index, i32) onwards, as vectors of the widths of ``pieces``."""
+    """Output channels ``m0`` (global index, i32) onwards, as vectors of the widths of ``pieces``; ``group``
+    (dense correlations) is the group they belong to."""
 
     m0: Value
     pieces: list[tuple[int, int]]
+    group: Value | None = None
 
 
 def _start(num: Numeric, cr: Correlation, block: Block, count: int) -> list[Accumulators]:
@@ -226,40 +230,34 @@ def _outer_taps(b, cr: Correlation, tile: Tile, batch: Value, body: Callable[[Va
 def _column(b, cr: Correlation, tile: Tile, p: int, k: Value | int) -> Value:
     """Input column read by position p of the tile at row tap k, times the column stride of X."""
     last = cr.axes[-1]
-    column = affine(b, p * last.stride - last.pad, (tile.first, last.stride), (k, last.dilation))
+    column = affine(b, p * tile.step * last.stride - last.pad, (tile.first, last.stride), (k, last.dilation))
     return affine(b, 0, (column, cr.x.strides[-2]))
 
 
-def _dense_tile(num: Numeric, cr: Correlation, batch: Value, group: Value, block: Block, tile: Tile) -> None:
+def _dense_taps(num: Numeric, cr: Correlation, block: Block, tile: Tile, accs: list[Accumulators],
+                x_row: Value, w_row: Value) -> None:
     """Outer products: per row tap and input channel, weight vectors W'[k, ci, block] times one broadcast
     input per position."""
     b = num.b
     last = cr.axes[-1]
-    accs = _start(num, cr, block, tile.count)
-    m_total = cr.y.shape[-1]
+    x_row = affine(b, 0, (x_row, 1), (block.group, cr.in_group))
 
-    def taps(x_row: Value, w_row: Value) -> None:
-        x_row = affine(b, 0, (x_row, 1), (group, cr.in_group))
+    def channels(k: Value | int, positions: list[int]) -> None:
+        columns = {p: _column(b, cr, tile, p, k) for p in positions}
+        with for_range(b, cr.in_group, name="ci") as ci:
+            w_flat = affine(b, 0, (w_row, 1), (k, cr.w_taps[-1]), (ci, cr.y.shape[-1]), (block.m0, 1))
+            weights = [num.load(cr.w, affine(b, offset, (w_flat, 1)), width) for offset, width in block.pieces]
+            for p in positions:
+                x_flat = affine(b, 0, (x_row, 1), (columns[p], 1), (ci, 1))
+                for acc, (_, width), weight in zip(accs, block.pieces, weights):
+                    acc.mul_add(p, num.load(cr.x, x_flat, width, 0), weight)
 
-        def channels(k: Value | int, positions: list[int]) -> None:
-            columns = {p: _column(b, cr, tile, p, k) for p in positions}
-            with for_range(b, cr.in_group, name="ci") as ci:
-                w_flat = affine(b, 0, (w_row, 1), (k, cr.w_taps[-1]), (ci, m_total), (block.m0, 1))
-                weights = [num.load(cr.w, affine(b, offset, (w_flat, 1)), width) for offset, width in block.pieces]
-                for p in positions:
-                    x_flat = affine(b, 0, (x_row, 1), (columns[p], 1), (ci, 1))
-                    for acc, (_, width), weight in zip(accs, block.pieces, weights):
-                        acc.mul_add(p, num.load(cr.x, x_flat, width, 0), weight)
-
-        if tile.start is None:
-            with for_range(b, last.kernel, name="kw") as k:
-                channels(k, list(range(tile.count)))
-        else:
-            for k, positions in tile.row_taps(last):
-                channels(k, positions)
-
-    _outer_taps(b, cr, tile, batch, taps)
-    _store(num, cr, batch, block, tile, accs)
+    if tile.start is None:
+        with for_range(b, last.kernel, name="kw") as k:
+            channels(k, list(range(tile.count)))
+    else:
+        for k, positions in tile.row_taps(last):
+            channels(k, positions)
 
 
 def _channel_vector(num: Numeric, cr: Correlation, flat: Value, m0: Value, offset: int, width: int) -> Value:
@@ -279,23 +277,25 @@ def _channel_vector(num: Numeric, cr: Correlation, flat: Value, m0: Value, offse
     return b.shuffle_vector(short, short, vconst([(offset + lane) // multiplier - first for lane in range(width)]))
 
 
-def _depthwise_tile(num: Numeric, cr: Correlation, batch: Value, block: Block, tile: Tile) -> None:
+def _depthwise_taps(num: Numeric, cr: Correlation, block: Block, tile: Tile, accs: list[Accumulators],
+                    x_row: Value, w_row: Value) -> None:
     """Y[p, block] += X[p', block / multiplier] * W'[k, 0, block] per position and tap, row taps unrolled."""
     b = num.b
-    last = cr.axes[-1]
+    for k, positions in tile.row_taps(cr.axes[-1]):
+        w_flat = affine(b, k * cr.w_taps[-1], (w_row, 1), (block.m0, 1))
+        weights = [num.load(cr.w, affine(b, offset, (w_flat, 1)), width) for offset, width in block.pieces]
+        for p in positions:
+            x_flat = affine(b, 0, (x_row, 1), (_column(b, cr, tile, p, k), 1))
+            for acc, (offset, width), weight in zip(accs, block.pieces, weights):
+                acc.mul_add(p, _channel_vector(num, cr, x_flat, block.m0, offset, width), weight)
+
+
+def correlate(num: Numeric, cr: Correlation, batch: Value, block: Block, tile: Tile) -> list[Accumulators]:
+    """Accumulators (per vector of the block, one per position of the tile) of Y[batch, tile, block]."""
     accs = _start(num, cr, block, tile.count)
-
-    def taps(x_row: Value, w_row: Value) -> None:
-        for k, positions in tile.row_taps(last):
-            w_flat = affine(b, k * cr.w_taps[-1], (w_row, 1), (block.m0, 1))
-            weights = [num.load(cr.w, affine(b, offset, (w_flat, 1)), width) for offset, width in block.pieces]
-            for p in positions:
-                x_flat = affine(b, 0, (x_row, 1), (_column(b, cr, tile, p, k), 1))
-                for acc, (offset, width), weight in zip(accs, block.pieces, weights):
-                    acc.mul_add(p, _channel_vector(num, cr, x_flat, block.m0, offset, width), weight)
-
-    _outer_taps(b, cr, tile, batch, taps)
-    _store(num, cr, batch, block, tile, accs)
+    taps = _dense_taps if block.group is not None else _depthwise_taps
+    _outer_taps(num.b, cr, tile, batch, lambda x_row, w_row: taps(num, cr, block, tile, accs, x_row, w_row))
+    return accs
 
 
 def _store(num: Numeric, cr: Correlation, batch: Value, block: Block, tile: Tile,
@@ -308,50 +308,70 @@ def _store(num: Numeric, cr: Correlation, batch: Value, block: Block, tile: Tile
             num.store(cr.y, affine(b, offset + p * cr.y_steps[-1], (row, 1)), cr.epilogue(num, acc.get(p)))
 
 
-def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
-    """Loops over batch, (group,) blocks of output channels, and the output positions in tiles."""
-    b = k.builder
-    simd = simd_of(k.target)
-    lanes = simd.lanes(num.compute)
-    depthwise = cr.depthwise(lanes)
-    channels = cr.y.shape[-1] if depthwise else cr.out_group
-    positions, vectors = tile_shape(simd, num, cr.axes[-1].out, channels, depthwise)
-    size = vectors * lanes
-    if depthwise:     # blocks start on a multiple of the multiplier: the lanes' input channels are static
-        size = max(cr.out_group, size // cr.out_group * cr.out_group)
+@dataclass(frozen=True)
+class Plan:
+    """How a correlation is tiled on the target: ``depthwise`` (vectors across groups) or not, tiles of
+    ``positions`` outputs along the row times blocks of ``size`` channels cut in vectors of ``lanes``."""
 
-    def block_of(m0: Value, count: int) -> Block:
-        return Block(m0, pieces(count, lanes))
+    depthwise: bool
+    positions: int
+    size: int
+    lanes: int
 
-    with for_range(b, cr.x.shape[0], name="n") as batch:
-        if depthwise:
-            for_tiles(b, 0, channels, size, lambda m0, count: sweep_rows(
-                b, cr.axes, positions, lambda tile: _depthwise_tile(num, cr, batch, block_of(m0, count), tile)))
+    def blocks(self, b, cr: Correlation, body: Callable[[Block], None]) -> None:
+        """Calls body once per block of output channels (inside the loops the blocks need)."""
+        if self.depthwise:
+            for_tiles(b, 0, cr.y.shape[-1], self.size, lambda m0, count: body(Block(m0, pieces(count, self.lanes))))
             return
         with for_range(b, cr.group, name="g") as group:
             def block(local0: Value, count: int) -> None:
                 m0 = affine(b, 0, (group, cr.out_group), (local0, 1))
-                sweep_rows(b, cr.axes, positions,
-                           lambda tile: _dense_tile(num, cr, batch, group, block_of(m0, count), tile))
+                body(Block(m0, pieces(count, self.lanes), group))
 
-            for_tiles(b, 0, channels, size, block)
+            for_tiles(b, 0, cr.out_group, self.size, block)
+
+
+def plan(simd: Simd, num: Numeric, cr: Correlation, row: int) -> Plan:
+    """The tiling of ``cr`` for a row of ``row`` tiles' positions."""
+    lanes = simd.lanes(num.compute)
+    depthwise = cr.depthwise(lanes)
+    channels = cr.y.shape[-1] if depthwise else cr.out_group
+    positions, vectors = tile_shape(simd, num, row, channels, depthwise)
+    size = vectors * lanes
+    if depthwise:     # blocks start on a multiple of the multiplier: the lanes' input channels are static
+        size = max(cr.out_group, size // cr.out_group * cr.out_group)
+    return Plan(depthwise, positions, size, lanes)
+
+
+def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
+    """Loops over batch, (group,) blocks of output channels, and the output positions in tiles."""
+    b = k.builder
+    tiling = plan(simd_of(k.target), num, cr, cr.axes[-1].out)
+
+    def sweep(batch: Value, block: Block) -> None:
+        sweep_rows(b, cr.axes, tiling.positions,
+                   lambda tile: _store(num, cr, batch, block, tile, correlate(num, cr, batch, block, tile)))
+
+    with for_range(b, cr.x.shape[0], name="n") as batch:
+        tiling.blocks(b, cr, lambda block: sweep(batch, block))
 
 
 # ----------------------------------------------------------------------------------------------------
 # Conv and ConvTranspose
 
 
-def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
-    """Channels-last Conv (inputs X, W' packed, [B]), outputs through ``epilogue`` before the store."""
+def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
+    """The Correlation of the layer's channels-last Conv (inputs X, W' packed, [B]) into its output."""
     x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
-    num = Numeric(k.builder, require_dtype(k, FLOATS))
-    kernel = w.shape[:-2]
-    win = Conv.geometry(k.attrs, (1, 1) + x.shape[1:-1], (1, 1) + kernel)
-    w_taps = w.strides[:-2]
-    cr = Correlation(x, w, bias, y, axes_of(win, x.shape[1:-1]), k.attrs.group, w_taps, 0, y.strides[1:-1],
-                     epilogue=epilogue)
-    emit_correlation(k, num, cr)
+    win = Conv.geometry(k.attrs, (1, 1) + x.shape[1:-1], (1, 1) + w.shape[:-2])
+    return Correlation(x, w, bias, y, axes_of(win, x.shape[1:-1]), k.attrs.group, w.strides[:-2], 0,
+                       y.strides[1:-1], epilogue=epilogue)
+
+
+def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
+    """Channels-last Conv, outputs through ``epilogue`` (fused element-wise layers) before the store."""
+    emit_correlation(k, Numeric(k.builder, require_dtype(k, FLOATS)), conv_correlation(k, epilogue))
 
 
 def emit_conv_transpose(k: KernelContext) -> None:

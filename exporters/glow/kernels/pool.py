@@ -12,8 +12,8 @@ first NaN; Indices are flat positions in X (row-major, or column-major with stor
 the (n, c) plane; the average divides by the taps inside the input, or inside the explicit pads with
 count_include_pad, never counting ceil_mode's overrun.
 
-Channels-last layers (``channels_last``) go to pool_channels_last.py, except MaxPool with Indices (which
-runs channels first, between transposes).
+Channels-last layers (``channels_last``), and channels-last convolutions fused with their pooling, go
+to pool_channels_last.py, except MaxPool with Indices (which runs channels first, between transposes).
 
 ``emit_conv_pool`` computes a convolution fused with its pooling (exporters/glow/fuse.py) without ever
 storing the convolution: a register tile of pooled outputs (a block of channels times a vector of
@@ -432,6 +432,9 @@ def _conv_pool_tile(num: Numeric, cp: ConvPool, batch: Value, group: Value, loca
 def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
     """A Conv layer (k: the Conv node, its inputs, and the pooling's output Y) fused with its element-wise
     consumers (``epilogue``) and the MaxPool or AveragePool node ``pool``."""
+    if k.attrs.channels_last:
+        pool_channels_last.emit_conv_pool(k, epilogue, pool)
+        return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     cr = conv_correlation(k, epilogue)
     conv_out = tuple(a.out for a in cr.axes)

@@ -10,13 +10,20 @@ channel vectors, with a few interleaved partial results so consecutive additions
 other. Semantics are pool.py's: the max propagates NaN, the average divides by the taps inside the input
 (or inside the explicit pads with count_include_pad, never ceil_mode's overrun; pool.py's
 ``counted_taps``).
+
+``emit_conv_pool`` computes a channels-last convolution fused with its pooling (exporters/glow/fuse.py)
+without storing the convolution: a register tile of pooled outputs (positions along the row times a block
+of channels) is reduced, pooling tap by pooling tap, from conv_channels_last.py's ``correlate`` tiles at
+the positions that tap reads (every pool-stride-th convolution output), each through the fused
+element-wise epilogue. Overlapping windows (stride < kernel) recompute the shared convolution values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from pegasus.exporters.glow.kernels.conv import Axis, axes_of
+from pegasus.exporters.glow.kernels.conv import Axis, Epilogue, axes_of
+from pegasus.exporters.glow.kernels.conv_channels_last import Block, Tile, conv_correlation, correlate, plan
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     INTEGERS,
@@ -33,6 +40,7 @@ from pegasus.exporters.glow.kernels.linear import (
 from pegasus.exporters.glow.kernels.pool import counted_taps
 from pegasus.exporters.glow.kernels.registry import KernelContext
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ir.graph import Node
 from pegasus.ops.layout import first_shape
 from pegasus.ops.pool import AveragePool, MaxPool
 from pegasus.ops.spatial import prod
@@ -110,12 +118,17 @@ def average_pool(k: KernelContext) -> None:
     include = bool(k.attrs.count_include_pad)
     b = k.builder
 
+    _window_pool(k, axes, lambda num, lanes: num.constant(0, lanes), _add, _mean(b, axes, pads_end, include))
+
+
+def _mean(b, axes: list[Axis], pads_end: tuple[int, ...], include: bool):
+    """finish(num, position, total) of an average: total over the taps it counts (at least 1)."""
     def finish(num: Numeric, position: list[Value], total: Value) -> Value:
         count = counted_taps(b, axes, position, pads_end, include)
         count = b.select(b.icmp_signed("<", count, const(1)), const(1), count)
         return num.div(total, num.from_int(count, total.type.count))
 
-    _window_pool(k, axes, lambda num, lanes: num.constant(0, lanes), _add, finish)
+    return finish
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -172,3 +185,83 @@ def global_average_pool(k: KernelContext) -> None:
     require_dtype(k, FLOATS)
     _global_pool(k, lambda num, lanes: num.constant(0, lanes), _add,
                  lambda num, value, size: num.div(value, num.constant(size, value.type.count)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Conv fused with pooling
+
+
+def _pooled_runs(conv: Axis, pool: Axis, width: int) -> list[tuple[int, int, int, bool]]:
+    """(start, tiles, positions, interior) runs of pooled tiles of ``width`` along the row: a tile is
+    interior when every pooling tap of its positions reads a convolution output whose every tap reads
+    inside the input; consecutive interior tiles form one run."""
+    first, end = conv.interior()
+    runs: list[list] = []
+    for start in range(0, pool.out, width):
+        count = min(width, pool.out - start)
+        read = [(start + p) * pool.stride - pool.pad + t * pool.dilation
+                for p in range(count) for t in range(pool.kernel)]
+        interior = count == width and all(first <= o < end for o in read)
+        previous = runs[-1] if runs else None
+        if interior and previous and previous[3] and previous[0] + previous[1] * width == start:
+            previous[1] += 1
+        else:
+            runs.append([start, 1, count, interior])
+    return [tuple(run) for run in runs]
+
+
+def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
+    """A channels-last Conv layer (k: the Conv node, its inputs, and the pooling's output Y) fused with its
+    element-wise consumers (``epilogue``) and the channels-last MaxPool or AveragePool node ``pool``."""
+    b = k.builder
+    num = Numeric(b, require_dtype(k, FLOATS))
+    cr = conv_correlation(k, epilogue)
+    y = k.outputs[0]
+    conv_out = tuple(axis.out for axis in cr.axes)
+    average = pool.op == "AveragePool"
+    geometry = (AveragePool if average else MaxPool).geometry(pool.attrs, (1, 1) + conv_out)
+    axes = axes_of(geometry, conv_out)
+    *outer_pool, row = axes
+    tiling = plan(simd_of(k.target), num, cr, row.out)
+    identity = (lambda width: num.constant(0, width)) if average else num.lowest
+    finish = _mean(b, axes, geometry.pads_end, bool(pool.attrs.count_include_pad)) if average else None
+
+    def pooled_tile(batch: Value, block: Block, position: list[Value], first: Value, count: int,
+                    start: int | None) -> None:
+        pooled = [Accumulators(num, count, width) for _, width in block.pieces]
+        for acc, (_, width) in zip(pooled, block.pieces):
+            for p in range(count):
+                acc.set(p, identity(width))
+        with range_nest(b, [axis.taps(b, o) for axis, o in zip(outer_pool, position)]) as taps:
+            conv_outer = [affine(b, 0, (axis.origin(b, o), 1), (t, axis.dilation))
+                          for axis, o, t in zip(outer_pool, position, taps)]
+            for t in range(row.kernel):
+                inside = [p for p in range(count) if start is None
+                          or 0 <= (start + p) * row.stride - row.pad + t * row.dilation < row.size]
+                if not inside:
+                    continue
+                conv_first = affine(b, t * row.dilation - row.pad, (first, row.stride))
+                conv_start = None if start is None else start * row.stride - row.pad + t * row.dilation
+                accs = correlate(num, cr, batch, block, Tile(conv_outer, conv_first, count, conv_start, row.stride))
+                for acc, total in zip(accs, pooled):
+                    for p in inside:
+                        value = cr.epilogue(num, acc.get(p))
+                        total.set(p, num.add(total.get(p), value) if average else num.maximum(value, total.get(p)))
+        base = affine(b, 0, (batch, y.strides[0]), (block.m0, 1), *zip([*position, first], y.strides[1:-1]))
+        for p in range(count):
+            where = [*position, affine(b, p, (first, 1))]
+            for total, (offset, _) in zip(pooled, block.pieces):
+                value = total.get(p) if finish is None else finish(num, where, total.get(p))
+                num.store(y, affine(b, offset + p * y.strides[-2], (base, 1)), value)
+
+    def sweep(batch: Value, block: Block) -> None:
+        with loop_nest(b, [axis.out for axis in outer_pool]) as position:
+            for start, tiles, count, interior in _pooled_runs(cr.axes[-1], row, tiling.positions):
+                if tiles == 1:
+                    pooled_tile(batch, block, position, const(start), count, None if interior else start)
+                    continue
+                with for_range(b, tiles, name="tile") as t:
+                    pooled_tile(batch, block, position, affine(b, start, (t, tiling.positions)), count, None)
+
+    with for_range(b, cr.x.shape[0], name="n") as batch:
+        tiling.blocks(b, cr, lambda block: sweep(batch, block))
