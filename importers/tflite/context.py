@@ -45,6 +45,8 @@ class TfliteContext(ImportContext):
     def __init__(self, builder: GraphBuilder, tensors: dict[str, TfliteTensor]):
         super().__init__(builder)
         self.tensors = tensors
+        #: integer weight tensors ``weights`` turned into float (a dynamic-range model's), by name -> dtype
+        self.dequantized: dict[str, str] = {}
 
     def weights(self, node: SourceNode, index: int, what: str) -> np.ndarray | None:
         """Input ``index`` as float32 constant values (float16 and int8/uint8 weights converted); None if
@@ -53,9 +55,10 @@ class TfliteContext(ImportContext):
         if value is None:
             return None
         tensor = self.tensors.get(node.input(index))
-        if np.issubdtype(value.dtype, np.floating):
+        if np.issubdtype(value.dtype, np.floating) or tensor is None or not tensor.quantized:
             return value.astype(np.float32)
-        return dequantized(tensor, value) if tensor is not None and tensor.quantized else value.astype(np.float32)
+        self.dequantized[tensor.name] = str(value.dtype)
+        return dequantized(tensor, value)
 
     def ints(self, node: SourceNode, index: int, what: str) -> list[int] | None:
         value = self.constant(node, index, what)

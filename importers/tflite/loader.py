@@ -3,8 +3,11 @@
 Steps: read the flatbuffer as data (reader.py); take the subgraph's inputs and outputs, or the tensors
 named by ``--inputs``/``--outputs`` (a cut); fix each input's static shape (a dynamic batch, -1 in the
 shape signature, becomes 1 and says so; other dynamic dimensions need ``--input-size-list``); list every
-unsupported op of the part of the graph the outputs need in one error; convert node by node through the
-converter table, constants folding as they go; then run the import passes. Tensor names are the file's,
+unsupported op of the part of the graph the outputs need in one error, and refuse a model computing on
+quantized integer activations (a pre-quantized model, which has its own import path); set the constants
+(sparse ones densified, sparsity.py); convert node by node through the converter table, constants folding
+as they go (float16 and int8 weights become float32: one note says how many int8 tensors a dynamic-range
+model had); then run the import passes. Tensor names are the file's,
 so NAME.json, ``.quantize`` entries and dumps use the names Netron shows. The graph keeps TFLite's
 channels-last shapes from input to output (see pegasus/ops/layout.py).
 """
@@ -21,6 +24,7 @@ from pegasus.importers.common.converters import SourceNode, convert_nodes
 from pegasus.importers.tflite import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.tflite.context import TABLE, TfliteContext
 from pegasus.importers.tflite.reader import TfliteSubgraph, TfliteTensor, read_tflite
+from pegasus.importers.tflite.sparsity import densify
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
@@ -28,6 +32,7 @@ from pegasus.ir.tensor import TensorType
 from pegasus.passes.pipeline import run_import_passes
 
 DEFAULT_BATCH = 1
+_INTEGER = ("int8", "uint8", "int16")
 
 
 def needed_nodes(nodes: Sequence[SourceNode], outputs: Sequence[str], stop_at: set[str]) -> list[SourceNode]:
@@ -60,6 +65,20 @@ def _input_shape(tensor: TfliteTensor, given: Sequence[int] | None, note: Callab
     if any(d < 1 for d in shape):
         raise PegasusError(f"input '{tensor.name}' has shape {list(shape)}: give it with --input-size-list")
     return tuple(shape)
+
+
+def refuse_integer_activations(nodes: Sequence[SourceNode], tensors: dict[str, TfliteTensor]) -> None:
+    """The float import takes float models (with float16, int8 or sparse weights, and QUANTIZE/DEQUANTIZE
+    at their edges); an op computing on quantized integer activations makes a pre-quantized model."""
+    for node in nodes:
+        if node.op_type in ("QUANTIZE", "DEQUANTIZE"):
+            continue
+        for name in node.inputs + node.outputs:
+            tensor = tensors.get(name) if name else None
+            if tensor is not None and tensor.data is None and tensor.quantized and tensor.dtype in _INTEGER:
+                raise PegasusError(f"{node.describe()} computes on {tensor.dtype} tensor '{name}': this is a "
+                                   "pre-quantized (integer) model, which the pre-quantized TFLite import path "
+                                   "handles, not the float one")
 
 
 def _check_names(wanted: Sequence[str], known: dict[str, TfliteTensor], flag: str, defaults: Sequence[str]) -> None:
@@ -100,15 +119,22 @@ def import_tflite(model: str | Path | TfliteSubgraph, *, inputs: Sequence[str] |
     stop_at = set(input_names)
     nodes = needed_nodes(model.nodes, output_names, stop_at)
     TABLE.check_supported(nodes)
+    refuse_integer_activations(nodes, tensors)
     for tensor_name in {n for node in nodes for n in node.inputs if n} | set(output_names):
         tensor = tensors[tensor_name]
         if tensor_name in stop_at:
             continue
-        if tensor.data is not None:
+        if tensor.sparse and tensor.data is not None:
+            builder.set_constant(tensor_name, densify(tensor_name, tensor.data, tensor.shape, tensor.sparsity))
+        elif tensor.data is not None:
             builder.set_constant(tensor_name, tensor.data)
         elif tensor.is_variable:  # recurrent state: zero before the first step
             builder.set_constant(tensor_name, np.zeros(tensor.shape, DType(tensor.dtype).numpy))
-    convert_nodes(TABLE, TfliteContext(builder, tensors), nodes)
+    ctx = TfliteContext(builder, tensors)
+    convert_nodes(TABLE, ctx, nodes)
+    if ctx.dequantized and note:
+        kinds = "/".join(sorted(set(ctx.dequantized.values())))
+        note(f"dynamic-range model: {len(ctx.dequantized)} {kinds} weight tensors dequantized to float")
     graph.outputs = output_names
     for out in output_names:
         if not builder.has(out):

@@ -6,7 +6,9 @@ decoded generically: each builtin's options table is read through its accessors 
 snake_case keys (``stride_w``, ``fused_activation_function``...), enum values as their names
 (``padding: SAME``), so converters read ``node.attrs["padding"]`` and a newer schema's extra fields
 only add keys. Tensor names are kept as the file has them (what Netron shows); a node is named after
-its first output tensor, and ``where`` says its operator index.
+its first output tensor, and ``where`` says its operator index. A sparse constant keeps its stored values
+and its sparsity metadata (traversal order, block map, per-dimension DENSE/SPARSE_CSR metadata) as data;
+the loader densifies it (sparsity.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,28 @@ _ENUM_FIELDS = {"padding": "Padding", "fused_activation_function": "ActivationFu
                 "idx_out_type": "TensorType"}
 
 
+@dataclass(frozen=True)
+class DimensionMetadata:
+    """One traversal dimension of a sparse tensor: DENSE (``dense_size`` entries) or SPARSE_CSR (for each
+    position of the dimensions before it, the entries ``array_indices[array_segments[p]:array_segments[p+1]]``)."""
+
+    format: str
+    dense_size: int = 0
+    array_segments: np.ndarray | None = None
+    array_indices: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """TFLite's sparsity metadata: the dimensions in ``traversal_order`` (the tensor's own, then one per
+    block dimension), the tensor dimension each block dimension splits (``block_map``), and per traversal
+    dimension its ``dim_metadata``."""
+
+    traversal_order: tuple[int, ...]
+    block_map: tuple[int, ...]
+    dim_metadata: tuple[DimensionMetadata, ...]
+
+
 @dataclass
 class TfliteTensor:
     """One tensor of the subgraph: ``data`` is set for constants (buffers with bytes)."""
@@ -57,11 +81,15 @@ class TfliteTensor:
     zero_point: np.ndarray | None = None
     axis: int = 0
     is_variable: bool = False
-    sparse: bool = False
+    sparsity: Sparsity | None = None   # set for sparse constants: ``data`` then holds the stored values only
 
     @property
     def quantized(self) -> bool:
         return self.scale is not None and self.scale.size > 0
+
+    @property
+    def sparse(self) -> bool:
+        return self.sparsity is not None
 
 
 @dataclass
@@ -128,6 +156,30 @@ def _options(op) -> dict[str, object]:
     return decode_table(options)
 
 
+def _index_vector(metadata, kind: str) -> np.ndarray | None:
+    """A DimensionMetadata's array_segments/array_indices union (Int32/Uint16/Uint8 vector) as int64."""
+    vector_type = getattr(metadata, f"{kind}Type")()
+    table = getattr(metadata, kind)()
+    cls = getattr(tflite, _enum_names("SparseIndexVector").get(vector_type, ""), None)
+    if cls is None or table is None:
+        return None
+    vector = cls()
+    vector.Init(table.Bytes, table.Pos)
+    return vector.ValuesAsNumpy().astype(np.int64) if vector.ValuesLength() else np.zeros(0, np.int64)
+
+
+def _sparsity(params) -> Sparsity:
+    formats = _enum_names("DimensionType")
+    dims = []
+    for i in range(params.DimMetadataLength()):
+        meta = params.DimMetadata(i)
+        dims.append(DimensionMetadata(formats.get(meta.Format(), str(meta.Format())), int(meta.DenseSize()),
+                                      _index_vector(meta, "ArraySegments"), _index_vector(meta, "ArrayIndices")))
+    order = tuple(int(v) for v in params.TraversalOrderAsNumpy()) if params.TraversalOrderLength() else ()
+    block_map = tuple(int(v) for v in params.BlockMapAsNumpy()) if params.BlockMapLength() else ()
+    return Sparsity(order, block_map, tuple(dims))
+
+
 def _check_bytes(buf: bytes, path: Path) -> None:
     if len(buf) < 8:
         raise PegasusError(f"not a TFLite model ({len(buf)} bytes; the file is empty or truncated)", where=str(path))
@@ -162,18 +214,18 @@ def _tensor(model, sg, index: int, buf: bytes, path: Path) -> TfliteTensor:
     dtype = _DTYPES[kind]
     shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
     signature = tuple(int(d) for d in t.ShapeSignatureAsNumpy()) if t.ShapeSignatureLength() else shape
+    sparsity = t.Sparsity()
     tensor = TfliteTensor(index, name, shape, signature, dtype, is_variable=bool(t.IsVariable()),
-                          sparse=t.Sparsity() is not None)
+                          sparsity=None if sparsity is None else _sparsity(sparsity))
     raw = _buffer_bytes(model, t.Buffer(), buf, path)
-    if raw is not None and not tensor.sparse:
-        count = int(np.prod(shape, dtype=np.int64))
+    if raw is not None:
         itemsize = np.dtype(dtype).itemsize
+        count = len(raw) // itemsize if tensor.sparse else int(np.prod(shape, dtype=np.int64))
         if len(raw) != count * itemsize:
             raise PegasusError(f"tensor '{name}' {list(shape)} {dtype} needs {count * itemsize} bytes, its buffer "
                                f"holds {len(raw)}", where=str(path))
-        tensor.data = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
-    elif raw is not None:
-        tensor.data = np.frombuffer(raw, dtype=np.uint8).copy()  # densified by the DENSIFY converter
+        values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+        tensor.data = values if tensor.sparse else values.reshape(shape)  # sparse: densified at import
     q = t.Quantization()
     if q is not None and q.ScaleLength():
         tensor.scale = q.ScaleAsNumpy().astype(np.float32)

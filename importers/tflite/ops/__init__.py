@@ -1,3 +1,8 @@
 """TFLite converters, one module per op family (mirrors pegasus/ops/); importing registers them."""
 
-from pegasus.importers.tflite.ops import conv, pool, shape_ops  # noqa: F401  (each import registers its converters)
+from pegasus.importers.tflite.ops import (  # noqa: F401  (each import registers its converters)
+    conv,
+    pool,
+    quantize,
+    shape_ops,
+)
