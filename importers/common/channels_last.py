@@ -8,6 +8,9 @@
 - weight layouts: TFLite's OHWI convolution kernels and 1HW(C*M) depthwise kernels, TF/Keras' HWIO and
   HW C M ones, all become the registry's (M, C/group, kh, kw); the activations stay channels last
   (``channels_last=True`` on the spatial ops, see pegasus/ops/layout.py), so no transpose is added.
+- TF's op semantics the registry does not hold as such: pad modes (``emit_pad``: SYMMETRIC as reversed
+  slices), DepthToSpace/SpaceToDepth on NHWC (``emit_depth_to_space``), and the resize flags
+  align_corners/half_pixel_centers as Resize coordinate modes (``resize_attrs``).
 """
 
 from __future__ import annotations
@@ -94,3 +97,92 @@ def depthwise_to_oihw(w: np.ndarray) -> np.ndarray:
     its leading 1 dropped, TF/Keras' (kh, kw, C, M) reshaped — -> (C*M, 1, *spatial) for a Conv with
     group = C."""
     return np.ascontiguousarray(np.moveaxis(w, -1, 0)[:, None])
+
+
+# ---- TF's pad modes ---------------------------------------------------------------------------------
+_PAD_MODES = {"CONSTANT": "constant", "REFLECT": "reflect"}
+
+
+def emit_pad(ctx: ImportContext, node: SourceNode, x: str, paddings: np.ndarray, mode: str = "CONSTANT",
+             value: float = 0.0) -> str:
+    """TF's pad of ``x`` by ``paddings`` (rank, 2) as layer ``node.name`` writing the node's output. CONSTANT
+    and REFLECT (the edge not repeated) are the registry's Pad; SYMMETRIC (the edge repeated), which Pad
+    lacks, is per padded axis a Concat of the reversed border slices around x."""
+    paddings = np.asarray(paddings, dtype=np.int64).reshape(-1, 2)
+    key = str(mode).upper()
+    if key in _PAD_MODES:
+        attrs = {"pads": tuple(paddings[:, 0]) + tuple(paddings[:, 1]), "mode": _PAD_MODES[key],
+                 "constant_value": float(value)}
+        return ctx.emit("Pad", [x], attrs, node=node, outputs=node.outputs[:1])[0]
+    if key != "SYMMETRIC":
+        raise PegasusError(f"{node.describe()}: pad mode '{mode}' is not CONSTANT, REFLECT or SYMMETRIC")
+    axes = [axis for axis in range(len(paddings)) if paddings[axis].any()]
+    if not axes:
+        return ctx.emit("Identity", [x], node=node, outputs=node.outputs[:1])[0]
+    for k, axis in enumerate(axes):
+        (before, after), dim = paddings[axis], ctx.type_of(x).shape[axis]
+        if before > dim or after > dim:
+            raise PegasusError(f"{node.describe()}: SYMMETRIC padding {list(paddings[axis])} exceeds axis {axis} "
+                               f"of size {dim}")
+        parts = [x]
+        if before:   # x[before-1::-1] along axis
+            parts.insert(0, ctx.emit("Slice", [x], {"starts": (int(before) - 1,), "ends": (-dim - 1,),
+                                                    "axes": (axis,), "steps": (-1,)}, node=node,
+                                     suffix=f"/before_{axis}")[0])
+        if after:    # x[dim-1:dim-1-after:-1] along axis
+            end = dim - 1 - int(after)
+            parts.append(ctx.emit("Slice", [x], {"starts": (dim - 1,), "ends": (end if end >= 0 else -dim - 1,),
+                                                 "axes": (axis,), "steps": (-1,)}, node=node,
+                                  suffix=f"/after_{axis}")[0])
+        last = k == len(axes) - 1
+        x = ctx.emit("Concat", parts, {"axis": axis}, node=node, outputs=node.outputs[:1] if last else None,
+                     suffix="" if last else f"/pad_{axis}")[0]
+    return x
+
+
+# ---- NHWC depth <-> space --------------------------------------------------------------------------
+def emit_depth_to_space(ctx: ImportContext, node: SourceNode, x: str, block: int, to_depth: bool) -> str:
+    """TF's DepthToSpace (``to_depth`` False) or SpaceToDepth on NHWC data, where channel
+    (i * block + j) * C' + c holds pixel (h * block + i, w * block + j): Reshape, Transpose, Reshape (the
+    registry's DepthToSpace/SpaceToDepth are channels first)."""
+    n, h, w, c = ctx.type_of(x).shape
+    if to_depth and (h % block or w % block):
+        raise PegasusError(f"{node.describe()}: {h}x{w} is not a multiple of block size {block}")
+    if not to_depth and c % (block * block):
+        raise PegasusError(f"{node.describe()}: {c} channels are not a multiple of block size {block} squared")
+    if to_depth:
+        split, out = (n, h // block, block, w // block, block, c), (n, h // block, w // block, c * block * block)
+    else:
+        split, out = (n, h, w, block, block, c // (block * block)), (n, h * block, w * block, c // (block * block))
+    blocks = ctx.emit("Reshape", [x], {"shape": split}, node=node, suffix="/blocks")[0]
+    moved = ctx.emit("Transpose", [blocks], {"perm": (0, 1, 3, 2, 4, 5)}, node=node, suffix="/transpose")[0]
+    return ctx.emit("Reshape", [moved], {"shape": out}, node=node, outputs=node.outputs[:1])[0]
+
+
+# ---- TF's image resize flags -------------------------------------------------------------------------
+#: (mode, align_corners, half_pixel_centers) -> the registry Resize's (coordinate_transformation_mode,
+#: nearest_mode), as TF's and TFLite's reference kernels compute source coordinates:
+#: bilinear x = y * in/out, y * (in-1)/(out-1) or (y + 0.5) * in/out - 0.5; nearest floor(y * in/out),
+#: round-half-away(y * (in-1)/(out-1)) or floor((y + 0.5) * in/out), clamped to the input.
+_RESIZE = {
+    ("linear", False, False): ("asymmetric", "floor"),
+    ("linear", True, False): ("align_corners", "floor"),
+    ("linear", False, True): ("half_pixel", "floor"),
+    ("nearest", False, False): ("asymmetric", "floor"),
+    ("nearest", True, False): ("align_corners", "round_prefer_ceil"),
+    ("nearest", False, True): ("tf_half_pixel_for_nn", "floor"),
+}
+
+
+def resize_attrs(node: SourceNode, mode: str, in_shape: tuple[int, ...], size: list[int], align_corners: bool,
+                 half_pixel_centers: bool) -> dict[str, Any]:
+    """Resize attributes for TF's resize of NHWC ``in_shape`` to ``size`` (height, width)."""
+    key = (mode, bool(align_corners), bool(half_pixel_centers))
+    if key not in _RESIZE:
+        raise PegasusError(f"{node.describe()}: align_corners and half_pixel_centers cannot both be set")
+    if len(in_shape) != 4 or len(size) != 2 or min(size) < 1:
+        raise PegasusError(f"{node.describe()}: resizes a {list(in_shape)} tensor to {list(size)}; expected NHWC "
+                           "and a positive (height, width)")
+    coordinates, nearest = _RESIZE[key]
+    return {"sizes": (in_shape[0], int(size[0]), int(size[1]), in_shape[3]), "mode": mode,
+            "coordinate_transformation_mode": coordinates, "nearest_mode": nearest}

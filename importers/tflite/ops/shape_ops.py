@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pegasus.importers.common.channels_last import emit_activated
+from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
 from pegasus.importers.tflite.context import TfliteContext, converter
 from pegasus.ops.shape_ops import resolve_reshape, resolve_squeeze_axes, resolve_unsqueeze_axes
@@ -57,8 +57,12 @@ def transpose(ctx: TfliteContext, node: SourceNode) -> None:
 
 @converter("CONCATENATION")
 def concatenation(ctx: TfliteContext, node: SourceNode) -> None:
-    attrs = {"axis": int(node.attrs.get("axis", 0))}
-    emit_activated(ctx, node, "Concat", list(node.inputs), attrs, ctx.activation(node))
+    """CONCATENATION: its options carry a fused activation, but TFLite's kernel refuses any but NONE (the
+    XNNPACK delegate ignores it), so a model asking for one has no TFLite meaning to reproduce."""
+    if ctx.activation(node) != "NONE":
+        raise PegasusError(f"{node.describe()}: fused activation {ctx.activation(node)} on CONCATENATION, which "
+                           "TFLite's kernel refuses (it accepts only NONE)")
+    ctx.emit("Concat", list(node.inputs), {"axis": int(node.attrs.get("axis", 0))}, node=node)
 
 
 @converter("PACK")
