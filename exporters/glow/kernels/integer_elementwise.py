@@ -13,7 +13,7 @@ QAveragePool divides by nothing: a window of c taps is requantised by the (M, S)
 op's attributes hold per tap count: immediates when every window of the layer has the same count (no
 padding, no ceil_mode overrun), else a table over the counts that occur, loaded once per tile —
 multipliers sharing one immediate shift (exact: (M * 2**j, S + j) is the same rule as (M, S)), or
-``Requant``'s per-entry tables (integer_linear.py) when that would overflow 64 bits. Cortex-M7, int8
+``Requant``'s per-entry tables (integer_dot.py) when that would overflow 64 bits. Cortex-M7, int8
 3x3 pooling with pads 1: 47 instructions per output (65 with the former rounded division).
 
 Division is the one operation whose semantics differ: LLVM's ``sdiv`` truncates where Python's ``//``
@@ -35,7 +35,7 @@ from pegasus.exporters.glow.kernels.binary import broadcast_loop
 from pegasus.exporters.glow.kernels.conv import Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.identity import identity
-from pegasus.exporters.glow.kernels.integer_linear import Requant
+from pegasus.exporters.glow.kernels.integer_dot import Requant
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, range_nest
 from pegasus.exporters.glow.kernels.pool import _coordinates, _output_flat, _taps, _tile_width, window_count
 from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops

@@ -1,10 +1,10 @@
 """x86 building blocks for integer dot products with PMADDWD, used by the QConv and QMatMul emitters
-(integer_linear.py) on x86-64 hosts.
+(integer_conv.py, integer_matmul.py) on x86-64 hosts.
 
 PMADDWD multiplies 16-bit lanes pairwise and adds neighbouring products into 32-bit lanes; LLVM folds
 ``acc + pmaddwd(x, w)`` into one VPDPWSSD on CPUs with AVX-512 VNNI / AVX-VNNI. Its 32-bit result is
 the exact sum taken modulo 2**32 (the lone overflow, (-2**15)**2 * 2, wraps to the same residue), so
-it serves every i32 accumulator of integer_linear.py, whose sums are modular anyway. LLVM does not
+it serves every i32 accumulator of integer_dot.py, whose sums are modular anyway. LLVM does not
 form PMADDWD from plain IR with several sums per loop, hence the intrinsics: AVX-512BW (32 lanes),
 AVX2 (16) or SSE2 (8, part of x86-64), chosen from the target's CPU features.
 """

@@ -1,0 +1,238 @@
+"""QConv as im2col + dot products, the kernel of every convolution that integer_conv.py sends no other way.
+
+The receptive fields of a tile of output positions are copied, centred, into a scratch buffer (zeros for
+the padding; windows inside the input read through a constant table of tap offsets, windows crossing the
+padding test every tap), then each block of output channels takes dot products of its contiguous weight
+rows with the buffer's rows — loops of constant trip count over a contiguous reduction axis, which LLVM
+vectorises on the host. On Cortex-M CPUs with the DSP extension (M4/M7/M33/M55) the dot products use
+SMLAD, two 16-bit MACs per instruction: a weight word of four int8/uint8 is spread by SXTB16/UXTB16 into
+the pairs (w0, w2) and (w1, w3), so the copy stores each group of four taps of the tile's positions side
+by side in the order x0 x2 x1 x3, and a tile of 2 positions x 2 channels takes 8 SMLAD, 4 SXTB16 and 6
+loads per 16 MACs (int16 weights are already pairs). The buffer takes ``positions * depth`` 16-bit values
+(32-bit when ``x - zx`` needs them) of the layer's workspace in the activations region: 2 positions on
+Cortex-M, 4 elsewhere, fewer if that would pass 16 KB.
+
+On x86-64 the dot products use PMADDWD (integer_madd.py; VPDPWSSD with AVX-512 VNNI) whenever the
+accumulator is i32 and both sides are 16-bit values: one vector accumulator per output over the
+buffer's rows (whole vectors, then pieces of 16, 8 and a zero-padded rest), 4 positions x 4 channels
+with AVX-512, summed by one tree per tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.elementwise import intrinsic
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_offsets, window_inside
+from pegasus.exporters.glow.kernels.integer_dot import (
+    Requant,
+    acc_bound,
+    accumulate,
+    centered,
+    dsp,
+    finish,
+    load_word,
+    zeroed,
+)
+from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, padded, reduce_all
+from pegasus.exporters.glow.kernels.linear import affine, for_tiles
+from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
+from pegasus.exporters.glow.kernels.requant import I16, I32, I64, channel_table, load_channel, widen
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ops.spatial import prod
+
+Value = ir.Value
+
+
+@dataclass(frozen=True)
+class Taps:
+    """The taps' input offsets (see ``tap_offsets``), and the same as a constant table in the code."""
+
+    offsets: list[int]
+    table: ir.GlobalVariable
+
+    @classmethod
+    def of(cls, module: ir.Module, cp: ConvPlan, axes) -> Taps:
+        offsets = tap_offsets(cp, axes)
+        return cls(offsets, channel_table(module, "im2col_taps", offsets, I16 if max(offsets) < (1 << 15) else I32))
+
+
+def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group: Value, first: Value, count: int,
+           buffer: Value, sums: Value | None) -> None:
+    """Rows 0..count-1 of the buffer: the centred receptive fields of output positions first.., zeros where
+    they cross the padding; sums[p] = Σ of row p when the weights have a zero point. A window inside the
+    input is read through a constant table of tap offsets, in groups of four taps (every store's place in
+    the buffer a constant); a window crossing the padding tests each tap."""
+    out_strides = strides_of(tuple(axis.out for axis in axes))
+    x_strides = cp.x.strides
+    depth = cp.mac.depth
+    limits = [axis.interior() for axis in axes]
+    acc = cp.mac.acc
+
+    with for_range(b, count, name="p") as p:
+        position = b.add(first, p)
+        coords = []
+        for i, (axis, stride) in enumerate(zip(axes, out_strides)):
+            o = b.udiv(position, const(stride)) if stride != 1 else position
+            coords.append(b.urem(o, const(axis.out)) if i else o)
+        origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
+        running = zeroed(b, acc) if sums is not None else None
+
+        def put(value: Value, slot: Value) -> None:
+            b.store(widen(b, value, cp.element, True), b.gep(buffer, [slot], inbounds=True))
+            if running is not None:
+                accumulate(b, running, widen(b, value, acc, True))
+
+        def interior() -> None:
+            base = affine(b, 0, (batch, x_strides[0]), (group, cp.in_group * x_strides[1]),
+                          *zip(origins, x_strides[2:]))
+            if depth >= 4:
+                with for_range(b, depth // 4, name="q") as q:
+                    for j in range(4):
+                        offset = widen(b, load_channel(b, taps.table, affine(b, j, (q, 4))), I32, True)
+                        put(centered(b, cp.x, b.add(base, offset), cp.mac.x), cp.group_slot(b, p, q, j))
+            for k in range(depth // 4 * 4, depth):
+                put(centered(b, cp.x, affine(b, taps.offsets[k], (base, 1)), cp.mac.x), cp.slot(b, p, k))
+
+        def border() -> None:
+            kernel = [axis.kernel for axis in axes]
+            with for_range(b, cp.in_group, name="ci") as ci:
+                x_chan = affine(b, 0, (batch, x_strides[0]), (group, cp.in_group * x_strides[1]), (ci, x_strides[1]))
+                with loop_nest(b, kernel, names="abcdefgh") as ks:
+                    flat, inside = tap_at(b, axes, origins, ks, x_strides, x_chan)
+                    value = b.select(inside, centered(b, cp.x, flat, cp.mac.x), const(0))
+                    index = affine(b, 0, (ci, prod(kernel)), *zip(ks, strides_of(tuple(kernel))))
+                    put(value, cp.slot(b, p, index))
+
+        checked = [(o, limit) for o, limit, axis in zip(coords, limits, axes) if limit != (0, axis.out)]
+        inside = window_inside(b, [o for o, _ in checked], [limit for _, limit in checked])
+        if inside is None:
+            interior()
+        else:
+            with b.if_else(inside) as (then, otherwise):
+                with then:
+                    interior()
+                with otherwise:
+                    border()
+        if sums is not None:
+            b.store(b.load(running), b.gep(sums, [const(0), p], inbounds=True))
+
+
+def _dot_plain(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
+    """acc[c][p] = Σ_k buffer[p][k] * W[row c][k]: one loop over k, every access contiguous."""
+    acc = cp.mac.acc
+    slots = [[zeroed(b, acc) for _ in range(count)] for _ in w_rows]
+    with for_range(b, cp.mac.depth, name="k") as kk:
+        xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), acc, True)
+              for p in range(count)]
+        for c, w_row in enumerate(w_rows):
+            weight = widen(b, cp.w.load(b, affine(b, 0, (w_row, 1), (kk, 1))), acc, cp.mac.w.signed)
+            for p in range(count):
+                accumulate(b, slots[c][p], b.mul(xs[p], weight))
+    return [[b.load(slot) for slot in row] for row in slots]
+
+
+def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
+    """The same dot products with x86 PMADDWD: a loop over whole vectors of the reduction, then pieces of
+    16, 8 and the last depth % 8 taps (zero-padded), one vector accumulator per output, summed by a tree."""
+    lanes, depth = cp.madd, cp.mac.depth
+    accumulator = ir.VectorType(I32, lanes // 2)
+    slots = [[zeroed(b, accumulator) for _ in range(count)] for _ in w_rows]
+
+    def chunk(first: Value, width: int) -> None:
+        size = max(8, width)
+        xs = [load_lanes(b, b.gep(buffer, [cp.slot(b, p, first)], inbounds=True), width, True, size)
+              for p in range(count)]
+        for c, w_row in enumerate(w_rows):
+            weights = load_lanes(b, cp.w.address(b, b.add(w_row, first)), width, cp.mac.w.signed, size)
+            for p in range(count):
+                accumulate(b, slots[c][p], padded(b, madd(b, xs[p], weights), lanes // 2))
+
+    full, rest = divmod(depth, lanes)
+    if full:
+        with for_range(b, full, name="q") as q:
+            chunk(b.mul(q, const(lanes)), lanes)
+    first = full * lanes
+    for width in (16, 8):
+        if width < lanes and rest >= width:
+            chunk(const(first), width)
+            first, rest = first + width, rest - width
+    if rest:
+        chunk(const(first), rest)
+    totals = reduce_all(b, [b.load(slot) for row in slots for slot in row])
+    return [totals[c * count:(c + 1) * count] for c in range(len(w_rows))]
+
+
+def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
+    """The same dot products with SMLAD (SMLALD into i64) over groups of four taps, single MACs for the
+    last depth % 4."""
+    module = b.module
+    acc = cp.mac.acc
+    dual = dsp(module, "smlad", 3) if acc is I32 else intrinsic(module, "llvm.arm.smlald", I64, [I32, I32, I64])
+    unpack = dsp(module, "sxtb16" if cp.mac.w.signed else "uxtb16", 1)
+    words = b.bitcast(buffer, I32.as_pointer())
+    byte_weights = cp.w.type.dtype.itemsize == 1
+    slots = [[zeroed(b, acc) for _ in range(count)] for _ in w_rows]
+    groups = cp.mac.depth // 4
+    with for_range(b, groups, name="q") as q:
+        pairs = []
+        for p in range(count):
+            first = affine(b, 2 * p, (q, 2 * cp.positions))
+            both = b.load(b.bitcast(b.gep(words, [first], inbounds=True), I64.as_pointer()), align=4)
+            pairs.append([b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)])
+        for c, w_row in enumerate(w_rows):
+            start = affine(b, 0, (w_row, 1), (q, 4))
+            if byte_weights:
+                word = load_word(b, cp.w, start)
+                rotated = b.or_(b.lshr(word, ir.Constant(I32, 8)), b.shl(word, ir.Constant(I32, 24)))
+                weights = [b.call(unpack, [word]), b.call(unpack, [rotated])]
+            else:
+                weights = [load_word(b, cp.w, affine(b, 2 * j, (start, 1))) for j in range(2)]
+            for p in range(count):
+                total = b.load(slots[c][p])
+                for j in range(2):
+                    total = b.call(dual, [pairs[p][j], weights[j], total])
+                b.store(total, slots[c][p])
+    for kk in range(groups * 4, cp.mac.depth):
+        xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), I32, True)
+              for p in range(count)]
+        for c, w_row in enumerate(w_rows):
+            weight = widen(b, cp.w.load(b, affine(b, kk, (w_row, 1))), I32, cp.mac.w.signed)
+            for p in range(count):
+                accumulate(b, slots[c][p], widen(b, b.mul(xs[p], weight), acc, True))   # 16 x 16 bits: exact
+    return [[b.load(slot) for slot in row] for row in slots]
+
+
+def qconv_im2col(k: KernelContext, cp: ConvPlan, axes) -> None:
+    """QConv as tiles of output positions: their receptive fields copied into the workspace (``im2col``),
+    then dot products with blocks of output channels, each output finished and requantised."""
+    b = k.builder
+    taps = Taps.of(k.module, cp, axes)
+    rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(cp.mac, cp.bias))
+    positions = prod([axis.out for axis in axes])
+    words = cp.buffer_bytes // 4
+    buffer = b.bitcast(k.scratch(ir.ArrayType(I32, words), cp.buffer_bytes), cp.element.as_pointer())
+    sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
+    dot = _dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
+    y_strides = cp.y.strides
+
+    def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int) -> None:
+        chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
+        w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
+        acc = dot(b, cp, buffer, w_rows, count)
+        for c, chan in enumerate(chans):
+            y_row = affine(b, 0, (batch, y_strides[0]), (chan, y_strides[1]), (first, 1))
+            for p in range(count):
+                sum_x = b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
+                value = finish(b, cp.mac, acc[c][p], sum_x, cp.bias, chan, rq)
+                cp.y.store(b, value, affine(b, p, (y_row, 1)))
+
+    def tile(batch: Value, group: Value, first: Value, count: int) -> None:
+        im2col(b, cp, axes, taps, batch, group, first, count, buffer, sums)
+        for_tiles(b, 0, cp.out_group, cp.block,
+                  lambda local0, width: channels(batch, group, first, count, local0, width))
+
+    with loop_nest(b, [cp.x.shape[0], cp.group]) as (batch, group):
+        for_tiles(b, 0, positions, cp.positions, lambda first, count: tile(batch, group, first, count))
