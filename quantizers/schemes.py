@@ -12,6 +12,13 @@ Ranges are nudged to contain 0 so that zero (padding, ReLU) is exact. For dynami
 fractional length is ``fl = bits - 1 - int_bits`` with ``int_bits = floor(log2(max|x|)) + 1``, one
 less when max|x| would round onto the last level: the largest magnitude fits without saturating.
 Biases are int32 at ``s_in * s_w`` (zero point 0).
+
+Every scale has a floor. No scale is below ``SCALE_FLOOR`` (float32's smallest normal number: the bundles hold
+scales as float32). A per-channel weight channel that is zero at the tensor's float32 precision (largest
+magnitude below ``DEAD_CHANNEL`` times the tensor's largest, e.g. a dead channel that BatchNormalization folding
+left at 1e-30) gets the tensor's largest channel scale, as an all-zero channel does: its weights quantize to
+0 and its bias is held on a grid as fine as every other channel's, so the channel outputs its bias. (Its own
+scale, ~1e-32, would put the bias at ~1e32 integer steps.)
 """
 
 from __future__ import annotations
@@ -32,6 +39,13 @@ VALID = {
     "qbfloat16": {"bfloat16": "bf16", "qbfloat16": "bf16"},
 }
 QTYPE_ALIASES = {"u8": "uint8", "i8": "int8", "i16": "int16", "bf16": "bfloat16", "float16": "bfloat16"}
+#: The smallest scale of any grid: float32's smallest normal number.
+SCALE_FLOOR = float(np.finfo(np.float32).tiny)
+#: The largest fractional length of dynamic fixed point: 2**-126 == SCALE_FLOOR.
+MAX_FL = 126
+#: A weight channel whose largest magnitude is below this fraction of the tensor's largest is zero at float32
+#: precision (2**-24: float32's relative rounding step).
+DEAD_CHANNEL = 2.0 ** -24
 
 
 def check_pair(quantizer: str, qtype: str) -> str:
@@ -105,7 +119,7 @@ def asymmetric(lo: float, hi: float, qtype: str) -> TensorQuant:
     """scale = (max - min) / 255, zero point such that real 0 is exactly representable."""
     lo, hi = _nudged(lo, hi)
     qmin, qmax = (0, 255) if qtype == "u8" else (-128, 127)
-    scale = (hi - lo) / 255.0 if hi > lo else 1.0
+    scale = max((hi - lo) / 255.0, SCALE_FLOOR) if hi > lo else 1.0
     zero = int(np.clip(round(qmin - lo / scale), qmin, qmax))
     return TensorQuant(qtype, "asymmetric_quantized", "layer", [lo], [hi], [scale], [zero])
 
@@ -118,13 +132,17 @@ def dynamic_fixed_point(lo: float, hi: float, qtype: str, bits: int) -> TensorQu
     fl = bits - 1 - int_bits
     if top * 2.0 ** fl >= 2 ** (bits - 1) - 0.5:  # max|x| would round up onto the saturated level
         fl -= 1
+    fl = min(fl, MAX_FL)
     return TensorQuant(qtype, "dynamic_fixed_point", "layer", [lo], [hi], [2.0 ** -fl], [0], fl=fl)
 
 
 def symmetric_per_channel(lo: np.ndarray, hi: np.ndarray, axis: int) -> TensorQuant:
-    """Per output channel: scale_c = max|w_c| / 127, zero point 0 (int8 in -127..127)."""
+    """Per output channel: scale_c = max|w_c| / 127, zero point 0 (int8 in -127..127); a channel that is zero at
+    float32 precision takes the largest channel's scale (an all-zero tensor: 1)."""
     top = np.maximum(np.abs(lo), np.abs(hi)).astype(np.float64)
-    scale = np.where(top > 0, top / 127.0, 1.0)
+    largest = float(top.max(initial=0.0))
+    scale = np.where(top > largest * DEAD_CHANNEL, top / 127.0, largest / 127.0 if largest > 0 else 1.0)
+    scale = np.maximum(scale, SCALE_FLOOR)
     return TensorQuant("i8", "symmetric_quantized", "channel", [float(v) for v in np.minimum(lo, 0)],
                        [float(v) for v in np.maximum(hi, 0)], [float(s) for s in scale], [0] * len(scale), axis=axis)
 

@@ -1,6 +1,7 @@
 """The integer graph of a model + its .quantize file, as ``inference --dtype quantized`` and
 ``export glow --dtype quantized`` both need it: the table is checked against the model (stale or
-foreign tables are refused) and the layers that stay float are printed with the reason."""
+foreign tables are refused); the layers that stay float are printed with the reason, and what the lowering
+had to adapt (e.g. a bias too large for its weights' grid)."""
 
 from __future__ import annotations
 
@@ -23,4 +24,6 @@ def lower_model(graph: Graph, quantize_path: str | None, *, show: bool = True) -
     if show:
         for layer, op, reason in lowered.float_layers:
             print(f"layer '{layer}' ({op}) runs in float: {reason}")
+        for layer, note in lowered.notes:
+            print(f"layer '{layer}': {note}")
     return lowered

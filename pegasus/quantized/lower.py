@@ -54,12 +54,14 @@ def rules() -> dict[str, Rule]:
 
 @dataclass
 class LoweredGraph:
-    """The integer graph, the layers that stayed float (layer, op, reason), and where each float tensor
-    lives in it (name in the lowered graph, and its quantization when integer)."""
+    """The integer graph, the layers that stayed float (layer, op, reason), where each float tensor lives in
+    it (name in the lowered graph, and its quantization when integer), and what the rules had to adapt
+    (layer, note), e.g. a bias too large for its table grid."""
 
     graph: Graph
     float_layers: list[tuple[str, str, str]] = field(default_factory=list)
     homes: dict[str, tuple[str, TensorQuant | None]] = field(default_factory=dict)
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
 
 class LoweringContext:
@@ -77,6 +79,7 @@ class LoweringContext:
         self._floats: dict[str, str] = {}
         self.skipped: set[str] = set()  # nodes a rule fused into another (e.g. a ReLU after a Conv)
         self.float_layers: list[tuple[str, str, str]] = []
+        self.notes: list[tuple[str, str]] = []
 
     # ---- parameters --------------------------------------------------------------------------------
     def quant(self, tensor: str) -> TensorQuant:
@@ -92,6 +95,10 @@ class LoweringContext:
 
     def value(self, tensor: str) -> np.ndarray | None:
         return self.source.value_of(tensor)
+
+    def note(self, layer: str, text: str) -> None:
+        """Record something a rule had to adapt in ``layer`` (shown by inference and export)."""
+        self.notes.append((layer, text))
 
     def single_consumer(self, tensor: str) -> Node | None:
         """The only layer reading ``tensor`` if there is exactly one and the tensor is not a graph output."""
@@ -257,7 +264,7 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
     ctx.graph.inputs = list(graph.inputs)
     for name in dict.fromkeys(graph.outputs):
         _bind_float_output(ctx, name)
-    return LoweredGraph(ctx.graph, ctx.float_layers, dict(ctx.homes))
+    return LoweredGraph(ctx.graph, ctx.float_layers, dict(ctx.homes), ctx.notes)
 
 
 def _bind_float_output(ctx: LoweringContext, name: str) -> None:

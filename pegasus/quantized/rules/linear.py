@@ -1,12 +1,22 @@
 """Integer rules for the MAC-heavy ops: Conv → QConv, Gemm/MatMul → QMatMul, and an unfolded
 BatchNormalization → depthwise 1x1 QConv.
 
-Weights are put on their table grid (per tensor, or per output channel), the bias becomes int32 at
+Weights are put on their table grid (per tensor, or per output channel), the bias becomes an integer at
 scale ``s_x * s_w[c]``, and the output requantisation factor ``s_x * s_w[c] / s_y`` becomes a
 fixed-point multiplier per channel. A ReLU/Clip that is the only reader is fused into the clamp.
+
+The integer bias stays within ``bias_limit`` (2**30 beside 8-bit operands, half the int32 range as TFLite
+keeps it; 2**46 beside 16-bit ones, whose accumulators are 64-bit). A channel whose weights are ~0 next to a
+bias (a dead channel BatchNormalization folding left at 1e-30, or a table edited by hand) would need
+``|b| / (s_x * s_w[c])`` far beyond that: its weight scale is raised to ``|b| / (s_x * limit)`` (TFLite's
+AdjustWeightsForBiasScale), so its weights become ~0 and its bias is kept to one part in the limit; the
+channel outputs its bias, as in float. A bias that is not finite saturates at the limit. Both are reported
+(``LoweringContext.note``).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,11 +33,61 @@ def _channel_scales(q: TensorQuant, channels: int) -> np.ndarray:
     return np.broadcast_to(scales if scales.size > 1 else scales.reshape(1), (channels,)).astype(np.float64)
 
 
-def _bias(ctx: LoweringContext, name: str | None, real_scale: np.ndarray, beta: float = 1.0) -> np.ndarray | None:
+def bias_limit(x: TensorQuant, w_dtype: str) -> float:
+    """Largest integer bias magnitude beside operands of these types (see the module docstring)."""
+    narrow = np.dtype(x.numpy_dtype).itemsize == 1 and np.dtype(w_dtype).itemsize == 1
+    return 2.0 ** 30 if narrow else 2.0 ** 46
+
+
+def _bias_values(ctx: LoweringContext, name: str, channels: int, beta: float = 1.0) -> np.ndarray | None:
+    """The real bias per output channel (float64), or None without one."""
     if not name:
         return None
-    value = ctx.value(name)
-    return np.rint(beta * value.astype(np.float64).reshape(-1) / real_scale).astype(np.int64)
+    return np.broadcast_to(beta * ctx.value(name).astype(np.float64).reshape(-1), (channels,)).copy()
+
+
+def fit_bias(ctx: LoweringContext, node: Node, bias: np.ndarray | None, x_scale: float, w_scales: np.ndarray,
+             limit: float) -> np.ndarray:
+    """The weight scales, each raised where the channel's bias would not fit ``limit`` integer steps."""
+    if bias is None:
+        return w_scales
+    finite = np.isfinite(bias)
+    needed = np.abs(np.where(finite, bias, 0.0)) / (abs(x_scale) * limit)
+    raised = needed > w_scales
+    if raised.any():
+        channels = np.flatnonzero(raised)
+        ctx.note(node.name, f"{len(channels)} output channel(s) ({_listed(channels)}) have weights too small for "
+                            f"their bias on the table's grid: their weight scale is raised to |bias| / (s_in * "
+                            f"2^{int(np.log2(limit))}) (they output their bias)")
+    return np.where(raised, needed, w_scales)
+
+
+def integer_bias(ctx: LoweringContext, node: Node, bias: np.ndarray | None, real_scale: np.ndarray,
+                 limit: float) -> np.ndarray | None:
+    """``rint(bias / real_scale)``, saturated explicitly at ±``limit`` (a bias that is not finite)."""
+    if bias is None:
+        return None
+    steps = bias / real_scale
+    saturated = ~(np.abs(steps) <= limit)  # also NaN
+    if saturated.any():
+        channels = np.flatnonzero(saturated)
+        ctx.note(node.name, f"the bias of output channel(s) {_listed(channels)} ({_listed(bias[channels])}) "
+                            f"saturates at ±2^{int(np.log2(limit))} integer steps")
+        steps = np.clip(np.nan_to_num(steps, nan=0.0, posinf=limit, neginf=-limit), -limit, limit)
+    return np.rint(steps).astype(np.int64)
+
+
+def _listed(values: np.ndarray, most: int = 8) -> str:
+    shown = ", ".join(str(v) for v in values[:most].tolist())
+    return shown + (f" and {len(values) - most} more" if len(values) > most else "")
+
+
+def _weight_grid(wq: TensorQuant, scales: np.ndarray, axis: int) -> TensorQuant:
+    """The table's weight grid, or per channel with ``scales`` (same zero point) where the bias raised some."""
+    if np.array_equal(scales, _channel_scales(wq, scales.size)):
+        return wq
+    return replace(wq, method="channel", scale=[float(s) for s in scales],
+                   zero_point=[int(wq.zero_point[0])] * scales.size, axis=axis)
 
 
 def _accumulator_bits(x: TensorQuant, w_int: np.ndarray, w_zero: int, taps: int, bias: np.ndarray | None) -> int:
@@ -55,11 +115,14 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     yq = ctx.quant(out)
     if wq.per_channel and (wq.axis or 0) != 0:
         return f"per-channel weights along axis {wq.axis} (Conv needs axis 0)"
-    weights = ctx.as_int(w)
+    channels = ctx.source.type_of(w).shape[0]
+    limit = bias_limit(xq, wq.numpy_dtype)
+    bias_real = _bias_values(ctx, b, channels)
+    w_scales = fit_bias(ctx, node, bias_real, float(xq.scale[0]), _channel_scales(wq, channels), limit)
+    weights = ctx.as_int(w, _weight_grid(wq, w_scales, 0))
     w_int = ctx.graph.value_of(weights)
-    channels = w_int.shape[0]
-    real_in = float(xq.scale[0]) * _channel_scales(wq, channels)
-    bias = _bias(ctx, b, real_in)
+    real_in = float(xq.scale[0]) * w_scales
+    bias = integer_bias(ctx, node, bias_real, real_in, limit)
     w_zero = int(wq.zero_point[0])
     acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
@@ -80,18 +143,22 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
     weight_axis = 0 if trans_b else ctx.source.type_of(b).rank - 1
     if bq.per_channel and (not b_const or (bq.axis or 0) % ctx.source.type_of(b).rank != weight_axis):
         return f"per-channel B along axis {bq.axis} is not per output column"
-    b_int_name = ctx.as_int(b)
     columns = ctx.source.type_of(b).shape[0 if trans_b else -1]
-    if trans_b:
-        b_int_name = ctx.constant(f"{b}_q_t", ctx.graph.value_of(b_int_name).T.copy())
-    real_in = alpha * float(aq.scale[0]) * _channel_scales(bq, columns)
-    bias = None
     if bias_name:
         c = ctx.value(bias_name)
         if c is None or c.size not in (1, columns) or (c.ndim == 2 and c.shape[0] != 1):
             return "C is not a constant per-column bias"
-        bias = _bias(ctx, bias_name, real_in, beta)
-        bias = np.broadcast_to(bias, (columns,)).copy()
+    limit = bias_limit(aq, bq.numpy_dtype)
+    bias_real = _bias_values(ctx, bias_name, columns, beta)
+    a_scale = alpha * float(aq.scale[0])
+    b_scales = _channel_scales(bq, columns)
+    if b_const:
+        b_scales = fit_bias(ctx, node, bias_real, a_scale, b_scales, limit)
+    b_int_name = ctx.as_int(b, _weight_grid(bq, b_scales, weight_axis))
+    if trans_b:
+        b_int_name = ctx.constant(f"{b}_q_t", ctx.graph.value_of(b_int_name).T.copy())
+    real_in = a_scale * b_scales
+    bias = integer_bias(ctx, node, bias_real, real_in, limit)
     b_val = ctx.graph.value_of(b_int_name)
     b_zero = int(bq.zero_point[0])
     if b_val is not None:
@@ -144,10 +211,15 @@ def batch_normalization(ctx: LoweringContext, node: Node) -> str | None:
     channels = slope.size
     wide = xq.numpy_dtype == "int16"
     top = 32767 if wide else 127
-    w_scale = np.where(np.abs(slope) > 0, np.abs(slope) / top, 1.0)
+    magnitude = np.abs(slope).astype(np.float64)
+    largest = float(magnitude.max(initial=0.0))
+    w_scale = np.where(magnitude > 0, magnitude / top, largest / top if largest > 0 else 1.0)
+    limit = bias_limit(xq, "int16" if wide else "int8")
+    offset = offset.astype(np.float64).reshape(-1)
+    w_scale = fit_bias(ctx, node, offset, float(xq.scale[0]), w_scale, limit)
     weights = np.rint(slope / w_scale).astype(np.int16 if wide else np.int8).reshape((channels, 1) + (1,) * (rank - 2))
     real_in = float(xq.scale[0]) * w_scale
-    bias_q = np.rint(offset / real_in).astype(np.int64)
+    bias_q = integer_bias(ctx, node, offset, real_in, limit)
     acc_bits = _accumulator_bits(xq, weights, 0, 1, bias_q)
     attrs = {"group": channels, "kernel_shape": (1,) * (rank - 2),
              **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi),
