@@ -1,12 +1,13 @@
 """The TFLite tests' harness: converted models cached on disk, and pegasus checked against the TFLite
 interpreter on random inputs.
 
-Cache: ``~/.cache/pegasus-tests/tflite/<builder>-<key>.tflite``, the key a hash of the builder's source,
-of the helper modules it uses (convert.py, flatbuffer.py) and of the installed TensorFlow version, so a
-changed builder or a new TensorFlow rebuilds it and nothing else. It lives outside pytest's temporary
-folders so every pytest-xdist worker of a run (and the next run) finds what another one built; a model
-is written to a temporary name and renamed, so two workers building the same model at once both end with
-one whole file. Builders import TensorFlow themselves: a run that finds every model cached never loads it.
+Cache: ``~/.cache/pegasus-tests/tflite/<builder>-<key>.tflite``, the key a hash of the builder's source
+(with the private helpers it calls), of the helper modules it uses (convert.py, flatbuffer.py) and of the
+installed TensorFlow version, so a changed builder or a new TensorFlow rebuilds it and nothing else. It
+lives outside pytest's temporary folders so every pytest-xdist worker of a run (and the next run) finds
+what another one built; a model is written to a temporary name and renamed, so two workers building the
+same model at once both end with one whole file. Builders import TensorFlow themselves: a run that finds
+every model cached never loads it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ def _tensorflow_version() -> str:
 
 
 def cache_key(builder: Callable[[], bytes]) -> str:
-    text = "\n".join([inspect.getsource(builder), inspect.getsource(convert), inspect.getsource(flatbuffer),
+    """A hash of the builder's source, of the private helpers of its module it calls, of convert.py and
+    flatbuffer.py, and of the TensorFlow version."""
+    source = inspect.getsource(builder)
+    module = inspect.getmodule(builder)
+    helpers = [inspect.getsource(f) for name, f in sorted(vars(module).items())
+               if name.startswith("_") and inspect.isfunction(f) and f"{name}(" in source]
+    text = "\n".join([source, *helpers, inspect.getsource(convert), inspect.getsource(flatbuffer),
                       _tensorflow_version()])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
