@@ -191,3 +191,20 @@ def test_a_bias_that_is_not_finite_saturates_and_says_so():
     assert np.all(got[:, 0] == got[:, 0].max()) and got[:, 0].max() >= float(table.get("y").max_value[0]) - step
     errors = output_steps(got[:, 1:], want[:, 1:], step)
     assert errors.max() <= 5.0, errors
+
+
+def test_numpy_warnings_raised_in_pegasus_code_fail_the_suite():
+    """pyproject.toml's ``error::RuntimeWarning:pegasus`` matches the start of the module a warning is raised in:
+    a NumPy warning inside any pegasus module (quantizers, importers and exporters install as pegasus.*) is an
+    error, one raised in a test's own code is not."""
+    import pegasus.exporters.glow.codegen
+    import pegasus.importers.onnx.loader
+    import pegasus.quantizers.schemes
+    from pegasus.ops.fixedpoint import quantize_values
+
+    with pytest.raises(RuntimeWarning, match="invalid value"):
+        quantize_values(np.array([np.nan]), 1.0, 0, "int8")  # rint(nan) cast to int8, inside pegasus.ops
+    for module in (pegasus.quantizers.schemes, pegasus.importers.onnx.loader, pegasus.exporters.glow.codegen):
+        assert module.__name__.startswith("pegasus.")
+    with pytest.warns(RuntimeWarning):
+        np.array([np.nan]).astype(np.int8)  # the same warning in this test's own code stays a warning
