@@ -448,15 +448,20 @@ def test_elementwise_layers_run_in_place_on_channels_last_tensors(tmp_path):
 
 
 def test_tiles_follow_the_register_file():
-    """Depthwise: as many positions as accumulators (each input vector serves a row of taps), channels with
-    what is left; dense: positions × channel vectors loading the fewest operands per multiply-add."""
+    """Depthwise: as many positions as accumulators allow beside a weight per row tap (each input vector
+    serves a row of taps; on Cortex-M, within a load's reach when that leaves 4), channels with what is
+    left; dense: positions × channel vectors loading the
+    fewest operands, the weight vectors and the broadcast input staying in registers beside them."""
     num = Numeric(None, DType.FLOAT32)
-    assert conv_channels_last.tile_shape(Simd(4, 32), num, 32, 32, True) == (16, 1)     # Cortex-M7
-    assert conv_channels_last.tile_shape(Simd(4, 32), num, 16, 64, False) == (4, 4)
-    assert conv_channels_last.tile_shape(Simd(32, 16), num, 32, 32, True) == (12, 1)    # AVX2
-    assert conv_channels_last.tile_shape(Simd(32, 16), num, 16, 64, False) == (3, 4)
-    assert conv_channels_last.tile_shape(Simd(64, 32), num, 7, 96, True) == (7, 2)      # a short row
-    assert conv_channels_last.tile_shape(Simd(16, 8), num, 16, 64, False) == (2, 2)     # Helium
+    shape = conv_channels_last.tile_shape
+    assert shape(Simd(4, 32), num, 32, 64, True, 3) == (16, 1)      # Cortex-M7: 16 + 3 weights + 1 input
+    assert shape(Simd(4, 32), num, 32, 32, True, 3) == (5, 3)       # 7 inputs x 32 channels in a VLDR's reach
+    assert shape(Simd(4, 32), num, 16, 64, False) == (4, 6)         # 24 + 6 weights + 1 input
+    assert shape(Simd(32, 16), num, 32, 32, True, 3) == (12, 1)     # AVX2
+    assert shape(Simd(32, 16), num, 32, 32, True, 5) == (10, 1)
+    assert shape(Simd(32, 16), num, 16, 64, False) == (6, 2)
+    assert shape(Simd(64, 32), num, 7, 96, True, 3) == (7, 2)       # a short row: channels take the rest
+    assert shape(Simd(16, 8), num, 16, 64, False) == (2, 2)         # Helium
 
 
 BY_ID = {case.id: case for case in CASES}
@@ -481,3 +486,25 @@ def test_bundle_matches_onnxruntime_on_cortex_m(cpu, tmp_path):
     for case, case_names in zip(BARE_METAL, names):
         check(case, [outputs[name] for name in case_names])
     np.testing.assert_allclose(outputs[fused_output], net.expected(), rtol=1e-4, atol=1e-5)
+
+
+def test_cortex_m7_channels_last_costs_no_more_instructions_than_channels_first(tmp_path):
+    """Cortex-M7 instructions (QEMU -icount) of a 3×3 depthwise over 32 channels of 32×32 and a 1×1
+    convolution 32 → 64 on 16×16: the channels-last kernels are not slower than the channels-first ones."""
+    nets = [Net("depthwise", _x(1, 32, 32, 32), [_dw(32, pads=[1, 1, 1, 1])]),
+            Net("pointwise", _x(1, 32, 16, 16), [("Conv", {}, [_w(64, 32, 1, 1), _x(64)])])]
+    for net in nets:
+        counts = {}
+        for channels_last in (False, True):
+            graph, feeds = Graph(net.id), {}
+            output = net.add_to(graph, feeds, channels_last)
+            folder = tmp_path / f"{net.id}-{channels_last}"
+            folder.mkdir()
+            export_bundle(graph, folder, "net", resolve_target("arm", "cortex-m7"))
+            spec = {output: (graph.type_of(output).shape, np.float32)}
+            run = toolchains.run_cortex_m_detailed(folder, "net", "cortex-m7", feeds, spec, icount=True)
+            expected = net.expected() if channels_last else first(net.expected())
+            np.testing.assert_allclose(run.outputs[output], expected, rtol=1e-4, atol=1e-5)
+            counts[channels_last] = run.ticks * toolchains.board_for("cortex-m7").instructions_per_tick
+        print(f"{net.id}: channels first {counts[False]:,}, channels last {counts[True]:,} instructions")
+        assert counts[True] <= counts[False]

@@ -110,26 +110,41 @@ class Correlation:
         return self.in_group == 1 and (self.out_group == 1 or self.out_group < lanes)
 
 
+#: bytes a Thumb-2 VLDR reaches from its base register (a scalar FPU's loads: ``tile_shape``)
+SCALAR_LOAD_REACH = 1020
+
+
 def _balanced(needed: int, most: int) -> int:
     """Vectors per block when ``needed`` vectors are cut into blocks of at most ``most``, evenly."""
     most = max(1, min(needed, most))
     return -(-needed // -(-needed // most))
 
 
-def tile_shape(simd: Simd, num: Numeric, row: int, channels: int, depthwise: bool) -> tuple[int, int]:
-    """(positions, vectors) of a register tile over a row of ``row`` outputs and ``channels`` channels.
-    Depthwise: as many positions as accumulators allow (each input vector then serves up to a kernel
-    row of taps), the rest across channels. Dense: the shape that loads the fewest operands over the
+def tile_shape(simd: Simd, num: Numeric, row: int, channels: int, depthwise: bool, taps: int = 1) -> tuple[int, int]:
+    """(positions, vectors) of a register tile over a row of ``row`` outputs and ``channels`` channels,
+    keeping accumulators and the operands live with them in registers (a spill inside the inner loop
+    costs more than a smaller tile). Depthwise: as many positions as the accumulator registers allow
+    next to a weight vector per row tap (``taps``) — each input vector then serves up to ``taps``
+    positions — and the rest across channels. Dense: the shape that loads the fewest operands over the
     layer (per tap and input channel, a tile loads one input per position and one weight vector per
-    vector), ties going to the larger tile."""
+    vector), ties going to the larger tile, with registers left for its weight vectors, the broadcast
+    input and one more. On a scalar FPU (Cortex-M) a depthwise tile reads, if it can with 4 positions or
+    more, within the reach of a load's immediate offset (Thumb-2 VLDR: 1020 bytes): further inputs each
+    cost an address computation."""
     lanes, budget = simd.lanes(num.compute), simd.accumulators
     needed = len(pieces(channels, lanes))
     if depthwise:
-        positions = min(row, budget)
-        return positions, _balanced(needed, budget // positions)
+        positions = max(1, min(row, budget, simd.registers - 1 - taps))
+        near = SCALAR_LOAD_REACH // (channels * np.dtype(num.dtype.numpy).itemsize) - (taps - 1)
+        if lanes == 1 and near >= 4:
+            positions = min(positions, near)
+        return positions, _balanced(needed, min(budget // positions, (simd.registers - 1) // (positions + taps)))
     best = None
-    for positions in range(1, min(row, budget) + 1):
-        vectors = _balanced(needed, budget // positions)
+    for positions in range(1, min(row, simd.registers) + 1):
+        most = (simd.registers - 2) // (positions + 1)
+        if most < 1:
+            break
+        vectors = _balanced(needed, most)
         loads = -(-needed // vectors) * row + -(-row // positions) * needed
         key = (loads, -positions * vectors)
         if best is None or key < best[0]:
@@ -336,7 +351,7 @@ def plan(simd: Simd, num: Numeric, cr: Correlation, row: int) -> Plan:
     lanes = simd.lanes(num.compute)
     depthwise = cr.depthwise(lanes)
     channels = cr.y.shape[-1] if depthwise else cr.out_group
-    positions, vectors = tile_shape(simd, num, row, channels, depthwise)
+    positions, vectors = tile_shape(simd, num, row, channels, depthwise, cr.axes[-1].kernel)
     size = vectors * lanes
     if depthwise:     # blocks start on a multiple of the multiplier: the lanes' input channels are static
         size = max(cr.out_group, size // cr.out_group * cr.out_group)
