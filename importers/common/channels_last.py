@@ -161,16 +161,17 @@ def emit_depth_to_space(ctx: ImportContext, node: SourceNode, x: str, block: int
 
 # ---- TF's image resize flags -------------------------------------------------------------------------
 #: (mode, align_corners, half_pixel_centers) -> the registry Resize's (coordinate_transformation_mode,
-#: nearest_mode), as TF's and TFLite's reference kernels compute source coordinates:
-#: bilinear x = y * in/out, y * (in-1)/(out-1) or (y + 0.5) * in/out - 0.5; nearest floor(y * in/out),
-#: round-half-away(y * (in-1)/(out-1)) or floor((y + 0.5) * in/out), clamped to the input.
+#: nearest_mode), as TF's and TFLite's reference kernels compute source coordinates in float32: bilinear
+#: x = y * step, y * step' or (y + 0.5) * step - 0.5 with step = in/out, step' = (in-1)/(out-1); nearest
+#: floor(y * step), round-half-away(y * step') or floor((y + 0.5) * step) (= floor(x + 0.5) of the
+#: half-pixel x), clamped to the input.
 _RESIZE = {
-    ("linear", False, False): ("asymmetric", "floor"),
-    ("linear", True, False): ("align_corners", "floor"),
-    ("linear", False, True): ("half_pixel", "floor"),
-    ("nearest", False, False): ("asymmetric", "floor"),
-    ("nearest", True, False): ("align_corners", "round_prefer_ceil"),
-    ("nearest", False, True): ("tf_half_pixel_for_nn", "floor"),
+    ("linear", False, False): ("tf_asymmetric", "floor"),
+    ("linear", True, False): ("tf_align_corners", "floor"),
+    ("linear", False, True): ("tf_half_pixel", "floor"),
+    ("nearest", False, False): ("tf_asymmetric", "floor"),
+    ("nearest", True, False): ("tf_align_corners", "round_prefer_ceil"),
+    ("nearest", False, True): ("tf_half_pixel", "round_prefer_ceil"),
 }
 
 

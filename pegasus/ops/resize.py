@@ -35,7 +35,18 @@ _COORDINATES: dict[str, Callable[..., np.ndarray]] = {
     "tf_crop_and_resize": lambda y, s, n, w, roi: (
         roi[0] * (n - 1) + y * (roi[1] - roi[0]) * (n - 1) / (y.size - 1) if y.size > 1
         else np.full(y.shape, (roi[0] + roi[1]) * (n - 1) / 2)),
+    # TF's and TFLite's resize kernels (align_corners / half_pixel_centers): asymmetric, align_corners and
+    # half_pixel with their arithmetic, a float32 step in/out (or (in-1)/(out-1)) multiplied rather than
+    # ONNX's division by out/in; where y * in / out is a whole number the two can floor differently
+    "tf_asymmetric": lambda y, s, n, w, roi: y * _tf_step(n, y.size),
+    "tf_align_corners": lambda y, s, n, w, roi: (
+        y * _tf_step(n - 1, y.size - 1) if y.size > 1 else np.zeros(y.shape, np.float32)),
+    "tf_half_pixel": lambda y, s, n, w, roi: (y + np.float32(0.5)) * _tf_step(n, y.size) - np.float32(0.5),
 }
+
+
+def _tf_step(n_in: int, n_out: int) -> np.float32:
+    return np.float32(n_in) / np.float32(n_out)
 
 # index of the nearest input sample for each ONNX nearest_mode
 _NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {

@@ -99,6 +99,26 @@ def resize_ops() -> bytes:
     return from_function(fn, [spec(1, 3, 4, 2)])
 
 
+def resize_ratios() -> bytes:
+    """Nearest and bilinear resizes at ratios where y * in / out is a whole number or a tie (14 -> 2, 6 -> 2,
+    2 -> 41, 8 -> 47 ...): float32 rounding decides which source pixel TFLite takes there."""
+    tf = seeded()
+    v1 = tf.compat.v1.image
+    sizes = {0: ((2, 41), (4, 47), (8, 55), (23, 2), (45, 3), (3, 9), (7, 1), (6, 6)),
+             1: ((47, 2), (2, 45), (3, 23), (16, 12), (4, 3), (24, 18), (1, 5))}
+
+    def fn(*images):
+        outs = []
+        for index, image in enumerate(images):
+            for size in sizes[index]:
+                for align, half in ((False, False), (True, False), (False, True)):
+                    outs.append(v1.resize_nearest_neighbor(image, size, align_corners=align, half_pixel_centers=half))
+                    outs.append(v1.resize_bilinear(image, size, align_corners=align, half_pixel_centers=half))
+        return outs
+
+    return from_function(fn, [spec(1, 14, 2, 3), spec(1, 8, 6, 2)])
+
+
 def normalization_ops() -> bytes:
     tf = seeded()
 

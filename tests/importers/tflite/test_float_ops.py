@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pegasus.importers.tflite.reader import read_tflite
 from tests.importers.tflite import models
 from tests.importers.tflite.harness import check_against_interpreter, op_types
 
@@ -31,6 +32,16 @@ FUSED = {"ADD", "SUB", "MUL", "DIV", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_
 @pytest.mark.parametrize("builder", FAMILIES, ids=lambda b: b.__name__)
 def test_family_matches_interpreter(tflite_model, builder):
     check_against_interpreter(tflite_model(builder))
+
+
+def test_nearest_resize_picks_tflites_pixels(tflite_model):
+    """Every nearest-neighbour output equals TFLite's exactly, at ratios where the source coordinate is a whole
+    number (or a tie) that float32 rounding puts on one side or the other."""
+    path = tflite_model(models.resize_ratios)
+    nearest = [n.outputs[0] for n in read_tflite(path).nodes if n.op_type == "RESIZE_NEAREST_NEIGHBOR"]
+    assert len(nearest) == 45
+    check_against_interpreter(path, outputs=nearest, rtol=0.0, atol=0.0, runs=1)
+    check_against_interpreter(path, runs=1)   # and bilinear at those ratios within the usual tolerance
 
 
 def test_models_cover_every_op(tflite_model):
