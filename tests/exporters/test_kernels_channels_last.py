@@ -2,14 +2,15 @@
 against onnxruntime running the channels-first ONNX op on the transposed input (rtol 1e-4 / atol 1e-5;
 float16 within its own precision, integers exactly).
 
-Covers Conv (dense, grouped, depthwise with multiplier 1, 2 and 3, 1×1, 1-D, 3-D, strides, dilations,
-SAME/VALID/explicit pads, windows entirely in the padding, odd channel counts for the tail lanes, batch 2),
-ConvTranspose, MaxPool/AveragePool (ceil_mode, count_include_pad) and the global pools; every case under
-the register tilings of test_kernels_conv.py (host, AVX-512, scalar FPU as on Cortex-M4/M7, Helium), a
-subset bare metal on Cortex-M7 and Cortex-M4 under QEMU. A channels-last network compiles without a
-transpose, fuses its activations into the convolutions and needs no more activation memory than its
-channels-first twin; layers without a channels-last kernel (weights given at run time, MaxPool's
-Indices) still run, between transposes.
+Covers float32 (a few float16/float64) Conv (dense, grouped, depthwise with multiplier 1, 2 and 3, 1×1,
+1-D, 3-D, strides, dilations, SAME/VALID/explicit pads, windows entirely in the padding, odd channel counts
+for the tail lanes, batch 2), ConvTranspose, MaxPool/AveragePool (ceil_mode, count_include_pad) and the
+global pools; every case under the register tilings of test_kernels_conv.py (host, AVX-512, scalar FPU as
+on Cortex-M4/M7, Helium), a subset bare metal on Cortex-M7 and Cortex-M4 under QEMU. Convolutions fused
+with their element-wise consumers and pooling; a channels-last network compiles without a transpose and
+needs no more activation memory than its channels-first twin; layers without a channels-last kernel
+(weights given at run time, MaxPool's Indices) still run, between transposes; on Cortex-M7 the
+channels-last kernels take no more instructions than the channels-first ones.
 """
 
 from __future__ import annotations
@@ -127,6 +128,12 @@ def _half(case: Case) -> Case:
     return case
 
 
+def _double(case: Case) -> Case:
+    case.x = case.x.astype(np.float64)
+    case.w, case.b = (None if a is None else a.astype(np.float64) for a in (case.w, case.b))
+    return case
+
+
 CONV_CASES = [
     _conv("dense-3x3-pads-batch", _x(2, 3, 9, 10), _w(5, 3, 3, 3), _x(5), pads=[1, 1, 1, 1]),
     _conv("dense-17-channels", _x(1, 17, 6, 7), _w(17, 17, 3, 3), _x(17), pads=[1, 1, 1, 1]),
@@ -156,6 +163,8 @@ CONV_CASES = [
     _conv("long-row", _x(1, 3, 2, 45), _w(4, 3, 1, 3), _x(4), pads=[0, 1, 0, 1]),
     _half(_conv("f16", _x(1, 3, 9, 11), _w(5, 3, 3, 3), _x(5), pads=[1, 1, 1, 1], strides=[1, 2])),
     _half(_conv("f16-depthwise", _x(1, 9, 7, 7), _w(9, 1, 3, 3), _x(9), group=9, pads=[1, 1, 1, 1])),
+    _double(_conv("f64", _x(1, 3, 9, 9), _w(5, 3, 3, 3), _x(5), pads=[1, 1, 1, 1])),
+    _double(_conv("f64-depthwise", _x(1, 6, 7, 8), _w(6, 1, 3, 3), group=6, pads=[1, 1, 1, 1], strides=[2, 1])),
 ]
 
 CONV_TRANSPOSE_CASES = [
@@ -193,6 +202,8 @@ POOL_CASES = [
     Case("avg-1d", "AveragePool", _x(2, 3, 21), dict(kernel_shape=[4], strides=[3], pads=[1, 2])),
     Case("avg-3d", "AveragePool", _x(1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 3], pads=[1, 1, 1, 0, 1, 1])),
     _half(Case("avg-f16", "AveragePool", _x(1, 3, 11, 13), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))),
+    _double(Case("avg-f64", "AveragePool", _x(1, 5, 9, 9), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1))),
+    _double(Case("max-f64", "MaxPool", _x(1, 5, 9, 9), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))),
     Case("global-avg-1", "GlobalAveragePool", _x(1, 1, 7, 7)),
     Case("global-avg-17-batch", "GlobalAveragePool", _x(2, 17, 5, 7)),
     Case("global-avg-64", "GlobalAveragePool", _x(1, 64, 3, 3)),
@@ -201,6 +212,8 @@ POOL_CASES = [
     Case("global-max-5", "GlobalMaxPool", _x(2, 5, 7, 9)),
     Case("global-max-1d", "GlobalMaxPool", _x(1, 3, 70)),
     Case("global-max-int8", "GlobalMaxPool", RNG.integers(-128, 128, (1, 17, 4, 4)).astype(np.int8)),
+    _double(Case("global-avg-f64", "GlobalAveragePool", _x(1, 5, 6, 6))),
+    _half(Case("global-avg-f16", "GlobalAveragePool", _x(1, 9, 6, 6))),
 ]
 
 CASES = CONV_CASES + CONV_TRANSPOSE_CASES + POOL_CASES

@@ -20,8 +20,9 @@ starts) skip the taps each position has outside the input, so no tap tests a bou
 start at the bias, and a fused element-wise epilogue (conv.py's ``Epilogue``) is applied before the store.
 ConvTranspose is one stride-1 correlation per stride phase, as in conv.py (``_axis_phases``).
 
-Tiles are sized from the register file (``simd_of``): on a scalar FPU (Cortex-M4/M7) the "vectors" are
-single floats, and a depthwise tile is a long run of positions (each input loaded once per row tap).
+Tiles are sized from the register file (``simd_of``, ``tile_shape``): on a scalar FPU (Cortex-M4/M7)
+the "vectors" are single floats, so a dense tile is positions × channels of scalars and a depthwise tile a
+run of positions along the row (each input loaded once for all the row taps that read it).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from pegasus.ops.conv import Conv, ConvTranspose
 
 @packer("Conv")
 def pack_conv(node: Node, graph: Graph) -> dict[int, np.ndarray]:
+    """W[m, ci, k...] -> W'[k..., ci, m]."""
     w = graph.value_of(node.inputs[1])
     return {1: np.ascontiguousarray(w.transpose(*range(2, w.ndim), 1, 0))}
 

@@ -9,6 +9,12 @@ A kernel that needs a scratch buffer (QConv's im2col rows, QMatMul's paired rows
 region, live only during the layer, and the emitter takes them with ``k.scratch(type, size)`` — so the RAM a
 bundle needs is in ACTIVATIONS_MEM_SIZE, not hidden on the stack. The size function sees the same
 context without a builder or pointers (types and target only).
+
+Channels-last layers (pegasus/ops/layout.py): ``@emitter(..., channels_last=...)`` says which ones an
+emitter computes in that layout (True, or a per-layer predicate); a kernel that reads its constant
+weights in another order registers a ``@packer`` that re-lays them, which the exporter applies before
+code generation (exporters/glow/lower.py). Other channels-last layers run channels first, between
+transposes.
 """
 
 from __future__ import annotations
