@@ -1,7 +1,7 @@
 """Every bad input to ``pegasus import tflite`` gives one line on stderr naming what is wrong and where, exit
 code 2, and writes nothing: files that are not TFLite models, unsupported and custom ops (each listed with
-its layer and operator position), a cut at a tensor the model lacks, a pre-quantized model, variants of ops
-the float import cannot reproduce."""
+its layer and operator position), a cut at a tensor the model lacks, variants of ops the float import
+cannot reproduce; and the float converters' refusal of integer activations."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from pegasus.errors import PegasusError
-from pegasus.importers.tflite.loader import import_tflite
+from pegasus.importers.tflite.loader import import_tflite, refuse_integer_activations
+from pegasus.importers.tflite.reader import read_tflite
 from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.tflite import models
@@ -78,9 +79,12 @@ def test_concatenation_with_fused_activation(tmp_path):
 
 
 @pytest.mark.xdist_group("tflite")
-def test_pre_quantized_model(tmp_path, tflite_model):
-    result = import_cli(tmp_path, tflite_model(models.full_int8))
-    assert_one_line_error(result, "CONV_2D node", "int8 tensor", "pre-quantized")
+def test_float_path_refuses_integer_activations(tflite_model):
+    """The float converters never see a full-int8 model's integer activations (the pre-quantized path,
+    importers/tflite/quantized.py, takes such models)."""
+    model = read_tflite(tflite_model(models.full_int8))
+    with pytest.raises(PegasusError, match="CONV_2D node .* computes on int8 tensor .*pre-quantized"):
+        refuse_integer_activations(model.nodes, {t.name: t for t in model.tensors})
 
 
 @pytest.mark.xdist_group("tflite")
