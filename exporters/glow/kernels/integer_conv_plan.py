@@ -1,6 +1,13 @@
 """What every QConv kernel shares (integer_conv.py picks the kernel): the plan of a layer (operands and
-accumulator, grouping, the dot-product flavour the target offers, tile sizes) and the geometry of its taps
-(their input offsets, whether a window lies inside the input, where one tap reads).
+accumulator, grouping, layout, the dot-product flavour the target offers, tile sizes) and the geometry of
+its taps (their input offsets, whether a window lies inside the input, where one tap reads).
+
+Activations are channels first (N, C, D1..Dn) or, with ``channels_last``, (N, D1..Dn, C)
+(pegasus/ops/layout.py): ``Activation`` gives the kernels the strides of either. The weights of a
+channels-last layer are re-laid at export (``pack_weights``, applied by exporters/glow/lower.py, so
+NAME.weights.bin holds what the kernel reads): a depthwise layer's as (k..., 1, M), one vector of channels
+per tap, every other layer's as (M, k..., C/group), so that the taps of a weight row follow the input
+(each tap's C/group channels contiguous, as in the channels-last input).
 """
 
 from __future__ import annotations
@@ -8,17 +15,78 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.conv import Axis, axes_of
 from pegasus.exporters.glow.kernels.integer_dot import SCRATCH_BYTES, Mac, madd_fits, operand
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.kernels.linear import affine
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, strides_of
 from pegasus.exporters.glow.kernels.requant import I16, I32
 from pegasus.exporters.glow.llvm.loops import const
+from pegasus.ir.graph import Graph, Node
+from pegasus.ops.conv import Conv
+from pegasus.ops.layout import first_shape
 from pegasus.ops.spatial import prod
 
 Value = ir.Value
+
+
+@dataclass(frozen=True)
+class Activation:
+    """Where the elements of a convolution's input or output lie, channels first or channels last."""
+
+    ref: TensorRef
+    channels_last: bool
+
+    @property
+    def channels(self) -> int:
+        return self.ref.shape[-1] if self.channels_last else self.ref.shape[1]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.ref.shape[1:-1] if self.channels_last else self.ref.shape[2:]
+
+    @property
+    def batch(self) -> int:
+        return self.ref.strides[0]
+
+    @property
+    def channel(self) -> int:
+        return 1 if self.channels_last else self.ref.strides[1]
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        return self.ref.strides[1:-1] if self.channels_last else self.ref.strides[2:]
+
+    @property
+    def position(self) -> int:
+        """The stride of the flat spatial index (positions in row-major order)."""
+        return self.channels if self.channels_last else 1
+
+
+def depthwise(group: int, in_group: int) -> bool:
+    """One input channel per group, several groups: the channels-last weights are (k..., 1, M)."""
+    return group > 1 and in_group == 1
+
+
+def pack_weights(node: Node, graph: Graph) -> dict[int, np.ndarray]:
+    """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring)."""
+    w = graph.value_of(node.inputs[1])
+    n = w.ndim - 2
+    if depthwise(node.attrs.group, w.shape[1]):
+        return {1: np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))}
+    return {1: np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))}
+
+
+def weight_shape(w_shape: tuple[int, ...], channels_last: bool, packed_depthwise: bool) -> tuple[int, ...]:
+    """The (M, C/group, k...) shape of weights stored as ``pack_weights`` lays them out."""
+    if not channels_last:
+        return w_shape
+    if packed_depthwise:
+        return (w_shape[-1], 1) + w_shape[:-2]
+    return (w_shape[0], w_shape[-1]) + w_shape[1:-1]
 
 
 @dataclass(frozen=True)
@@ -29,18 +97,32 @@ class ConvPlan:
     y: TensorRef
     mac: Mac
     group: int
+    channels_last: bool
+    axes: list[Axis]    # the spatial axes' geometry (conv.py)
     dual: bool          # SMLAD dot products (activations stored x0 x2 x1 x3 per group of four taps)
     madd: int           # x86 PMADDWD dot products of this many 16-bit lanes (0: plain loops)
     positions: int      # output positions per tile (rows of the im2col buffer)
     block: int          # output channels per register block
 
     @property
+    def xa(self) -> Activation:
+        return Activation(self.x, self.channels_last)
+
+    @property
+    def ya(self) -> Activation:
+        return Activation(self.y, self.channels_last)
+
+    @property
     def in_group(self) -> int:
-        return self.x.shape[1] // self.group
+        return self.xa.channels // self.group
 
     @property
     def out_group(self) -> int:
-        return self.y.shape[1] // self.group
+        return self.ya.channels // self.group
+
+    @property
+    def depthwise(self) -> bool:
+        return depthwise(self.group, self.in_group)
 
     @property
     def element(self) -> ir.IntType:
@@ -91,25 +173,38 @@ class ConvPlan:
 
 
 def conv_plan(k: KernelContext) -> ConvPlan:
-    x, w = k.inputs[0], k.inputs[1]
+    x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
+    last, group = bool(k.attrs.channels_last), k.attrs.group
+    xa = Activation(x, last)
+    w_shape = weight_shape(w.shape, last, depthwise(group, xa.channels // group))
+    win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), operand(k, w, k.attrs.w_zero_point, "weight"),
-              prod(w.shape[1:]))
+              prod(w_shape[1:]))
     dual = mac.dual(k.target)
     element = 2 if mac.x.centered_is_i16 else 4
     wanted = 2 if k.target.is_cortex_m else 4       # 2 x 2 accumulators: what 13 Thumb registers hold
     positions = max(1, min(wanted, SCRATCH_BYTES // ((mac.depth + 1) * element)))
     madd = madd_lanes(k.target) if not dual and madd_fits(mac) else 0
     block = 4 if madd == 32 else 2          # 4 x 4 accumulators of AVX-512's 32 registers
-    return ConvPlan(x, w, bias, k.outputs[0], mac, k.attrs.group, dual, madd, positions, block)
+    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block)
 
 
-def tap_offsets(cp: ConvPlan, axes) -> list[int]:
-    """Input offset of every tap k = (ci, k0, k1, ...) from its position's window origin in channel 0."""
-    x_strides = cp.x.strides
-    per_tap = [sum(k * axis.dilation * stride for k, axis, stride in zip(ks, axes, x_strides[2:]))
-               for ks in itertools.product(*(range(axis.kernel) for axis in axes))]
-    return [ci * x_strides[1] + offset for ci in range(cp.in_group) for offset in per_tap]
+def tap_offsets(cp: ConvPlan) -> list[int]:
+    """Input offset of every tap of a weight row from its position's window origin in the group's first
+    channel: taps (ci, k0, k1, ...) channels first, (k0, k1, ..., ci) channels last."""
+    spatial = [sum(k * axis.dilation * stride for k, axis, stride in zip(ks, cp.axes, cp.xa.spatial))
+               for ks in itertools.product(*(range(axis.kernel) for axis in cp.axes))]
+    channel = [ci * cp.xa.channel for ci in range(cp.in_group)]
+    pairs = itertools.product(spatial, channel) if cp.channels_last else itertools.product(channel, spatial)
+    return [a + c for a, c in pairs]
+
+
+def tap_index(b: ir.IRBuilder, cp: ConvPlan, ci: Value, ks: list[Value]) -> Value:
+    """The place in a weight row of the tap at kernel position ``ks`` of the group's channel ``ci``."""
+    kernel = tuple(axis.kernel for axis in cp.axes)
+    spatial = [(kk, stride * (cp.in_group if cp.channels_last else 1)) for kk, stride in zip(ks, strides_of(kernel))]
+    return affine(b, 0, (ci, 1 if cp.channels_last else prod(kernel)), *spatial)
 
 
 def window_inside(b: ir.IRBuilder, coords: list[Value], limits: list[tuple[int, int]]) -> Value | None:
@@ -122,12 +217,13 @@ def window_inside(b: ir.IRBuilder, coords: list[Value], limits: list[tuple[int, 
     return inside
 
 
-def tap_at(b: ir.IRBuilder, axes, origins: list[Value], ks: list[Value | int], x_strides,
+def tap_at(b: ir.IRBuilder, axes, origins: list[Value], ks: list[Value | int], spatial: tuple[int, ...],
            channel: Value) -> tuple[Value, Value]:
-    """(flat input index, inside) of tap ``ks`` of the window at ``origins`` in the plane at ``channel``: the
-    index clamped to 0 along an axis where the tap reads the padding."""
+    """(flat input index, inside) of tap ``ks`` of the window at ``origins`` (``spatial``: the input's strides
+    along the axes) in the channel starting at ``channel``: the index clamped to 0 along an axis where the
+    tap reads the padding."""
     terms, inside = [(channel, 1)], None
-    for axis, origin, kk, stride in zip(axes, origins, ks, x_strides[2:]):
+    for axis, origin, kk, stride in zip(axes, origins, ks, spatial):
         at = affine(b, 0, (origin, 1), (kk, axis.dilation))
         ok = b.icmp_unsigned("<", at, const(axis.size))
         inside = ok if inside is None else b.and_(inside, ok)

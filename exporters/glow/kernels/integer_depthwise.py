@@ -1,6 +1,19 @@
-"""Depthwise QConv without im2col (one input channel per group, at most ``DIRECT_TAPS`` taps): each output
-channel's centred weights are held across its positions and every position sums its taps straight from
-the input (``qconv_direct``).
+"""Depthwise QConv (one input channel per group) without im2col, in either layout.
+
+Channels first (``qconv_direct``, windows of at most ``DIRECT_TAPS`` taps): each output channel's centred
+weights are held across its positions and every position sums its taps straight from the input.
+
+Channels last (``qconv_depthwise_last``, any window): the channels of a position are contiguous, so the
+kernel works on vectors of channels. The weights were re-laid at export as (k..., 1, M)
+(integer_conv_plan.py), one contiguous vector of channels per tap. Per output position, each block of
+output channels sums, over the taps inside the input, the centred inputs ``x - zx`` (the block's input
+channels, each repeated ``multiplier`` times) times the centred weights of the tap: a padded tap adds
+``(zx - zx) * w = 0``, so the border positions just skip their outside taps (conv.py's ``Axis.taps``),
+and interior positions run every tap unrolled with constant offsets. Then the bias and the
+requantisation, per channel. On Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32
+sums) a block is four channels: one word of inputs becomes the centred pairs (x0, x2), (x1, x3) by
+SXTAB16 (sign- or zero-extend and add ``-zx`` in one instruction), a word of weights (w0, w2), (w1, w3) by
+SXTB16, and SMLABB/SMLATT take the four products: 10 instructions per tap for 4 MACs.
 """
 
 from __future__ import annotations
@@ -10,10 +23,10 @@ import itertools
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_offsets, window_inside
-from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound
-from pegasus.exporters.glow.kernels.linear import affine
-from pegasus.exporters.glow.kernels.registry import KernelContext, strides_of
-from pegasus.exporters.glow.kernels.requant import I64, widen
+from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word
+from pegasus.exporters.glow.kernels.linear import affine, for_tiles, pieces, range_nest
+from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, llvm_type, strides_of
+from pegasus.exporters.glow.kernels.requant import I32, I64, widen
 from pegasus.exporters.glow.llvm.loops import const, loop_nest
 
 Value = ir.Value
@@ -24,11 +37,11 @@ DIRECT_TAPS = 64
 
 
 def direct_taps(cp: ConvPlan) -> bool:
-    """Depthwise-style grouping (one input channel per group): direct taps instead of im2col."""
-    return cp.group > 1 and cp.in_group == 1 and cp.mac.depth <= DIRECT_TAPS
+    """A channels-first depthwise layer with a small window: ``qconv_direct`` instead of im2col."""
+    return not cp.channels_last and cp.depthwise and cp.mac.depth <= DIRECT_TAPS
 
 
-def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
+def qconv_direct(k: KernelContext, cp: ConvPlan) -> None:
     """A depthwise QConv: per output channel, its centred weights ``w̃ = w - zw`` are loaded once, and each
     output position sums ``x * w̃`` over its taps straight from the input — constant offsets inside the
     input, a per-tap test on the border (padding reads ``zx``) — then subtracts ``zx * Σ w̃`` (once per
@@ -37,16 +50,16 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
     b, mac = k.builder, cp.mac
     acc = mac.acc
     rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(mac, cp.bias))
-    offsets = tap_offsets(cp, axes)
+    axes, xa, ya = cp.axes, cp.xa, cp.ya
+    offsets = tap_offsets(cp)
     kernels = list(itertools.product(*(range(axis.kernel) for axis in axes)))
-    x_strides, y_strides = cp.x.strides, cp.y.strides
     limits = [axis.interior() for axis in axes]
     out_strides = strides_of(tuple(axis.out for axis in axes))
 
     def wide(value: Value, signed: bool) -> Value:
         return widen(b, value, acc, signed)
 
-    with loop_nest(b, [cp.x.shape[0], cp.y.shape[1]], names="nc") as (batch, chan):
+    with loop_nest(b, [cp.x.shape[0], ya.channels], names="nc") as (batch, chan):
         row = b.mul(chan, const(mac.depth))
         weights = [wide(cp.w.load(b, affine(b, t, (row, 1))), mac.w.signed) for t in range(mac.depth)]
         if mac.w.zero_point:
@@ -55,14 +68,14 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
         for weight in weights[1:]:
             total_w = b.add(total_w, weight)
         shift = b.mul(total_w, ir.Constant(acc, mac.x.zero_point))
-        x_chan = affine(b, 0, (batch, x_strides[0]), (b.udiv(chan, const(cp.out_group)), x_strides[1]))
-        y_chan = affine(b, 0, (batch, y_strides[0]), (chan, y_strides[1]))
+        x_chan = affine(b, 0, (batch, xa.batch), (b.udiv(chan, const(cp.out_group)), xa.channel))
+        y_chan = affine(b, 0, (batch, ya.batch), (chan, ya.channel))
         with loop_nest(b, [axis.out for axis in axes], names="abcdefgh") as coords:
             origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
             inside = window_inside(b, coords, limits)
 
             def interior() -> Value:
-                base = affine(b, 0, (x_chan, 1), *zip(origins, x_strides[2:]))
+                base = affine(b, 0, (x_chan, 1), *zip(origins, xa.spatial))
                 total = ir.Constant(acc, 0)
                 for weight, offset in zip(weights, offsets):
                     total = b.add(total, b.mul(wide(cp.x.load(b, affine(b, offset, (base, 1))), mac.x.signed),
@@ -72,7 +85,7 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
             def border() -> Value:
                 total = ir.Constant(acc, 0)
                 for weight, ks in zip(weights, kernels):
-                    flat, ok = tap_at(b, axes, origins, list(ks), x_strides, x_chan)
+                    flat, ok = tap_at(b, axes, origins, list(ks), xa.spatial, x_chan)
                     value = b.select(ok, wide(cp.x.load(b, flat), mac.x.signed), ir.Constant(acc, mac.x.zero_point))
                     total = b.add(total, b.mul(value, weight))
                 return total
@@ -89,4 +102,145 @@ def qconv_direct(k: KernelContext, cp: ConvPlan, axes) -> None:
             if cp.bias is not None:
                 value = b.add(widen(b, value, I64, True), widen(b, cp.bias.load(b, chan), I64, True))
             position = affine(b, 0, *zip(coords, out_strides))
-            cp.y.store(b, rq(b, value, chan), affine(b, 0, (y_chan, 1), (position, 1)))
+            cp.y.store(b, rq(b, value, chan), affine(b, 0, (y_chan, 1), (position, ya.position)))
+
+
+# ---- channels last -----------------------------------------------------------------------------------
+
+
+def _vector(element: ir.Type, lanes: int) -> ir.VectorType:
+    return ir.VectorType(element, lanes)
+
+
+def _splat(value: int, typ: ir.IntType, lanes: int) -> ir.Constant:
+    return ir.Constant(_vector(typ, lanes), [ir.Constant(typ, value)] * lanes)
+
+
+def _uses_dsp(k: KernelContext, cp: ConvPlan) -> bool:
+    """Four channels by SXTAB16/SXTB16 and SMLAxy: 8-bit operands, multiplier 1, i32 sums, a DSP CPU."""
+    return (cp.mac.dual(k.target) and cp.out_group == 1 and cp.mac.acc is I32
+            and cp.x.type.dtype.itemsize == 1 and cp.w.type.dtype.itemsize == 1)
+
+
+def depthwise_block(k: KernelContext, cp: ConvPlan) -> tuple[int, int]:
+    """(lanes, channels) of a block: four channels on the DSP path, else ``channel_block``'s."""
+    if _uses_dsp(k, cp):
+        return 4, 4
+    return channel_block(k.target, cp.mac.acc, cp.out_group, cp.ya.channels)
+
+
+def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
+    """A channels-last depthwise QConv (module docstring)."""
+    b, mac = k.builder, cp.mac
+    acc = mac.acc
+    rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(mac, cp.bias))
+    axes, xa, ya = cp.axes, cp.xa, cp.ya
+    channels, mult = ya.channels, cp.out_group
+    lanes, size = depthwise_block(k, cp)
+    dsp_path = _uses_dsp(k, cp)
+    limits = [axis.interior() for axis in axes]
+    kernel = tuple(axis.kernel for axis in axes)
+    w_steps = [stride * channels for stride in strides_of(kernel)]    # W' is (k..., 1, M)
+    x_element, w_element = llvm_type(cp.x.type.dtype), llvm_type(cp.w.type.dtype)
+
+    def tap_vector(ref, element, flat: Value, indices: list[int], signed: bool, zero: int) -> Value:
+        """One lane per index i: ref[flat + i] - zero, widened to ``acc``."""
+        span, count = indices[-1] + 1, len(indices)
+        pointer = b.bitcast(ref.address(b, flat), _vector(element, span).as_pointer())
+        loaded = b.load(pointer, align=element.width // 8)
+        if span != count:
+            loaded = b.shuffle_vector(loaded, loaded, ir.Constant(_vector(I32, count), indices))
+        wide = (b.sext if signed else b.zext)(loaded, _vector(acc, count))
+        return b.sub(wide, _splat(zero, acc, count)) if zero else wide
+
+    def block(x_base: Value, y_base: Value, m0: Value, count: int, taps) -> None:
+        """Output channels m0..m0+count-1 at one position; ``taps(body)`` calls body(x offset, w offset) per
+        tap read (offsets of the tap's pixel in X and of its weight vector in W')."""
+        c0 = b.udiv(m0, const(mult)) if mult > 1 else m0
+        widths = pieces(count, lanes) if not dsp_path else [(0, count)]
+        slots = [entry_alloca(b, _vector(acc, width)) for _, width in widths]
+        for slot, (_, width) in zip(slots, widths):
+            b.store(ir.Constant(_vector(acc, width), None), slot)
+
+        def body(x_at: Value, w_at: Value) -> None:
+            for slot, (offset, width) in zip(slots, widths):
+                if dsp_path and width == 4:
+                    b.store(_dsp_tap(b, cp, b.load(slot), affine(b, 0, (x_at, 1), (c0, 1)),
+                                     affine(b, 0, (w_at, 1), (m0, 1))), slot)
+                    continue
+                x_first = affine(b, offset // mult, (x_at, 1), (c0, 1))
+                x_lanes = [(offset + lane) // mult - offset // mult for lane in range(width)]
+                xs = tap_vector(cp.x, x_element, x_first, x_lanes, mac.x.signed, mac.x.zero_point)
+                ws = tap_vector(cp.w, w_element, affine(b, offset, (w_at, 1), (m0, 1)), list(range(width)),
+                                mac.w.signed, mac.w.zero_point)
+                b.store(b.add(b.load(slot), b.mul(xs, ws)), slot)
+
+        taps(body)
+        for slot, (offset, width) in zip(slots, widths):
+            sums = b.load(slot)
+            for lane in range(width):
+                chan = affine(b, offset + lane, (m0, 1))
+                value = b.extract_element(sums, const(lane))
+                if cp.bias is not None:
+                    value = b.add(widen(b, value, I64, True), widen(b, cp.bias.load(b, chan), I64, True))
+                cp.y.store(b, rq(b, value, chan), affine(b, offset + lane, (y_base, 1), (m0, 1)))
+
+    with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in axes)], names="nabcdefg") as (batch, *coords):
+        origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
+        x_base = affine(b, 0, (batch, xa.batch), *zip(origins, xa.spatial))
+        y_base = affine(b, 0, (batch, ya.batch), *zip(coords, ya.spatial))
+
+        steps = [axis.dilation * stride for axis, stride in zip(axes, xa.spatial)]
+
+        def interior(body) -> None:
+            for ks in itertools.product(*(range(n) for n in kernel)):
+                body(affine(b, sum(kk * step for kk, step in zip(ks, steps)), (x_base, 1)),
+                     const(sum(kk * step for kk, step in zip(ks, w_steps))))
+
+        def border(body) -> None:
+            with range_nest(b, [axis.taps(b, o) for axis, o in zip(axes, coords)]) as ks:
+                body(affine(b, 0, (x_base, 1), *zip(ks, steps)), affine(b, 0, *zip(ks, w_steps)))
+
+        def sweep(taps) -> None:
+            for_tiles(b, 0, channels, size, lambda m0, count: block(x_base, y_base, m0, count, taps))
+
+        checked = [(o, limit) for o, limit, axis in zip(coords, limits, axes) if limit != (0, axis.out)]
+        inside = window_inside(b, [o for o, _ in checked], [limit for _, limit in checked])
+        if inside is None:
+            sweep(interior)
+        else:
+            with b.if_else(inside, likely=True) as (then, otherwise):
+                with then:
+                    sweep(interior)
+                with otherwise:
+                    sweep(border)
+
+
+def _dsp_tap(b: ir.IRBuilder, cp: ConvPlan, sums: Value, x_flat: Value, w_flat: Value) -> Value:
+    """<4 x i32> sums + the products of one tap for four channels: SXTAB16/UXTAB16 centre the inputs'
+    (x0, x2), (x1, x3) pairs, SXTB16/UXTB16 spread the weights' (w0, w2), (w1, w3), SMLABB/SMLATT multiply."""
+    module, mac = b.module, cp.mac
+    xtab = dsp(module, "sxtab16" if mac.x.signed else "uxtab16", 2)
+    xtb = dsp(module, "sxtb16" if mac.w.signed else "uxtb16", 1)
+    smlabb, smlatt = dsp(module, "smlabb", 3), dsp(module, "smlatt", 3)
+    minus_zx = ir.Constant(I32, (-mac.x.zero_point & 0xFFFF) * 0x10001)
+
+    def rotated(word: Value) -> Value:
+        return b.or_(b.lshr(word, const(8)), b.shl(word, const(24)))
+
+    x_word, w_word = load_word(b, cp.x, x_flat), load_word(b, cp.w, w_flat)
+    xs = [b.call(xtab, [minus_zx, x_word]), b.call(xtab, [minus_zx, rotated(x_word)])]
+    ws = [b.call(xtb, [w_word]), b.call(xtb, [rotated(w_word)])]
+    if mac.w.zero_point:
+        ssub16 = dsp(module, "ssub16", 2)
+        zw = ir.Constant(I32, (mac.w.zero_point & 0xFFFF) * 0x10001)
+        ws = [b.call(ssub16, [w, zw]) for w in ws]
+    lanes = [b.extract_element(sums, const(lane)) for lane in range(4)]
+    lanes[0] = b.call(smlabb, [xs[0], ws[0], lanes[0]])
+    lanes[2] = b.call(smlatt, [xs[0], ws[0], lanes[2]])
+    lanes[1] = b.call(smlabb, [xs[1], ws[1], lanes[1]])
+    lanes[3] = b.call(smlatt, [xs[1], ws[1], lanes[3]])
+    out = ir.Constant(sums.type, None)
+    for lane, value in enumerate(lanes):
+        out = b.insert_element(out, value, const(lane))
+    return out

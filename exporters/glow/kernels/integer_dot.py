@@ -26,6 +26,7 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
+from pegasus.exporters.glow.kernels.linear import simd_of
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, llvm_type
 from pegasus.exporters.glow.kernels.requant import I32, I64, channel_table, clamp, load_channel, requantize, widen
 from pegasus.exporters.glow.llvm.loops import const
@@ -204,3 +205,13 @@ def load_word(b: ir.IRBuilder, ref: TensorRef, flat: Value) -> Value:
     """The 32 bits at ref[flat] (unaligned: Cortex-M3 and later load them with one LDR)."""
     pointer = b.bitcast(ref.address(b, flat), I32.as_pointer())
     return b.load(pointer, align=ref.type.dtype.itemsize)
+
+
+def channel_block(target, acc: ir.IntType, multiple: int, channels: int) -> tuple[int, int]:
+    """(lanes, channels) of a block of a channels-last kernel's accumulators (vectors across channels):
+    vectors of the target's ``acc`` lanes, as many as leave registers for the operands (four scalars on a
+    CPU without vectors), the block a multiple of ``multiple`` (at most ``channels``)."""
+    simd = simd_of(target)
+    lanes = max(1, simd.width // (acc.width // 8))
+    size = lanes * (max(1, min(4, simd.accumulators // 2)) if lanes > 1 else 4)
+    return lanes, min(channels, max(multiple, size // multiple * multiple))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_offsets, window_inside
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_index, tap_offsets, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import (
     Requant,
     acc_bound,
@@ -54,19 +54,19 @@ class Taps:
     table: ir.GlobalVariable
 
     @classmethod
-    def of(cls, module: ir.Module, cp: ConvPlan, axes) -> Taps:
-        offsets = tap_offsets(cp, axes)
+    def of(cls, module: ir.Module, cp: ConvPlan) -> Taps:
+        offsets = tap_offsets(cp)
         return cls(offsets, channel_table(module, "im2col_taps", offsets, I16 if max(offsets) < (1 << 15) else I32))
 
 
-def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group: Value, first: Value, count: int,
+def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value, first: Value, count: int,
            buffer: Value, sums: Value | None) -> None:
     """Rows 0..count-1 of the buffer: the centred receptive fields of output positions first.., zeros where
     they cross the padding; sums[p] = Σ of row p when the weights have a zero point. A window inside the
     input is read through a constant table of tap offsets, in groups of four taps (every store's place in
     the buffer a constant); a window crossing the padding tests each tap."""
+    axes, xa = cp.axes, cp.xa
     out_strides = strides_of(tuple(axis.out for axis in axes))
-    x_strides = cp.x.strides
     depth = cp.mac.depth
     limits = [axis.interior() for axis in axes]
     acc = cp.mac.acc
@@ -86,8 +86,7 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group:
                 accumulate(b, running, widen(b, value, acc, True))
 
         def interior() -> None:
-            base = affine(b, 0, (batch, x_strides[0]), (group, cp.in_group * x_strides[1]),
-                          *zip(origins, x_strides[2:]))
+            base = affine(b, 0, (batch, xa.batch), (group, cp.in_group * xa.channel), *zip(origins, xa.spatial))
             if depth >= 4:
                 with for_range(b, depth // 4, name="q") as q:
                     for j in range(4):
@@ -99,12 +98,11 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, axes, taps: Taps, batch: Value, group:
         def border() -> None:
             kernel = [axis.kernel for axis in axes]
             with for_range(b, cp.in_group, name="ci") as ci:
-                x_chan = affine(b, 0, (batch, x_strides[0]), (group, cp.in_group * x_strides[1]), (ci, x_strides[1]))
+                x_chan = affine(b, 0, (batch, xa.batch), (group, cp.in_group * xa.channel), (ci, xa.channel))
                 with loop_nest(b, kernel, names="abcdefgh") as ks:
-                    flat, inside = tap_at(b, axes, origins, ks, x_strides, x_chan)
+                    flat, inside = tap_at(b, axes, origins, ks, xa.spatial, x_chan)
                     value = b.select(inside, centered(b, cp.x, flat, cp.mac.x), const(0))
-                    index = affine(b, 0, (ci, prod(kernel)), *zip(ks, strides_of(tuple(kernel))))
-                    put(value, cp.slot(b, p, index))
+                    put(value, cp.slot(b, p, tap_index(b, cp, ci, ks)))
 
         checked = [(o, limit) for o, limit, axis in zip(coords, limits, axes) if limit != (0, axis.out)]
         inside = window_inside(b, [o for o, _ in checked], [limit for _, limit in checked])
@@ -205,32 +203,32 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     return [[b.load(slot) for slot in row] for row in slots]
 
 
-def qconv_im2col(k: KernelContext, cp: ConvPlan, axes) -> None:
+def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     """QConv as tiles of output positions: their receptive fields copied into the workspace (``im2col``),
     then dot products with blocks of output channels, each output finished and requantised."""
     b = k.builder
-    taps = Taps.of(k.module, cp, axes)
+    taps = Taps.of(k.module, cp)
     rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(cp.mac, cp.bias))
-    positions = prod([axis.out for axis in axes])
+    positions = prod([axis.out for axis in cp.axes])
     words = cp.buffer_bytes // 4
     buffer = b.bitcast(k.scratch(ir.ArrayType(I32, words), cp.buffer_bytes), cp.element.as_pointer())
     sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
     dot = _dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
-    y_strides = cp.y.strides
+    ya = cp.ya
 
     def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int) -> None:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
         acc = dot(b, cp, buffer, w_rows, count)
         for c, chan in enumerate(chans):
-            y_row = affine(b, 0, (batch, y_strides[0]), (chan, y_strides[1]), (first, 1))
+            y_row = affine(b, 0, (batch, ya.batch), (chan, ya.channel), (first, ya.position))
             for p in range(count):
                 sum_x = b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
                 value = finish(b, cp.mac, acc[c][p], sum_x, cp.bias, chan, rq)
-                cp.y.store(b, value, affine(b, p, (y_row, 1)))
+                cp.y.store(b, value, affine(b, p * ya.position, (y_row, 1)))
 
     def tile(batch: Value, group: Value, first: Value, count: int) -> None:
-        im2col(b, cp, axes, taps, batch, group, first, count, buffer, sums)
+        im2col(b, cp, taps, batch, group, first, count, buffer, sums)
         for_tiles(b, 0, cp.out_group, cp.block,
                   lambda local0, width: channels(batch, group, first, count, local0, width))
 

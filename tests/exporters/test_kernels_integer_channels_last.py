@@ -1,0 +1,146 @@
+"""Integer kernels on channels-last activations (QConv: integer_im2col.py, integer_depthwise.py) compiled
+into bundles and compared byte for byte with the NumPy reference (the ops' channels-first arithmetic on
+the transposed data, pegasus/ops/layout.py).
+
+Every QConv case of test_kernels_integer_linear.py runs again channels last (operand types
+int8/uint8/int16 with zero points, per-tensor and per-channel requantisation, biases, strides,
+dilations, pads, SAME, groups, depthwise, 1-D/2-D/3-D, windows in the padding), plus the shapes
+channels-last models have: depthwise over many channels (multiples of four and odd counts, multiplier
+1, 2 and 3, 8-bit and 16-bit, asymmetric weights), 1×1 convolutions, three input channels. A subset
+runs bare metal on Cortex-M7 and Cortex-M4 under qemu (the DSP paths). Every case compiles without a
+transpose.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pegasus.exporters.glow.export import export_bundle
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.runtime import interpreter
+from tests.exporters import toolchains
+from tests.exporters.host_runner import load_bundle
+from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids
+from tests.exporters.test_kernels_integer_linear import HOST as LINEAR
+from tests.exporters.test_kernels_integer_linear import I8, U8, conv, output_spec
+
+
+def last(case: Case) -> Case:
+    """``case`` with its activation input channels last (the output follows)."""
+    x = np.ascontiguousarray(np.moveaxis(case.inputs[0], 1, -1))
+    return Case(f"last-{case.id}", case.op, [x, *case.inputs[1:]], {**case.attrs, "channels_last": True},
+                constant=case.constant)
+
+
+I16 = ("int16", 0)
+
+CHANNELS_LAST = [last(case) for case in [
+    # depthwise as MobileNet / DS-CNN have them: many channels, multiplier 1
+    conv("dw-i8-32ch", (1, 32, 9, 9), (32, 1, 3, 3), ("int8", -5), I8, group=32, pads=(1, 1, 1, 1)),
+    conv("dw-i8-35ch-stride2", (1, 35, 10, 9), (35, 1, 3, 3), ("int8", 7), I8, group=35, pads=(0, 1, 1, 0),
+         strides=(2, 2)),
+    conv("dw-u8-13ch-zw", (1, 13, 7, 8), (13, 1, 3, 3), U8, ("uint8", 121), group=13, pads=(1, 1, 1, 1),
+         per_channel=False),
+    conv("dw-i8-zw-12ch", (1, 12, 6, 6), (12, 1, 3, 3), ("int8", -128), ("int8", 3), group=12, pads=(1, 1, 1, 1)),
+    conv("dw-i8-same-lower-5x5", (1, 8, 7, 9), (8, 1, 5, 5), I8, I8, group=8, auto_pad="SAME_LOWER"),
+    conv("dw-i8-dilated-no-bias", (1, 16, 9, 9), (16, 1, 3, 3), I8, I8, group=16, dilations=(2, 2),
+         pads=(2, 2, 2, 2), bias=None),
+    conv("dw-i8-1d-10x4-window", (2, 8, 25), (8, 1, 10), I8, I8, group=8, pads=(4, 5)),
+    conv("dw-i8-10x4", (1, 12, 25, 5), (12, 1, 10, 4), I8, I8, group=12, pads=(4, 1, 5, 2), strides=(2, 2)),
+    # multipliers 2 and 3, odd channel counts
+    conv("dw-x2-i8", (1, 7, 6, 7), (14, 1, 3, 3), I8, I8, group=7, pads=(1, 1, 1, 1)),
+    conv("dw-x2-u8", (1, 16, 5, 5), (32, 1, 3, 3), U8, ("uint8", 130), group=16, pads=(1, 0, 0, 1)),
+    conv("dw-x3-i8-strided", (1, 5, 8, 8), (15, 1, 3, 3), I8, ("int8", -1), group=5, strides=(2, 2),
+         pads=(1, 1, 1, 1)),
+    conv("dw-i16", (1, 9, 6, 6), (9, 1, 3, 3), ("int16", 33), I16, group=9, pads=(1, 1, 1, 1), out_dtype="int16"),
+    conv("dw-i16-x2-i8w", (1, 3, 5, 6), (6, 1, 2, 2), ("int16", -7), I8, group=3, pads=(0, 1, 1, 0)),
+    # 1x1 convolutions
+    conv("pw-i8-32-64", (1, 32, 6, 6), (64, 32, 1, 1), ("int8", -3), I8),
+    conv("pw-u8-zw", (1, 24, 5, 5), (10, 24, 1, 1), U8, ("uint8", 117), per_channel=False),
+    conv("pw-i8-odd", (2, 13, 4, 5), (11, 13, 1, 1), ("int8", 9), I8, strides=(2, 1)),
+    conv("pw-i8-grouped", (1, 16, 4, 4), (12, 4, 1, 1), I8, I8, group=4),
+    conv("pw-i16-i8", (1, 12, 4, 4), (8, 12, 1, 1), ("int16", 100), I8, out_dtype="int16"),
+    conv("pw-i8-padded", (1, 8, 3, 3), (4, 8, 1, 1), ("int8", 3), I8, pads=(1, 0, 0, 1)),
+    # dense: a first layer of three channels, channel counts by fours, SAME
+    conv("rgb-i8-stride2", (1, 3, 11, 12), (8, 3, 3, 3), ("int8", -128), I8, pads=(0, 0, 1, 1), strides=(2, 2)),
+    conv("dense-i8-16ch", (1, 16, 8, 8), (16, 16, 3, 3), ("int8", 4), I8, pads=(1, 1, 1, 1)),
+    conv("dense-u8-same-upper", (1, 8, 7, 6), (12, 8, 3, 3), U8, ("uint8", 126), auto_pad="SAME_UPPER",
+         strides=(2, 2)),
+    conv("dense-i8-grouped-8", (1, 16, 6, 6), (8, 8, 3, 3), I8, ("int8", -2), group=2, pads=(1, 1, 1, 1)),
+    conv("dense-i16-i16", (1, 6, 5, 5), (4, 6, 3, 3), I16, I16, pads=(1, 1, 1, 1), out_dtype="int16"),
+    conv("dense-1ch-10x4", (1, 1, 20, 10), (16, 1, 10, 4), I8, I8, pads=(4, 1, 5, 2), strides=(2, 2)),
+]] + [last(case) for case in LINEAR if case.op == "QConv"]
+
+
+@functools.cache
+def _host_results() -> tuple[dict, set[str]]:
+    """(per case id: [(bundle output, reference output)], ops of the compiled graphs), computed once per
+    process (the bundles take seconds to build)."""
+    results, ops = {}, set()
+    with tempfile.TemporaryDirectory() as folder:
+        for start in range(0, len(CHANNELS_LAST), 24):
+            chunk = CHANNELS_LAST[start:start + 24]
+            graph, feeds = build_graph(chunk)
+            expected = interpreter.run(graph, feeds)
+            bundle = load_bundle(graph, feeds, Path(folder) / f"bundle{start}")
+            bundle()
+            actual = bundle.outputs()
+            ops |= {node.op for node in bundle.result.graph.nodes}
+            for index, case in enumerate(chunk):
+                results[case.id] = [(actual[name], expected[name]) for name in graph.outputs
+                                    if name.startswith(f"c{index}_y")]
+    return results, ops
+
+
+@pytest.mark.xdist_group("integer_channels_last_host")
+@pytest.mark.parametrize("case", CHANNELS_LAST, ids=ids(CHANNELS_LAST))
+def test_bundle_matches_reference_on_host(case):
+    check_case(_host_results()[0], case)
+
+
+@pytest.mark.xdist_group("integer_channels_last_host")
+def test_native_layers_compile_without_transposes():
+    assert "Transpose" not in _host_results()[1]
+
+
+# ---- Cortex-M ----------------------------------------------------------------------------------------
+
+BY_ID = {case.id: case for case in CHANNELS_LAST}
+BARE_METAL = [BY_ID[f"last-{case_id}"] for case_id in (
+    "dw-i8-32ch", "dw-i8-35ch-stride2", "dw-u8-13ch-zw", "dw-i8-zw-12ch", "dw-i8-10x4", "dw-x2-u8", "dw-i16",
+    "pw-i8-32-64", "pw-u8-zw", "pw-i8-odd", "pw-i16-i8", "rgb-i8-stride2", "dense-i8-16ch", "dense-u8-same-upper",
+    "dense-i8-grouped-8", "dense-i16-i16", "QConv-depthwise-dilated-1d-i16", "QConv-i16-zx-i8")]
+
+
+@pytest.fixture(scope="module")
+def bare_metal_graph():
+    graph, feeds = build_graph(BARE_METAL)
+    return graph, feeds, interpreter.run(graph, feeds)
+
+
+@pytest.mark.xdist_group("integer_channels_last_cortex_m")
+@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4"])
+def test_bundle_matches_reference_on_cortex_m(cpu, bare_metal_graph, tmp_path):
+    graph, feeds, expected = bare_metal_graph
+    result = export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
+    assert "Transpose" not in {node.op for node in result.graph.nodes}
+    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, output_spec(graph))
+    for index, case in enumerate(BARE_METAL):
+        name = f"c{index}_y0"
+        np.testing.assert_array_equal(outputs[name], expected[name], err_msg=case.id)
+
+
+@pytest.mark.xdist_group("integer_channels_last_cortex_m")
+def test_cortex_m7_depthwise_uses_dsp_instructions(tmp_path):
+    """int8 depthwise, channels last, on Cortex-M7: inputs centred by SXTAB16, products by SMLABB/SMLATT."""
+    graph, _ = build_graph([BY_ID["last-dw-i8-32ch"]])
+    export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7"))
+    listing = subprocess.run([toolchains.require_tool("arm-none-eabi-objdump"), "-d", str(tmp_path / "net.o")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "sxtab16" in listing and "smlabb" in listing and "smlatt" in listing
