@@ -1,14 +1,15 @@
-"""Integer kernels on channels-last activations (QConv: integer_im2col.py, integer_depthwise.py) compiled
-into bundles and compared byte for byte with the NumPy reference (the ops' channels-first arithmetic on
-the transposed data, pegasus/ops/layout.py).
+"""Integer kernels on channels-last activations (QConv: integer_im2col.py, integer_depthwise.py; QAveragePool:
+integer_pool.py) compiled into bundles and compared byte for byte with the NumPy reference (the ops'
+channels-first arithmetic on the transposed data, pegasus/ops/layout.py).
 
-Every QConv case of test_kernels_integer_linear.py runs again channels last (operand types
-int8/uint8/int16 with zero points, per-tensor and per-channel requantisation, biases, strides,
-dilations, pads, SAME, groups, depthwise, 1-D/2-D/3-D, windows in the padding), plus the shapes
-channels-last models have: depthwise over many channels (multiples of four and odd counts, multiplier
-1, 2 and 3, 8-bit and 16-bit, asymmetric weights), 1×1 convolutions, three input channels. A subset
-runs bare metal on Cortex-M7 and Cortex-M4 under qemu (the DSP paths). Every case compiles without a
-transpose.
+Every QConv and QAveragePool case of test_kernels_integer_linear.py / test_kernels_integer_elementwise.py
+runs again channels last (operand types int8/uint8/int16 with zero points, per-tensor and per-channel
+requantisation, biases, strides, dilations, pads, SAME, groups, depthwise, 1-D/2-D/3-D, windows in the
+padding), plus the shapes channels-last models have: depthwise over many channels (multiples of four and
+odd counts, multiplier 1, 2 and 3, 8-bit and 16-bit, asymmetric weights), 1×1 convolutions, three input
+channels. A subset runs bare metal on Cortex-M7 and Cortex-M4 under qemu (the DSP paths). Every case
+compiles without a transpose; an int8 conv → depthwise → average pool chain too, in no more memory than
+channels first; a convolution whose weights are computed runs between transposes, still exact.
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir.builder import GraphBuilder
+from pegasus.ir.graph import Graph
+from pegasus.ir.tensor import TensorType
+from pegasus.ir.verify import verify
+from pegasus.ops.layout import to_last_perm
 from pegasus.runtime import interpreter
 from tests.exporters import toolchains
 from tests.exporters.host_runner import load_bundle
 from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids
+from tests.exporters.test_kernels_integer_elementwise import AVERAGE, _avg
 from tests.exporters.test_kernels_integer_linear import HOST as LINEAR
-from tests.exporters.test_kernels_integer_linear import I8, U8, conv, output_spec
+from tests.exporters.test_kernels_integer_linear import I8, U8, conv, ints, output_spec, requant
 
 
 def last(case: Case) -> Case:
@@ -75,7 +82,13 @@ CHANNELS_LAST = [last(case) for case in [
     conv("dense-i8-grouped-8", (1, 16, 6, 6), (8, 8, 3, 3), I8, ("int8", -2), group=2, pads=(1, 1, 1, 1)),
     conv("dense-i16-i16", (1, 6, 5, 5), (4, 6, 3, 3), I16, I16, pads=(1, 1, 1, 1), out_dtype="int16"),
     conv("dense-1ch-10x4", (1, 1, 20, 10), (16, 1, 10, 4), I8, I8, pads=(4, 1, 5, 2), strides=(2, 2)),
-]] + [last(case) for case in LINEAR if case.op == "QConv"]
+]] + [last(case) for case in LINEAR if case.op == "QConv"] + [
+    last(_avg("QAveragePool-i8-32ch-global", ints((1, 32, 5, 5), "int8"), 1.0, -4, "int8", -4, kernel_shape=(5, 5))),
+    last(_avg("QAveragePool-u8-13ch-pads", ints((1, 13, 6, 7), "uint8"), 0.8, 128, "uint8", 120, kernel_shape=(3, 3),
+              pads=(1, 1, 1, 1), strides=(2, 2))),
+    last(_avg("QAveragePool-i8-17ch-ceil", ints((2, 17, 7, 7), "int8"), 1.3, 0, "int8", 2, kernel_shape=(2, 2),
+              strides=(2, 2), ceil_mode=1)),
+] + [last(case) for case in AVERAGE]
 
 
 @functools.cache
@@ -109,13 +122,86 @@ def test_native_layers_compile_without_transposes():
     assert "Transpose" not in _host_results()[1]
 
 
+
+def test_computed_weights_run_between_transposes(tmp_path):
+    """Weights known only at run time cannot be re-laid at export: that layer runs channels first between
+    transposes, and is still exact."""
+    case = BY_ID["last-dense-i8-16ch"]
+    case = Case("computed-weights", case.op, case.inputs, case.attrs, constant=(2,))
+    graph, feeds = build_graph([case])
+    bundle = load_bundle(graph, feeds, tmp_path)
+    bundle()
+    np.testing.assert_array_equal(bundle.outputs()["c0_y0"], interpreter.run(graph, feeds)["c0_y0"])
+    assert [node.op for node in bundle.result.graph.nodes].count("Transpose") == 2
+
+
+def _chain_layers() -> list[tuple[np.ndarray, np.ndarray, dict]]:
+    """(weights, bias, attributes) of QConv 3→16 3x3 and a depthwise 3x3 stride 2, int8 per channel."""
+    layers = []
+    for index, (w_shape, geometry) in enumerate([((16, 3, 3, 3), {"pads": (1, 1, 1, 1)}),
+                                                 ((16, 1, 3, 3), {"group": 16, "pads": (1, 1, 1, 1),
+                                                                  "strides": (2, 2)})]):
+        w = ints(w_shape, "int8", -127, 127)
+        bias = RNG.integers(-2000, 2000, w_shape[0]).astype(np.int32)
+        x_zero_point = -1 if index == 0 else 0
+        attrs = {**requant(int(np.prod(w_shape[1:])), ("int8", x_zero_point), I8, "int8", w_shape[0], bias, True),
+                 "x_zero_point": x_zero_point, "kernel_shape": w_shape[2:], **geometry}
+        layers.append((w, bias, attrs))
+    return layers
+
+
+RNG = np.random.default_rng(5)
+CHAIN_X = ints((1, 3, 24, 24), "int8")
+CHAIN = _chain_layers()
+
+
+def _chain(channels_last: bool) -> tuple[Graph, dict, str]:
+    """int8 x (1, 3, 24, 24) → QConv 3→16 3x3 → depthwise 3x3 stride 2 → global QAveragePool, in either
+    layout, with the same numbers."""
+    graph, feeds = Graph("chain"), {}
+    builder = GraphBuilder(graph)
+    feeds["x"] = np.ascontiguousarray(CHAIN_X.transpose(to_last_perm(4))) if channels_last else CHAIN_X
+    builder.add_input("x", TensorType.of(feeds["x"]))
+    graph.inputs.append("x")
+    current = "x"
+    for index, (w, bias, attrs) in enumerate(CHAIN):
+        names = [builder.add_constant(f"w{index}", w), builder.add_constant(f"b{index}", bias)]
+        current = builder.emit("QConv", [current, *names], {**attrs, "channels_last": channels_last},
+                               name=f"conv{index}")[0]
+    pool = {"kernel_shape": (12, 12), "multiplier": tuple([1 << 30] * 144), "shift": tuple([38] * 144),
+            "out_zero_point": 0, "out_dtype": "int8", "x_zero_point": 0, "channels_last": channels_last}
+    current = builder.emit("QAveragePool", [current], pool, name="pool")[0]
+    graph.outputs.append(current)
+    verify(graph)
+    return graph, feeds, current
+
+
+def test_int8_chain_compiles_without_transposes_in_no_more_memory(tmp_path):
+    """conv → depthwise → average pool, int8, channels last: no Transpose in the compiled graph, the
+    reference's bytes (which are the channels-first chain's), no more activation memory than channels first."""
+    outputs, sizes = {}, {}
+    for channels_last in (True, False):
+        graph, feeds, output = _chain(channels_last)
+        bundle = load_bundle(graph, feeds, tmp_path / str(channels_last))
+        bundle()
+        outputs[channels_last] = bundle.outputs()[output]
+        np.testing.assert_array_equal(outputs[channels_last], interpreter.run(graph, feeds)[output])
+        sizes[channels_last] = bundle.result.plan.activations_size
+        if channels_last:
+            assert {node.op for node in bundle.result.graph.nodes} == {"QConv", "QAveragePool"}
+    np.testing.assert_array_equal(outputs[True].reshape(-1), outputs[False].reshape(-1))
+    assert sizes[True] <= sizes[False]
+
+
 # ---- Cortex-M ----------------------------------------------------------------------------------------
 
 BY_ID = {case.id: case for case in CHANNELS_LAST}
 BARE_METAL = [BY_ID[f"last-{case_id}"] for case_id in (
     "dw-i8-32ch", "dw-i8-35ch-stride2", "dw-u8-13ch-zw", "dw-i8-zw-12ch", "dw-i8-10x4", "dw-x2-u8", "dw-i16",
     "pw-i8-32-64", "pw-u8-zw", "pw-i8-odd", "pw-i16-i8", "rgb-i8-stride2", "dense-i8-16ch", "dense-u8-same-upper",
-    "dense-i8-grouped-8", "dense-i16-i16", "QConv-depthwise-dilated-1d-i16", "QConv-i16-zx-i8")]
+    "dense-i8-grouped-8", "dense-i16-i16", "QConv-depthwise-dilated-1d-i16", "QConv-i16-zx-i8",
+    "QAveragePool-i8-32ch-global", "QAveragePool-u8-13ch-pads", "QAveragePool-i8-count-pads-ceil",
+    "QAveragePool-i16-pads-finer")]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     integer_conv,
     integer_elementwise,
     integer_matmul,
+    integer_pool,
     linear,
     normalization,
     pool,

@@ -1,20 +1,13 @@
 """Emitters for the integer kernels of quantized models other than the matrix products
 (pegasus/ops/integer.py): Requantize, QAdd, QMul, LookupTable (8-bit: a load; int16: interpolated between
-513 knots), QSoftmax, QAveragePool; and for the two float ops of quantized graphs, BFloat16Round and
-DtypeConverter.
+513 knots), QSoftmax (QAveragePool: integer_pool.py); and for the two float ops of quantized graphs,
+BFloat16Round and DtypeConverter.
 
 Every emitter computes the bits of its NumPy reference: zero points are subtracted exactly (i32 for
 8/16-bit tensors, i64 for wider ones), products and sums that may pass 32 bits are 64-bit, and the
 rounding and clamping are ``requant.py``'s (the LLVM twin of ``pegasus.ops.fixedpoint``). No float
 instruction touches an integer value. A Requantize of an 8-bit tensor is a 256-entry table computed at
 export time by the op's own reference (Cortex-M7: 3 instructions per element instead of 14).
-
-QAveragePool divides by nothing: a window of c taps is requantised by the (M, S) of r / c that the
-op's attributes hold per tap count: immediates when every window of the layer has the same count (no
-padding, no ceil_mode overrun), else a table over the counts that occur, loaded once per tile —
-multipliers sharing one immediate shift (exact: (M * 2**j, S + j) is the same rule as (M, S)), or
-``Requant``'s per-entry tables (integer_dot.py) when that would overflow 64 bits. Cortex-M7, int8
-3x3 pooling with pads 1: 47 instructions per output (65 with the former rounded division).
 
 Division is the one operation whose semantics differ: LLVM's ``sdiv`` truncates where Python's ``//``
 floors, and a 64-bit division is a library call on 32-bit targets (``__aeabi_ldivmod``), which bundles
@@ -32,23 +25,19 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import broadcast_loop
-from pegasus.exporters.glow.kernels.conv import Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.identity import identity
-from pegasus.exporters.glow.kernels.integer_dot import Requant
-from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, range_nest
-from pegasus.exporters.glow.kernels.pool import _coordinates, _output_flat, _taps, _tile_width, window_count
+from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
-from pegasus.exporters.glow.kernels.requant import I32, I64, channel_table, load_channel, requantize, widen
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type
+from pegasus.exporters.glow.kernels.requant import I32, I64, requantize, widen
 from pegasus.exporters.glow.kernels.shape_ops import constant_table, raw, table_load
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.fixedpoint import integer_range
-from pegasus.ops.integer import LookupTable, QAveragePool, RequantAttrs, clamp_bounds
+from pegasus.ops.integer import LookupTable, RequantAttrs, clamp_bounds
 from pegasus.ops.registry import get_op
-from pegasus.ops.spatial import prod
 
 Value = ir.Value
 
@@ -257,95 +246,3 @@ def q_softmax(k: KernelContext) -> None:
 
 def _max(b: ir.IRBuilder, x: Value, y: Value) -> Value:
     return b.select(b.icmp_signed(">", y, x), y, x)
-
-
-# ---- QAveragePool ---------------------------------------------------------------------------------
-
-
-def _accumulator(dtype: DType, zero_point: int, taps: int) -> DType:
-    """i32 when a window of ``taps`` inputs cannot overflow it: neither the raw sum nor the centred one
-    (raw - zp * taps inside); else i64."""
-    lo, hi = integer_range(dtype.numpy)
-    return DType.INT32 if taps * (max(-lo, hi) + abs(zero_point)) < 2 ** 31 else DType.INT64
-
-
-#: requant(b, s, entry): the window sum ``s`` requantised by table entry ``entry`` (an i32 value).
-CountRequant = Callable[[ir.IRBuilder, Value, Value], Value]
-
-
-def _count_requant(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int | None, CountRequant]:
-    """(c_min, the requantisation of a window by its tap count c) from the attributes' entries for the
-    counts c_min..c_max that the layer's windows have: immediates when they are one (M, S) (c_min is then
-    None: no count is needed); else a table of multipliers indexed by c - c_min sharing one immediate shift
-    — (M * 2**j, S + j) is the same rule as (M, S) — when the products stay inside 64 bits; else
-    ``Requant``'s per-entry tables."""
-    a, x, y = k.attrs, k.inputs[0], k.outputs[0]
-    first, last = int(counts.min()), int(counts.max())
-    pairs = list(zip(a.multiplier[first - 1:last], a.shift[first - 1:last]))
-    lo, hi = clamp_bounds(a)
-    if len(set(pairs)) == 1:
-        multiplier, shift = pairs[0]
-        return None, lambda b, acc, _: requantize(b, acc, multiplier, shift, a.out_zero_point, lo, hi, y.element)
-    x_lo, x_hi = integer_range(x.type.dtype.numpy)
-    bound = taps * max(x_hi - a.x_zero_point, a.x_zero_point - x_lo)
-    shift = max(s for _, s in pairs)
-    multipliers = tuple(m << (shift - s) for m, s in pairs)
-    if all(m >= 0 for m in multipliers) and bound * max(multipliers) + (1 << shift >> 1) < 1 << 63:
-        narrow = max(multipliers) < 1 << 32    # stored as u32 (i32 bits), zero-extended: umull + mla on ARM
-        stored = tuple(m - (m >> 31 << 32) for m in multipliers) if narrow else multipliers
-        table = channel_table(k.module, f"{k.node.name}_multiplier", stored, I32 if narrow else I64)
-
-        def finish(b: ir.IRBuilder, acc: Value, entry: Value) -> Value:
-            multiplier = load_channel(b, table, entry)
-            multiplier = b.zext(multiplier, I64) if narrow else multiplier
-            return requantize(b, acc, multiplier, shift, a.out_zero_point, lo, hi, y.element)
-
-        return first, finish
-    entries = RequantAttrs(tuple(m for m, _ in pairs), tuple(s for _, s in pairs), a.out_zero_point, a.out_dtype,
-                           a.lo, a.hi)
-    return first, Requant(k.module, entries, y, k.node.name, bound)
-
-
-@emitter("QAveragePool")
-def q_average_pool(k: KernelContext) -> None:
-    """The window sums as AveragePool's (pool.py: interior vector tiles, border positions alone), of the
-    raw inputs; then per position s = sum - zp * (taps inside X) and y = requant(s) by the (M, S) of the
-    window's tap count c (AveragePool's count): immediates when every window has the same count, else
-    table entries chosen once per tile (the lanes of a tile share their count)."""
-    b, x, a = k.builder, k.inputs[0], k.attrs
-    win = QAveragePool.geometry(a, x.shape)
-    taps = prod(win.kernel)
-    first, rq = _count_requant(k, QAveragePool.counts(a, x.shape), taps)
-    acc = Numeric(b, _accumulator(x.type.dtype, a.x_zero_point, taps))
-    axes = axes_of(win, x.shape[2:])
-    tile_width = _tile_width(k, acc)
-    with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
-        sweep(b, axes, tile_width, lambda tile: _average_tile(k, acc, axes, plane, tile, win.pads_end, first, rq))
-
-
-def _average_tile(k: KernelContext, acc: Numeric, axes: list, plane: Value, tile: Tile, pads_end: tuple[int, ...],
-                  first: int | None, rq: CountRequant) -> None:
-    b, x, y, a = k.builder, k.inputs[0], k.outputs[0], k.attrs
-    source = Numeric(b, x.type.dtype)
-    total = Accumulators(acc, 1, tile.width)
-    total.set(0, acc.constant(0, tile.width))
-    x_strides = strides_of(x.shape[2:])
-    with range_nest(b, _taps(b, axes, tile)) as taps:
-        flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(_coordinates(b, axes, tile, taps), x_strides))
-        values = source.load(x, flat, tile.width, axes[-1].stride)
-        values = (b.sext if source.signed else b.zext)(values, acc.vector(tile.width))
-        total.set(0, b.add(total.get(0), values))
-    word = acc.compute
-    offset = ir.Constant(word, 0)
-    if a.x_zero_point:
-        inside = widen(b, window_count(b, axes, tile, pads_end, False), word, signed=True)
-        offset = b.mul(inside, ir.Constant(word, a.x_zero_point))
-    entry = const(0)
-    if first is not None:
-        count = window_count(b, axes, tile, pads_end, bool(a.count_include_pad))
-        entry = b.sub(b.select(b.icmp_signed("<", count, const(1)), const(1), count), const(first))
-    sums, out = total.get(0), ir.Constant(ir.VectorType(y.element, tile.width), None)
-    for lane in range(tile.width):
-        s = b.sub(b.extract_element(sums, const(lane)), offset)
-        out = b.insert_element(out, rq(b, s, entry), const(lane))
-    Numeric(b, y.type.dtype).store(y, _output_flat(b, y, plane, tile), out)
