@@ -8,6 +8,7 @@ Layout::
     quantizer: asymmetric_affine
     qtype: uint8
     algorithm: normal
+    rounding: tflite                 # optional: the integer arithmetic (half_up when absent; tflite = TFLite's)
     quantize_parameters:
       conv1_out:                     # a tensor name from NAME.json
         dtype: asymmetric_quantized  # or symmetric_quantized, dynamic_fixed_point, qbfloat16, float32
@@ -48,6 +49,7 @@ from pegasus.errors import PegasusError
 from pegasus.fileio import atomic_write
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
+from pegasus.ops.fixedpoint import ROUNDINGS
 from pegasus.quantized.params import CUSTOM_PRECISIONS, QTYPE_DTYPES, QuantTable, TensorQuant
 from pegasus.runtime.inputmeta import dump_yaml, read_yaml
 
@@ -125,11 +127,15 @@ def load_table(path: str | Path, graph: Graph | None = None, digest: str | None 
                                f"precision '{precision}' (valid: {', '.join(CUSTOM_PRECISIONS)})", where=where)
         if precision == "dynamic_fixed_point-16":
             custom[layer] = "dynamic_fixed_point-i16"
+    rounding = str(doc.get("rounding", "half_up"))
+    if rounding not in ROUNDINGS:
+        raise PegasusError(f"{_line(doc, 'rounding')}rounding '{rounding}' is not one of {', '.join(ROUNDINGS)}",
+                           where=where)
     table = QuantTable(quantizer=str(doc.get("quantizer", "asymmetric_affine")), qtype=str(doc.get("qtype", "uint8")),
                        algorithm=str(doc.get("algorithm", "normal")), graph_digest=str(doc.get("graph_digest", "")),
                        tensors=tensors, customized_layers=custom, path=where,
                        layer_digests={str(k): str(v) for k, v in (doc.get("layer_digests") or {}).items()},
-                       float_graph_digest=str(doc.get("float_graph_digest", "")))
+                       float_graph_digest=str(doc.get("float_graph_digest", "")), rounding=rounding)
     if graph is not None:
         check_against_graph(table, graph, doc, digest)
     return table
@@ -238,9 +244,14 @@ def table_document(table: QuantTable, existing: Any = None) -> CommentedMap:
         doc.yaml_set_start_comment(HEADER)
     if "float_graph_digest" not in doc and "graph_digest" in doc:
         doc.insert(list(doc).index("graph_digest") + 1, "float_graph_digest", "")
-    _update(doc, {"pegasus_version": __version__, "graph_digest": table.graph_digest,
-                  "float_graph_digest": table.float_graph_digest or table.graph_digest, "quantizer": table.quantizer,
-                  "qtype": table.qtype, "algorithm": table.algorithm}, drop_others=False)
+    header = {"pegasus_version": __version__, "graph_digest": table.graph_digest,
+              "float_graph_digest": table.float_graph_digest or table.graph_digest, "quantizer": table.quantizer,
+              "qtype": table.qtype, "algorithm": table.algorithm}
+    if table.rounding != "half_up" or "rounding" in doc:  # absent means half_up: older tables stay as written
+        header["rounding"] = table.rounding
+    if "rounding" in header and "rounding" not in doc and "algorithm" in doc:
+        doc.insert(list(doc).index("algorithm") + 1, "rounding", table.rounding)
+    _update(doc, header, drop_others=False)
     params = doc.get("quantize_parameters")
     if not isinstance(params, CommentedMap):
         params = doc["quantize_parameters"] = CommentedMap()

@@ -23,6 +23,7 @@ from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode, convert_nodes
 from pegasus.importers.tflite import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.tflite.context import TABLE, TfliteContext
+from pegasus.importers.tflite.quantized import integer_view
 from pegasus.importers.tflite.reader import TfliteSubgraph, TfliteTensor, read_tflite
 from pegasus.importers.tflite.sparsity import densify
 from pegasus.ir.builder import GraphBuilder
@@ -100,6 +101,7 @@ def import_tflite(model: str | Path | TfliteSubgraph, *, inputs: Sequence[str] |
     if not isinstance(model, TfliteSubgraph):
         name = name or Path(model).stem
         model = read_tflite(model, subgraph)
+    model = integer_view(model, inputs, outputs)  # a pre-quantized model as floats over its real values
     tensors = {t.name: t for t in model.tensors}
     input_names = list(inputs) if inputs else list(model.inputs)
     output_names = list(outputs) if outputs else list(model.outputs)

@@ -4,8 +4,10 @@
 rewrites the float graph onto these ops, whose attributes carry everything the integer arithmetic
 needs (zero points, fixed-point multipliers and shifts, clamp bounds), so the NumPy reference here
 and the generated code read the same numbers and compute the same bits. The arithmetic rules are in
-``pegasus.ops.fixedpoint``: 64-bit accumulation of ``(x - zx) * (w - zw)`` products, round-half-up
-requantisation, saturation to the output type (narrowed by a fused ReLU/Clip).
+``pegasus.ops.fixedpoint``: 64-bit accumulation of ``(x - zx) * (w - zw)`` products, requantisation
+rounded as the op's ``rounding`` attribute says (``half_up``, pegasus's own; ``tflite``/``tflite_wide``,
+TFLite's reference kernels', for models quantized by TFLite), saturation to the output type (narrowed by
+a fused ReLU/Clip). QAddRescaled and QReduceSum (integer_sum.py) are TFLite's ADD/SUB and MEAN structures.
 
 Ops that only move or select values (Reshape, Transpose, MaxPool, Concat with equal parameters...)
 need no integer twin: the float ops run unchanged on integer tensors.
@@ -22,7 +24,16 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.common import broadcast_shape, normalize_axis
 from pegasus.ops.conv import Conv
-from pegasus.ops.fixedpoint import channel_view, integer_range, requantize, rounding_shift
+from pegasus.ops.fixedpoint import (
+    OP_ROUNDINGS,
+    channel_view,
+    integer_range,
+    reciprocal,
+    requantize,
+    rounding_divide_by_pot,
+    rounding_shift,
+    srdhm,
+)
 from pegasus.ops.layout import channels_last_op
 from pegasus.ops.linear import matmul_shape
 from pegasus.ops.pool import AveragePool
@@ -34,8 +45,9 @@ INTEGER_DTYPES = ("uint8", "int8", "uint16", "int16", "int32")
 
 @dataclass(frozen=True)
 class RequantAttrs:
-    """How an integer accumulator becomes the output: multiplier/shift (one, or one per output channel),
-    the output's zero point and type, and the clamp range (None = the type's range)."""
+    """How an integer accumulator becomes the output: multiplier/shift (one, or one per output channel;
+    multiplier * 2**-shift is the real factor), the output's zero point and type, the clamp range (None =
+    the type's range), and the rounding rule (``pegasus.ops.fixedpoint.OP_ROUNDINGS``)."""
 
     multiplier: tuple[int, ...] = (1,)
     shift: tuple[int, ...] = (0,)
@@ -43,6 +55,7 @@ class RequantAttrs:
     out_dtype: str = "int8"
     lo: int | None = None
     hi: int | None = None
+    rounding: str = "half_up"
 
 
 def clamp_bounds(attrs: RequantAttrs) -> tuple[int, int]:
@@ -53,9 +66,15 @@ def clamp_bounds(attrs: RequantAttrs) -> tuple[int, int]:
     return lo, hi
 
 
+def check_rounding(rounding: str) -> None:
+    if rounding not in OP_ROUNDINGS:
+        raise ShapeError(f"rounding must be one of {OP_ROUNDINGS}, got {rounding}")
+
+
 def _out_type(attrs: RequantAttrs, shape: Sequence[int]) -> TensorType:
     if attrs.out_dtype not in INTEGER_DTYPES:
         raise ShapeError(f"out_dtype must be one of {INTEGER_DTYPES}, got {attrs.out_dtype}")
+    check_rounding(getattr(attrs, "rounding", "half_up"))
     if len(attrs.multiplier) != len(attrs.shift):
         raise ShapeError(f"{len(attrs.multiplier)} multipliers but {len(attrs.shift)} shifts")
     return TensorType(tuple(shape), DType(attrs.out_dtype))
@@ -65,7 +84,7 @@ def _requant(attrs: RequantAttrs, acc: np.ndarray, axis: int) -> np.ndarray:
     lo, hi = clamp_bounds(attrs)
     multiplier = channel_view(attrs.multiplier, acc.ndim, axis)
     shift = channel_view(attrs.shift, acc.ndim, axis)
-    return requantize(acc, multiplier, shift, attrs.out_zero_point, lo, hi).astype(attrs.out_dtype)
+    return requantize(acc, multiplier, shift, attrs.out_zero_point, lo, hi, attrs.rounding).astype(attrs.out_dtype)
 
 
 def _centered(x: np.ndarray, zero_point: int) -> np.ndarray:
@@ -285,7 +304,13 @@ class QSoftmax(OpDef):
     """Softmax along ``axis``: d = max - x, e = exp(-d * s_x) in Q15 from a table, p = round(e * 2**16 / Σe)
     (Q16, integer division), Y = requant(p). 8-bit inputs: table [L <= 256] (int32 or uint16) whose last entry
     repeats for larger d, e = table[min(d, L - 1)]. int16 inputs: int32 table [2, 256] of exp(-k * s_x) and
-    exp(-256 k * s_x), e = (table[1][d >> 8] * table[0][d & 255] + 2**14) >> 15."""
+    exp(-256 k * s_x), e = (table[1][d >> 8] * table[0][d & 255] + 2**14) >> 15.
+
+    ``rounding`` tflite: TFLite's int8 reference SOFTMAX (gemmlowp fixed point). 8-bit inputs, an int32 table
+    [256] of exp(-beta * d * s_x) in Q0.31 (0 past TFLite's diff_min); e = table[d],
+    S = sum(RoundingDivideByPOT(e, 12)) (Q12.19), (r, b) = GetReciprocal(S, 12),
+    Y = clamp(RoundingDivideByPOT(SRDHM(r, e), b + 23) + out_zero_point) for an 8-bit output (b + 15 for
+    int16); out_zero_point is the output type's minimum, the multiplier is unused."""
 
     name = "QSoftmax"
     num_inputs = (2, 2)
@@ -301,6 +326,8 @@ class QSoftmax(OpDef):
         eight_bit = (x.dtype in (DType.INT8, DType.UINT8) and table.rank == 1 and 1 <= table.shape[0] <= 256
                      and table.dtype in (DType.INT32, DType.UINT16))
         sixteen_bit = x.dtype == DType.INT16 and table.shape == (2, 256) and table.dtype == DType.INT32
+        if attrs.rounding == "tflite" and not (eight_bit and table.shape == (256,) and table.dtype == DType.INT32):
+            raise ShapeError("QSoftmax with tflite rounding takes an 8-bit tensor and an int32 table [256]")
         if not (eight_bit or sixteen_bit):
             raise ShapeError("QSoftmax takes an 8-bit tensor and an int32/uint16 table [<= 256], or an int16 tensor "
                              "and an int32 table [2, 256]")
@@ -314,6 +341,8 @@ class QSoftmax(OpDef):
         x = x.astype(np.int64)
         d = np.max(x, axis=axis, keepdims=True) - x
         table = table.astype(np.int64)
+        if attrs.rounding == "tflite":
+            return [_tflite_softmax(attrs, table[d], axis)]
         if table.ndim == 1:
             e = table[np.minimum(d, table.shape[0] - 1)]
         else:
@@ -323,13 +352,26 @@ class QSoftmax(OpDef):
         return [_requant(attrs, p, 0)]
 
 
+def _tflite_softmax(attrs, e: np.ndarray, axis: int) -> np.ndarray:
+    """TFLite's reference int8 SOFTMAX from the exp values ``e`` (Q0.31) of each element (see QSoftmax)."""
+    total = np.sum(rounding_divide_by_pot(e, 12), axis=axis, keepdims=True)
+    scale, bits_over_unit = reciprocal(total, 12)
+    exponent = bits_over_unit + 31 - 8 * np.dtype(attrs.out_dtype).itemsize
+    lo, hi = clamp_bounds(attrs)
+    y = rounding_divide_by_pot(srdhm(scale, e), exponent) + attrs.out_zero_point
+    return np.clip(y, lo, hi).astype(attrs.out_dtype)
+
+
 @register
 @channels_last_op
 class QAveragePool(OpDef):
     """Y = requant(Σ (X - x_zero_point), multiplier[c - 1], shift[c - 1]) over each window (AveragePool
     geometry), c = the window's tap count (AveragePool's divisor, at least 1). The tables hold one entry per
     count c = 1..taps, multiplier[c - 1] * 2**-shift[c - 1] ≈ r / c (r = s_x / s_y): the mean is rounded
-    once, onto the output grid, and nothing divides."""
+    once, onto the output grid, and nothing divides.
+
+    ``rounding`` tflite: TFLite's AVERAGE_POOL_2D (same grid in and out): Y = clamp(round(Σ (X - x_zero_point)
+    / c) + out_zero_point), an integer division rounded half away from zero; the tables are empty."""
 
     name = "QAveragePool"
 
@@ -346,6 +388,8 @@ class QAveragePool(OpDef):
         x = inputs[0]
         win = cls.geometry(attrs, x.shape)
         y = _out_type(attrs, tuple(x.shape[:2]) + win.out)
+        if attrs.rounding == "tflite":
+            return [y]
         if len(attrs.multiplier) != prod(win.kernel):
             raise ShapeError(f"QAveragePool needs one multiplier per tap count 1..{prod(win.kernel)}, "
                              f"got {len(attrs.multiplier)}")
@@ -357,10 +401,16 @@ class QAveragePool(OpDef):
         win = cls.geometry(attrs, x.shape)
         n = len(win.kernel)
         sums = window_view(x.astype(np.int64) - attrs.x_zero_point, win, 0).sum(axis=tuple(range(-n, 0)))
-        index = cls.counts(attrs, x.shape) - 1
+        counts = cls.counts(attrs, x.shape)
         lo, hi = clamp_bounds(attrs)
+        if attrs.rounding == "tflite":
+            half = counts // 2
+            mean = np.where(sums > 0, (sums + half) // counts, -((half - sums) // counts))  # C division of +-half
+            return [np.clip(mean + attrs.out_zero_point, lo, hi).astype(attrs.out_dtype)]
+        index = counts - 1
         multiplier, shift = np.asarray(attrs.multiplier, np.int64), np.asarray(attrs.shift, np.int64)
-        return [requantize(sums, multiplier[index], shift[index], attrs.out_zero_point, lo, hi).astype(attrs.out_dtype)]
+        return [requantize(sums, multiplier[index], shift[index], attrs.out_zero_point, lo, hi,
+                           attrs.rounding).astype(attrs.out_dtype)]
 
     @classmethod
     def counts(cls, attrs, x_shape) -> np.ndarray:

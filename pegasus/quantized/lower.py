@@ -12,6 +12,11 @@ How each op becomes integer code is its *rule*, registered per op name (``@integ
 ``pegasus.quantized.rules``. A rule returns None when it lowered the node, or a reason string when it
 cannot (e.g. "int16 input has no lookup table"); the node then runs in float between converters and
 the reason is listed in ``LoweredGraph.float_layers`` so that callers can show it.
+
+The table's ``rounding`` (pegasus.ops.fixedpoint.ROUNDINGS) is the arithmetic of every integer op the
+rules emit (their ``rounding`` attribute). A rule may be registered for one rounding only
+(``@integer_rule("Add", rounding="tflite")``: TFLite's own ADD structure); it then takes precedence over
+the rule for every rounding.
 """
 
 from __future__ import annotations
@@ -33,23 +38,29 @@ from pegasus.ops.registry import make_attrs
 from pegasus.quantized.params import QuantTable, TensorQuant
 
 Rule = Callable[["LoweringContext", Node], "str | None"]
-_RULES: dict[str, Rule] = {}
+_RULES: dict[tuple[str, str | None], Rule] = {}
 
 
-def integer_rule(*ops: str) -> Callable[[Rule], Rule]:
-    """Register the integer lowering of one or more float ops."""
+def integer_rule(*ops: str, rounding: str | None = None) -> Callable[[Rule], Rule]:
+    """Register the integer lowering of one or more float ops (for tables of ``rounding`` only, when given)."""
     def register(fn: Rule) -> Rule:
         for op in ops:
-            if op in _RULES:
+            if (op, rounding) in _RULES:
                 raise ValueError(f"integer rule for {op} registered twice")
-            _RULES[op] = fn
+            _RULES[(op, rounding)] = fn
         return fn
     return register
 
 
-def rules() -> dict[str, Rule]:
+def rules() -> dict[tuple[str, str | None], Rule]:
     import pegasus.quantized.rules  # noqa: F401  (importing registers every rule)
     return _RULES
+
+
+def rule_for(op: str, rounding: str) -> Rule | None:
+    """The rule lowering ``op`` under a table of ``rounding``: the one made for that rounding, else the general one."""
+    available = rules()
+    return available.get((op, rounding)) or available.get((op, None))
 
 
 @dataclass
@@ -172,8 +183,8 @@ class LoweringContext:
             else:
                 from pegasus.quantized.rules.common import requantize_attrs
 
-                name = self.emit("Requantize", [home], requantize_attrs(home_q, q), name=f"{tensor}_requantize",
-                                 outputs=[f"{tensor}_{q.qtype}"], quant=[q])[0]
+                name = self.emit("Requantize", [home], requantize_attrs(home_q, q, rounding=self.table.rounding),
+                                 name=f"{tensor}_requantize", outputs=[f"{tensor}_{q.qtype}"], quant=[q])[0]
         self._ints[key] = name
         return name
 
@@ -247,7 +258,6 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
     for name in graph.inputs:
         ctx.builder.add_input(name, graph.type_of(name))
         ctx.set_home(name, name, None)
-    available = rules()
     bfloat = table.quantizer == "qbfloat16"
     for node in graph.nodes:
         if node.name in ctx.skipped:
@@ -257,7 +267,7 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
             if bfloat:
                 _round_outputs_to_bfloat16(ctx, node)
             continue
-        rule = available.get(node.op)
+        rule = rule_for(node.op, table.rounding)
         reason = rule(ctx, node) if rule is not None else f"no integer kernel for {node.op}"
         if reason is not None:
             ctx.run_in_float(node, reason)

@@ -72,6 +72,9 @@ class QuantTable:
     path: str | None = None
     #: the model without dtype_converter layers (NAME.json) a hybrid table derives from; "" = graph_digest's
     float_graph_digest: str = ""
+    #: the integer arithmetic of every op (pegasus.ops.fixedpoint.ROUNDINGS): half_up (pegasus's own) or
+    #: tflite (TFLite's reference kernels, for a model TFLite quantized)
+    rounding: str = "half_up"
 
     def get(self, tensor: str) -> TensorQuant | None:
         return self.tensors.get(tensor)

@@ -25,12 +25,23 @@ def clamp_of(node: Node) -> tuple[float | None, float | None] | None:
     return None
 
 
-def quantized_bounds(q: TensorQuant, lo: float | None, hi: float | None) -> tuple[int | None, int | None]:
-    """Real clamp bounds on ``q``'s grid (None = unbounded)."""
+def quantized_bounds(q: TensorQuant, lo: float | None, hi: float | None,
+                     rounding: str = "half_up") -> tuple[int | None, int | None]:
+    """Real clamp bounds on ``q``'s grid (None = unbounded): the levels inside [lo, hi]; with the tflite rounding
+    TFLite's CalculateActivationRangeQuantized, zero_point + round(bound / scale) in float32, ties away from 0."""
     scale, zero = float(q.scale[0]), int(q.zero_point[0])
+    if rounding == "tflite":
+        def level(bound: float) -> int:
+            return zero + int(round_half_away(float(np.float32(bound) / np.float32(scale))))
+        return (None if lo is None else level(lo)), (None if hi is None else level(hi))
     qlo = None if lo is None else int(np.ceil(lo / scale - 1e-9)) + zero
     qhi = None if hi is None else int(np.floor(hi / scale + 1e-9)) + zero
     return qlo, qhi
+
+
+def round_half_away(x):
+    """C's round(): to nearest, ties away from zero (TFLite's TfLiteRound); scalars or arrays."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
 def fused_output(ctx: LoweringContext, node: Node) -> tuple[str, int | None, int | None]:
@@ -43,17 +54,18 @@ def fused_output(ctx: LoweringContext, node: Node) -> tuple[str, int | None, int
         lo, hi = clamp_of(reader)
         ctx.skipped.add(reader.name)
         target = reader.outputs[0]
-        qlo, qhi = quantized_bounds(ctx.quant(target), lo, hi)
+        qlo, qhi = quantized_bounds(ctx.quant(target), lo, hi, ctx.table.rounding)
         return target, qlo, qhi
     return out, None, None
 
 
 def requant_fields(reals: Sequence[float] | np.ndarray, out: TensorQuant, acc_bits: int,
-                   lo: int | None = None, hi: int | None = None) -> dict:
-    """Attributes of a requantising op: one multiplier/shift per real factor, the output grid, the clamp."""
-    multiplier, shift = quantize_multipliers(np.asarray(reals, dtype=np.float64), acc_bits)
+                   lo: int | None = None, hi: int | None = None, rounding: str = "half_up") -> dict:
+    """Attributes of a requantising op: one multiplier/shift per real factor, the output grid, the clamp, the
+    rounding (its multipliers are derived as that rounding's arithmetic does, pegasus.ops.fixedpoint)."""
+    multiplier, shift = quantize_multipliers(np.asarray(reals, dtype=np.float64), acc_bits, rounding)
     return {"multiplier": multiplier, "shift": shift, "out_zero_point": int(out.zero_point[0]),
-            "out_dtype": out.numpy_dtype, "lo": lo, "hi": hi}
+            "out_dtype": out.numpy_dtype, "lo": lo, "hi": hi, "rounding": rounding}
 
 
 def value_bits(q: TensorQuant) -> int:
@@ -62,9 +74,11 @@ def value_bits(q: TensorQuant) -> int:
     return bits_needed(tmax - tmin)
 
 
-def requantize_attrs(src: TensorQuant, dst: TensorQuant, lo: int | None = None, hi: int | None = None) -> dict:
-    """Requantize from ``src``'s grid to ``dst``'s (both per tensor)."""
-    fields = requant_fields([float(src.scale[0]) / float(dst.scale[0])], dst, value_bits(src), lo, hi)
+def requantize_attrs(src: TensorQuant, dst: TensorQuant, lo: int | None = None, hi: int | None = None,
+                     rounding: str = "half_up") -> dict:
+    """Requantize from ``src``'s grid to ``dst``'s (both per tensor); the factor s_src / s_dst in double, as
+    TFLite's QUANTIZE (int -> int) computes it."""
+    fields = requant_fields([float(src.scale[0]) / float(dst.scale[0])], dst, value_bits(src), lo, hi, rounding)
     return {**fields, "in_zero_point": int(src.zero_point[0])}
 
 

@@ -34,9 +34,9 @@ _NOT_TABULATED = {"Identity", "Cast", "IsInf", "IsNaN", "Not", "Relu", "Clip", "
 def clamp(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
-    lo, hi = quantized_bounds(yq, *clamp_of(node))
-    result = ctx.emit("Requantize", [ctx.as_int(x)], requantize_attrs(xq, yq, lo, hi), name=node.name,
-                      outputs=[y], quant=[yq])[0]
+    lo, hi = quantized_bounds(yq, *clamp_of(node), ctx.table.rounding)
+    attrs = requantize_attrs(xq, yq, lo, hi, ctx.table.rounding)
+    result = ctx.emit("Requantize", [ctx.as_int(x)], attrs, name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)
     return None
 
@@ -80,7 +80,7 @@ def mul(ctx: LoweringContext, node: Node) -> str | None:
     if aq.per_channel or bq.per_channel:
         return "per-channel operand"
     real = float(aq.scale[0]) * float(bq.scale[0]) / float(yq.scale[0])
-    attrs = {**requant_fields([real], yq, value_bits(aq) + value_bits(bq), lo, hi),
+    attrs = {**requant_fields([real], yq, value_bits(aq) + value_bits(bq), lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": int(bq.zero_point[0])}
     result = ctx.emit("QMul", [ctx.as_int(a), ctx.as_int(b)], attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)

@@ -3,7 +3,9 @@ BatchNormalization → depthwise 1x1 QConv.
 
 Weights are put on their table grid (per tensor, or per output channel), the bias becomes an integer at
 scale ``s_x * s_w[c]``, and the output requantisation factor ``s_x * s_w[c] / s_y`` becomes a
-fixed-point multiplier per channel. A ReLU/Clip that is the only reader is fused into the clamp.
+fixed-point multiplier per channel, derived as the table's rounding says (TFLite: s_x * s_w[c] / s_y in
+double for per-channel weights, its FULLY_CONNECTED's float32 product s_x * s_w for per-tensor ones). A
+ReLU/Clip that is the only reader is fused into the clamp.
 
 The integer bias stays within ``bias_limit`` (2**30 beside 8-bit operands, half the int32 range as TFLite
 keeps it; 2**46 beside 16-bit ones, whose accumulators are 64-bit). A channel whose weights are ~0 next to a
@@ -126,7 +128,7 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     w_zero = int(wq.zero_point[0])
     acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
-             **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi),
+             **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "x_zero_point": int(xq.zero_point[0]), "w_zero_point": w_zero}
     inputs = [ctx.as_int(x), weights] + _bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QConv", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
@@ -159,6 +161,8 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
         b_int_name = ctx.constant(f"{b}_q_t", ctx.graph.value_of(b_int_name).T.copy())
     real_in = a_scale * b_scales
     bias = integer_bias(ctx, node, bias_real, real_in, limit)
+    if ctx.table.rounding == "tflite" and not bq.per_channel:  # TFLite's FULLY_CONNECTED: s_a * s_b in float32
+        real_in = np.full_like(real_in, float(np.float32(a_scale) * np.float32(b_scales[0])))
     b_val = ctx.graph.value_of(b_int_name)
     b_zero = int(bq.zero_point[0])
     if b_val is not None:
@@ -166,7 +170,7 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
     else:
         span = float(np.iinfo(bq.numpy_dtype).max) - float(np.iinfo(bq.numpy_dtype).min)
         acc_bits = _accumulator_bits(aq, np.array([span]), 0, ctx.source.type_of(a).shape[-1], bias)
-    attrs = {**requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi),
+    attrs = {**requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": b_zero}
     inputs = [ctx.as_int(a), b_int_name] + _bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QMatMul", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
@@ -222,7 +226,7 @@ def batch_normalization(ctx: LoweringContext, node: Node) -> str | None:
     bias_q = integer_bias(ctx, node, offset, real_in, limit)
     acc_bits = _accumulator_bits(xq, weights, 0, 1, bias_q)
     attrs = {"group": channels, "kernel_shape": (1,) * (rank - 2),
-             **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi),
+             **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "x_zero_point": int(xq.zero_point[0]), "w_zero_point": 0}
     inputs = [ctx.as_int(x), ctx.constant(f"{node.name}_weight_q", weights)] + _bias_constant(ctx, node, bias_q,
                                                                                               acc_bits)

@@ -42,7 +42,8 @@ def average_pool(ctx: LoweringContext, node: Node) -> str | None:
     taps = QAveragePool.taps(make_attrs("QAveragePool", **window), shape)
     real = float(xq.scale[0]) / float(yq.scale[0])
     reals = real / np.arange(1, taps + 1, dtype=np.float64)   # entry c - 1: a window of c taps
-    attrs = {**window, **requant_fields(reals, yq, sum_bits(xq, taps)), "x_zero_point": int(xq.zero_point[0])}
+    attrs = {**window, **requant_fields(reals, yq, sum_bits(xq, taps), rounding=ctx.table.rounding),
+             "x_zero_point": int(xq.zero_point[0])}
     result = ctx.emit("QAveragePool", [ctx.as_int(x)], attrs, name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)
     return None

@@ -25,7 +25,8 @@ def softmax(ctx: LoweringContext, node: Node) -> str | None:
     else:  # Q15 fits uint16; entries past the first zero are all zero: keep one
         zeros = np.flatnonzero(table == 0)
         table = table[: zeros[0] + 1 if zeros.size else 256].astype(np.uint16)
-    attrs = {**requant_fields([2.0 ** -16 / float(yq.scale[0])], yq, 18), "axis": node.attrs.axis}
+    attrs = {**requant_fields([2.0 ** -16 / float(yq.scale[0])], yq, 18, rounding=ctx.table.rounding),
+             "axis": node.attrs.axis}
     result = ctx.emit("QSoftmax", [ctx.as_int(x), ctx.constant(f"{node.name}_exp_table", table)], attrs,
                       name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)

@@ -42,8 +42,8 @@ def passthrough(ctx: LoweringContext, node: Node, attrs=None) -> str | None:
         ctx.set_home(original, produced, xq)
         yq = ctx.table.get(original)
         if yq is not None and yq.is_integer and not same_grid(xq, yq):
-            fixed = ctx.emit("Requantize", [produced], requantize_attrs(xq, yq), name=f"{node.name}_requantize",
-                             outputs=[f"{original}_requantized"], quant=[yq])[0]
+            fixed = ctx.emit("Requantize", [produced], requantize_attrs(xq, yq, rounding=ctx.table.rounding),
+                             name=f"{node.name}_requantize", outputs=[f"{original}_requantized"], quant=[yq])[0]
             ctx.set_home(original, fixed, yq)
     return None
 
