@@ -8,6 +8,7 @@ from pegasus.ir.graph import Graph
 from pegasus.ir.verify import verify
 from pegasus.passes.dce import eliminate_dead_code
 from pegasus.passes.fold_batchnorm import fold_batchnorm
+from pegasus.passes.fold_channel_affine import fold_channel_affine
 from pegasus.passes.fold_constants import fold_constants
 from pegasus.passes.infer_shapes import infer_shapes
 from pegasus.passes.remove_identity import remove_identity
@@ -18,6 +19,7 @@ IMPORT_PASSES: list[Pass] = [
     fold_constants,
     remove_identity,
     fold_batchnorm,
+    fold_channel_affine,
     fold_constants,
     eliminate_dead_code,
     infer_shapes,
