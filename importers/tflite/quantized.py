@@ -24,7 +24,7 @@ input the output's, a reshape's output its input's), weights and biases from the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -172,7 +172,7 @@ def _entry(tensor: TfliteTensor, axis: int | None, values: np.ndarray | None = N
         zero = (zero or [0]) * len(scale) if len(zero) <= 1 else zero
     info = np.iinfo(np.dtype(tensor.dtype if tensor.dtype in QTYPES else "int32"))
     per_channel = axis is not None and len(scale) > 1
-    symmetric = all(z == 0 for z in zero) and tensor.dtype != "uint8"
+    symmetric = all(z == 0 for z in zero) and (per_channel or tensor.dtype not in ("int8", "uint8"))
     if values is not None:  # a bias: the range of its values
         lo = [float(min(values.min(initial=0.0), 0.0))] * (1 if not per_channel else len(scale))
         hi = [float(max(values.max(initial=0.0), 0.0))] * len(lo)
@@ -197,11 +197,15 @@ def _scheme(model: TfliteSubgraph) -> tuple[str, str]:
 
 
 def quantize_table(model: TfliteSubgraph, graph: Graph, inputs: Sequence[str] | None = None,
-                   outputs: Sequence[str] | None = None) -> QuantTable | None:
-    """The .quantize table of an imported pre-quantized model (None for any other model)."""
+                   outputs: Sequence[str] | None = None,
+                   note: Callable[[str], None] | None = None) -> QuantTable | None:
+    """The .quantize table of an imported pre-quantized model (None for any other model); ``note`` hears what
+    the float graph cannot hold exactly."""
     if not is_prequantized(model):
         return None
     view, stored = _build_view(model, inputs, outputs)
+    for line in view.notes[len(model.notes):] if note else ():
+        note(line)
     files = {t.name: dataclasses.replace(t, dtype=stored[t.name]) for t in view.tensors if t.name in stored}
     tensors: dict[str, TensorQuant] = {}
     for name, tensor in graph.tensors.items():

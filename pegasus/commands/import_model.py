@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pegasus.errors import PegasusError
-from pegasus.fileio import check_target
+from pegasus.fileio import AtomicFileSet, check_target
 from pegasus.ir import serialize
 from pegasus.ir.dtypes import DType
 
@@ -28,6 +28,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tflite.add_argument("--model", required=True, help="the .tflite file to import")
     tflite.add_argument("--subgraph", type=int, default=0, help="which subgraph to import (default 0)")
     _add_common(tflite, dtypes=False)
+    tflite.add_argument("--output-quantize", help="for a pre-quantized (int8/uint8/int16x8) model, the .quantize "
+                                                  "table of its own parameters to write (default: next to the "
+                                                  ".json, MODEL_STEM.quantize)")
     tflite.set_defaults(run=run_tflite)
 
 
@@ -119,10 +122,22 @@ def run_onnx(args: argparse.Namespace) -> int:
     return _save(args, graph, source, json_path, data_path)
 
 
-def _save(args: argparse.Namespace, graph, source: dict, json_path: Path, data_path: Path) -> int:
-    serialize.save(graph, json_path, data_path, source)
+def _save(args: argparse.Namespace, graph, source: dict, json_path: Path, data_path: Path,
+          table=None, table_path: Path | None = None) -> int:
+    """Write NAME.json + NAME.data (and a pre-quantized model's table) together, then say what was written."""
+    text, blob = serialize.graph_to_files(graph, source)
+    with AtomicFileSet() as files:
+        files.stage(json_path, text)
+        files.stage(data_path, blob)
+        if table is not None:
+            from pegasus.quantizers.quantize_file import previous_text, render_table
+
+            files.stage(table_path, render_table(table, previous_text(table_path)))
     print(f"imported {args.model}: {len(graph.nodes)} layers, {len(graph.constants())} constant tensors "
           f"-> {json_path}, {data_path}")
+    if table is not None:
+        print(f"  its own quantization ({table.quantizer}-{table.qtype}, rounding {table.rounding}, "
+              f"{len(table.tensors)} tensors) -> {table_path}")
     for name_ in graph.inputs:
         print(f"  input  {name_}: {graph.type_of(name_)}")
     for name_ in graph.outputs:
@@ -144,19 +159,24 @@ def _warn_oversized(graph) -> None:
 
 def run_tflite(args: argparse.Namespace) -> int:
     from pegasus.importers.tflite.loader import import_tflite
+    from pegasus.importers.tflite.quantized import quantize_table
     from pegasus.importers.tflite.reader import read_tflite
 
     json_path, data_path, name = output_paths(args)
+    table_path = Path(args.output_quantize) if args.output_quantize else json_path.with_suffix(".quantize")
     check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    check_target(table_path, "--output-quantize")
     model = read_tflite(args.model, args.subgraph)
     inputs = args.inputs.split() if args.inputs else None
+    outputs = args.outputs.split() if args.outputs else None
     batches = [1] * len(inputs or model.inputs)
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, batches)
-    graph = import_tflite(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
-                          input_shapes=shapes, name=name, optimize=not args.no_optimize,
-                          note=lambda line: print(line, file=sys.stderr))
+    note = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    graph = import_tflite(model, inputs=inputs, outputs=outputs, input_shapes=shapes, name=name,
+                          optimize=not args.no_optimize, note=note)
+    table = quantize_table(model, graph, inputs, outputs, note=note)
     source = {"framework": "tflite", "file": Path(args.model).name, "subgraph": args.subgraph, "layout": "nhwc"}
-    return _save(args, graph, source, json_path, data_path)
+    return _save(args, graph, source, json_path, data_path, table, table_path)
 
 
 def _opset(model) -> int:

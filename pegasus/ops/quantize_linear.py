@@ -66,7 +66,8 @@ class QuantAttrs:
 
 @register
 class QuantizeLinear(OpDef):
-    """y = saturate(round_half_even(x / scale) + zero_point), dtype of zero_point (uint8 without one)"""
+    """y = saturate(round(x / scale) + zero_point), dtype of zero_point (uint8 without one); round is half to even
+    (ONNX), or half away from zero with ``rounding`` half_away (TFLite's QUANTIZE, C's round)"""
 
     name = "QuantizeLinear"
     num_inputs = (2, 3)
@@ -76,11 +77,15 @@ class QuantizeLinear(OpDef):
     class Attrs(QuantAttrs):
         #: dtype name the division x / scale is done in; None = the scale's dtype.
         precision: str | None = None
+        #: half_even (ONNX) or half_away (ties away from zero)
+        rounding: str = "half_even"
 
     @staticmethod
     def infer(attrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
         x, scale, zero_point = (list(inputs) + [None])[:3]
         check_params(x, scale, zero_point, attrs.axis, attrs.block_size)
+        if attrs.rounding not in ("half_even", "half_away"):
+            raise ShapeError(f"rounding must be half_even or half_away, got {attrs.rounding}")
         dtype = zero_point.dtype if zero_point is not None else DType(attrs.output_dtype or "uint8")
         if dtype not in QUANTIZED_DTYPES:
             raise ShapeError(f"QuantizeLinear cannot produce {dtype.value}")
@@ -94,7 +99,11 @@ class QuantizeLinear(OpDef):
         dtype = zero_point.dtype if zero_point is not None else np.dtype(attrs.output_dtype or "uint8")
         precision = np.dtype(attrs.precision) if attrs.precision else scale.dtype
         scale = expand_param(scale, x.shape, attrs.axis, attrs.block_size).astype(precision)
-        q = np.rint(x.astype(precision) / scale).astype(np.float64)
+        quotient = x.astype(precision) / scale
+        if attrs.rounding == "half_away":
+            q = (np.sign(quotient) * np.floor(np.abs(quotient) + 0.5)).astype(np.float64)
+        else:
+            q = np.rint(quotient).astype(np.float64)
         if zero_point is not None:
             q = q + expand_param(zero_point, x.shape, attrs.axis, attrs.block_size)
         info = np.iinfo(dtype)

@@ -176,7 +176,7 @@ class LoweringContext:
             home, home_q = self.homes[tensor]
             if home_q is None:
                 scale, zero = self._param_constants(tensor, q)
-                name = self.emit("QuantizeLinear", [home, scale, zero], {"axis": q.axis or 0},
+                name = self.emit("QuantizeLinear", [home, scale, zero], self.quantize_attrs(q),
                                  name=f"{tensor}_quantize", outputs=[f"{tensor}_q"], quant=[q])[0]
             elif same_grid(home_q, q):
                 name = home
@@ -187,6 +187,12 @@ class LoweringContext:
                                  name=f"{tensor}_requantize", outputs=[f"{tensor}_{q.qtype}"], quant=[q])[0]
         self._ints[key] = name
         return name
+
+    def quantize_attrs(self, q: TensorQuant) -> dict:
+        """QuantizeLinear's attributes onto ``q``: TFLite's QUANTIZE rounds float32 quotients half away from 0."""
+        if self.table.rounding == "tflite":
+            return {"axis": q.axis or 0, "precision": "float32", "rounding": "half_away"}
+        return {"axis": q.axis or 0}
 
     def _param_constants(self, tensor: str, q: TensorQuant) -> tuple[str, str]:
         """Scale (in the tensor's own float type, which Dequantize outputs) and zero point constants."""
@@ -212,7 +218,7 @@ class LoweringContext:
             if self._quantize_output(original):
                 q = self.quant(original)
                 scale, zero = self._param_constants(original, q)
-                qname = self.emit("QuantizeLinear", [out, scale, zero], {"axis": q.axis or 0},
+                qname = self.emit("QuantizeLinear", [out, scale, zero], self.quantize_attrs(q),
                                   name=f"{original}_quantize", outputs=[original], quant=[q])[0]
                 self.set_home(original, qname, q)
             else:

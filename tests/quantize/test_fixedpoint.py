@@ -5,7 +5,10 @@ arithmetic (fractions.Fraction) rather than against the code itself:
   powers of two are pure shifts, and acc * M (+ the rounding half) cannot overflow int64;
 - requantize is exactly clamp(floor(acc * M / 2**S + 1/2) + zp) (round half up), and within one step of
   round(acc * r) for the real factor r;
-- quantize_values is clamp(round-half-to-even(x / scale) + zp), as ONNX QuantizeLinear.
+- quantize_values is clamp(round-half-to-even(x / scale) + zp), as ONNX QuantizeLinear;
+- the tflite rounding is TFLite's C code (QuantizeMultiplier, SRDHM, RoundingDivideByPOT, the int64 form)
+  re-written with Python integers, and SRDHM / RoundingDivideByPOT round exactly as stated (half up / half away
+  from zero) in rational arithmetic.
 """
 
 from __future__ import annotations
@@ -182,3 +185,126 @@ def test_dequantize_is_scale_times_offset(levels, scale, zero_point):
     assert got.dtype == np.float32
     expected = (np.array(levels, dtype=np.float64) - zero_point) * np.float32(scale)
     np.testing.assert_allclose(got, expected, rtol=2**-23, atol=0)
+
+
+# ---- TFLite's rounding (rounding: tflite), against C's integer semantics re-written with Python ints ------------
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+int32s = st.integers(INT32_MIN, INT32_MAX)
+
+
+def c_divide(a: int, b: int) -> int:
+    """C's integer division of Python ints: truncated toward zero."""
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b > 0) else -quotient
+
+
+def c_srdhm(a: int, b: int) -> int:
+    """gemmlowp's SaturatingRoundingDoublingHighMul as written in C."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    product = a * b
+    nudge = 2**30 if product >= 0 else 1 - 2**30
+    return c_divide(product + nudge, 2**31)
+
+
+def c_rounding_divide_by_pot(x: int, exponent: int) -> int:
+    """gemmlowp's RoundingDivideByPOT on int32 (two's complement masks on Python ints)."""
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+def c_quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: (Q31 multiplier, exponent), from frexp and C's round()."""
+    mantissa, exponent = math.frexp(real)
+    q = int(Fraction(mantissa) * 2**31 + Fraction(1, 2))   # round() of a positive value: half away from zero
+    if q == 2**31:
+        q, exponent = q // 2, exponent + 1
+    if exponent < -31:
+        return 0, 0
+    return q, exponent
+
+
+def round_half_away(value: Fraction) -> int:
+    magnitude = math.floor(abs(value) + Fraction(1, 2))
+    return magnitude if value >= 0 else -magnitude
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(2.0**-40, 2.0**20, allow_nan=False))
+def test_tflite_multiplier_is_quantize_multiplier(real):
+    from pegasus.ops.fixedpoint import tflite_multiplier
+
+    q, exponent = c_quantize_multiplier(real)
+    m = tflite_multiplier(real)
+    if q == 0:
+        assert m.multiplier == 0
+        return
+    assert (m.multiplier, 31 - m.shift) == (q, exponent)
+    assert 2**30 <= m.multiplier < 2**31
+    assert abs(Fraction(m.multiplier, 2**m.shift) - Fraction(real)) <= Fraction(real) / 2**31
+
+
+@settings(max_examples=600, deadline=None)
+@given(int32s, int32s)
+def test_srdhm_is_c_and_rounds_half_up(a, b):
+    from pegasus.ops.fixedpoint import srdhm
+
+    got = int(srdhm(np.array([a]), np.array([b]))[0])
+    assert got == c_srdhm(a, b)
+    if not a == b == INT32_MIN:   # the nudge form is floor(a * b / 2**31 + 1/2) for either sign
+        assert got == math.floor(Fraction(a * b, 2**31) + Fraction(1, 2))
+
+
+@settings(max_examples=600, deadline=None)
+@given(int32s, st.integers(0, 31))
+def test_rounding_divide_by_pot_rounds_half_away(x, exponent):
+    from pegasus.ops.fixedpoint import rounding_divide_by_pot
+
+    got = int(rounding_divide_by_pot(np.array([x]), exponent)[0])
+    assert got == c_rounding_divide_by_pot(x, exponent) == round_half_away(Fraction(x, 2**exponent))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.integers(-(2**24), 2**24), st.floats(2.0**-20, 2.0**6, allow_nan=False))
+def test_multiply_by_quantized_multiplier_is_tflites(acc, real):
+    """requantize(rounding='tflite') is MultiplyByQuantizedMultiplier: left shift, SRDHM, rounding right shift;
+    within one step of the exact product (two roundings)."""
+    q, exponent = c_quantize_multiplier(real)
+    assume(q and exponent <= 7 and abs(acc) * 2**max(exponent, 0) < 2**31)
+    left, right = max(exponent, 0), max(-exponent, 0)
+    expected = c_rounding_divide_by_pot(c_srdhm(acc * 2**left, q), right)
+    from pegasus.ops.fixedpoint import requantize, tflite_multiplier
+
+    m = tflite_multiplier(real)
+    got = int(requantize(np.array([acc]), m.multiplier, m.shift, 0, INT32_MIN, INT32_MAX, "tflite")[0])
+    assert got == expected
+    assert abs(got - Fraction(acc) * Fraction(q, 2**(31 - exponent))) <= 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(2**40), 2**40), st.floats(2.0**-30, 2.0**-4, allow_nan=False))
+def test_wide_multiplier_is_tflites_int64_form(acc, real):
+    """rounding='tflite_wide': TFLite's MultiplyByQuantizedMultiplier(int64): a 16-bit multiplier, round half up."""
+    from pegasus.ops.fixedpoint import requantize, tflite_multiplier
+
+    q, exponent = c_quantize_multiplier(real)
+    assume(q and exponent >= -31 + 16)
+    reduced = (q + 2**15) >> 16 if q < 0x7FFF0000 else 0x7FFF
+    total = 15 - exponent
+    expected = (acc * reduced + 2**(total - 1)) >> total
+    m = tflite_multiplier(real)
+    assert int(requantize(np.array([acc]), m.multiplier, m.shift, 0, -(2**62), 2**62, "tflite_wide")[0]) == expected
+
+
+def test_tflite_ties_round_away_from_zero():
+    """x * 0.25 = SRDHM(x, 2**30) (exact for even x) then a rounding shift by one: ties go away from zero, where
+    half_up takes -0.5 to 0 and -1.5 to -1."""
+    from pegasus.ops.fixedpoint import requantize, tflite_multiplier
+
+    m = tflite_multiplier(0.25)
+    assert (m.multiplier, m.shift) == (2**30, 32)
+    got = requantize(np.array([2, -2, 6, -6]), m.multiplier, m.shift, 0, -100, 100, "tflite")
+    assert got.tolist() == [1, -1, 2, -2]
+    assert requantize(np.array([2, -2, 6, -6]), 1, 2, 0, -100, 100).tolist() == [1, 0, 2, -1]
