@@ -10,10 +10,9 @@ worked out the way NumPy indexes, which is TF's definition.
 
 from __future__ import annotations
 
-import numpy as np
-
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.common.slicing import emit_index, strided_index
 from pegasus.importers.tflite.context import TfliteContext, converter
 from pegasus.ops.shape_ops import resolve_reshape, resolve_squeeze_axes, resolve_unsqueeze_axes
 
@@ -86,67 +85,6 @@ def unpack(ctx: TfliteContext, node: SourceNode) -> None:
                       outputs=[ctx.graph.unique_tensor_name(f"{node.name}/piece_{i}") for i in range(count)])
     for i, (piece, out) in enumerate(zip(pieces, node.outputs)):
         ctx.emit("Squeeze", [piece], {"axes": (axis,)}, node=node, outputs=[out], suffix=f"/squeeze_{i}")
-
-
-def _bit(mask: int, i: int) -> bool:
-    return bool((int(mask) >> i) & 1)
-
-
-def strided_index(node: SourceNode, begin: list[int], end: list[int], strides: list[int]) -> tuple:
-    """TF's strided-slice specification as a NumPy index tuple."""
-    attrs = node.attrs
-    index: list = []
-    for i in range(len(begin)):
-        if _bit(attrs.get("ellipsis_mask", 0), i):
-            index.append(Ellipsis)
-        elif _bit(attrs.get("new_axis_mask", 0), i):
-            index.append(None)
-        elif _bit(attrs.get("shrink_axis_mask", 0), i):
-            index.append(int(begin[i]))
-        else:
-            start = None if _bit(attrs.get("begin_mask", 0), i) else int(begin[i])
-            stop = None if _bit(attrs.get("end_mask", 0), i) else int(end[i]) + (
-                int(begin[i]) if attrs.get("offset", False) else 0)
-            index.append(slice(start, stop, int(strides[i])))
-    return tuple(index)
-
-
-def emit_index(ctx: TfliteContext, node: SourceNode, index: tuple) -> None:
-    """Emit ``x[index]`` (slices, ints, None, Ellipsis) as one Slice over x's axes and a Reshape."""
-    in_shape = _shape(ctx, node)
-    result_shape = np.empty(in_shape, dtype=np.bool_)[index].shape
-    explicit = sum(1 for item in index if item is not None and item is not Ellipsis)
-    expanded: list = []
-    for item in index:
-        if item is Ellipsis:
-            expanded += [slice(None)] * (len(in_shape) - explicit)
-        elif item is not None:
-            expanded.append(item)
-    expanded += [slice(None)] * (len(in_shape) - len(expanded))
-    starts, ends, steps, axes = [], [], [], []
-    for axis, (item, dim) in enumerate(zip(expanded, in_shape)):
-        if isinstance(item, int):
-            item = slice(item % dim, item % dim + 1, 1)
-        start, stop, step = item.indices(dim)
-        if (start, stop, step) == (0, dim, 1):
-            continue
-        starts.append(start)
-        ends.append(stop if stop >= 0 else -(dim + 1))
-        steps.append(step)
-        axes.append(axis)
-    sliced_shape = tuple(len(range(*item.indices(dim))) if isinstance(item, slice) else 1
-                         for item, dim in zip(expanded, in_shape))
-    x = node.inputs[0]
-    if not axes:
-        ctx.emit("Reshape" if tuple(result_shape) != in_shape else "Identity", [x],
-                 {"shape": tuple(result_shape)} if tuple(result_shape) != in_shape else {}, node=node)
-        return
-    attrs = {"starts": tuple(starts), "ends": tuple(ends), "axes": tuple(axes), "steps": tuple(steps)}
-    if sliced_shape == tuple(result_shape):
-        ctx.emit("Slice", [x], attrs, node=node)
-        return
-    sliced = ctx.emit("Slice", [x], attrs, node=node, suffix="/slice")[0]
-    ctx.emit("Reshape", [sliced], {"shape": tuple(result_shape)}, node=node)
 
 
 @converter("STRIDED_SLICE")
