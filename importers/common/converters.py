@@ -127,19 +127,24 @@ class ImportContext:
 def convert_nodes(table: ConverterTable, ctx: ImportContext, nodes: list[SourceNode], version: int = 1 << 30) -> None:
     """Convert ``nodes`` in order (after listing every unsupported op at once); errors name the node."""
     table.check_supported(nodes, version)
+    for node in nodes:
+        convert_node(table, ctx, node, version)
+
+
+def convert_node(table: ConverterTable, ctx: ImportContext, node: SourceNode, version: int = 1 << 30) -> None:
+    """Convert one node whose op ``table`` supports; an error names the node (and its place in the file)."""
     builder = ctx.builder
     versioned = f" ({table.version_name} {version})" if version != 1 << 30 else ""
-    for node in nodes:
-        missing = [n for n in node.inputs if n and not builder.has(n)]
-        if missing:
-            raise PegasusError(f"{node.describe()} reads '{missing[0]}', which nothing defines")
-        try:
-            table.find(node.op_type, version, node.domain)(ctx, node)
-        except NeedsConstantError:
-            raise
-        except ShapeError as exc:
-            raise PegasusError(f"{node.describe()}{versioned}: {exc}") from exc
-        except PegasusError as exc:
-            if exc.where is None and f"'{node.name}'" not in exc.message:
-                raise PegasusError(f"{node.describe()}{versioned}: {exc.message}") from exc
-            raise
+    missing = [n for n in node.inputs if n and not builder.has(n)]
+    if missing:
+        raise PegasusError(f"{node.describe()} reads '{missing[0]}', which nothing defines")
+    try:
+        table.find(node.op_type, version, node.domain)(ctx, node)
+    except NeedsConstantError:
+        raise
+    except ShapeError as exc:
+        raise PegasusError(f"{node.describe()}{versioned}: {exc}") from exc
+    except PegasusError as exc:
+        if exc.where is None and f"'{node.name}'" not in exc.message:
+            raise PegasusError(f"{node.describe()}{versioned}: {exc.message}") from exc
+        raise
