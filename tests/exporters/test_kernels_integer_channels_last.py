@@ -230,3 +230,28 @@ def test_cortex_m7_depthwise_uses_dsp_instructions(tmp_path):
     listing = subprocess.run([toolchains.require_tool("arm-none-eabi-objdump"), "-d", str(tmp_path / "net.o")],
                              capture_output=True, text=True, check=True).stdout
     assert "sxtab16" in listing and "smlabb" in listing and "smlatt" in listing
+
+
+def _instructions_m7(case: Case, folder: Path) -> int:
+    graph, feeds = build_graph([case])
+    export_bundle(graph, folder, "net", resolve_target("arm", "cortex-m7"))
+    run = toolchains.run_cortex_m_detailed(folder, "net", "cortex-m7", feeds, output_spec(graph), icount=True)
+    np.testing.assert_array_equal(run.outputs["c0_y0"], interpreter.run(graph, feeds)["c0_y0"])
+    return run.ticks * toolchains.board_for("cortex-m7").instructions_per_tick
+
+
+@pytest.mark.xdist_group("integer_channels_last_cortex_m")
+def test_cortex_m7_channels_last_costs_fewer_instructions(tmp_path):
+    """int8 3x3 depthwise over 32 channels of 32x32 and a 3x3 16 -> 16 convolution on 32x32 (qemu -icount):
+    channels last takes fewer instructions than channels first (measured 4.67 vs 5.65 and 1.69 vs 1.86
+    per MAC)."""
+    cases = {"depthwise": (conv("dw-m7", (1, 32, 32, 32), (32, 1, 3, 3), ("int8", -128), I8, group=32,
+                                pads=(1, 1, 1, 1)), 32 * 32 * 32 * 9, 0.9),
+             "dense": (conv("dense-m7", (1, 16, 32, 32), (16, 16, 3, 3), ("int8", -128), I8, pads=(1, 1, 1, 1)),
+                       32 * 32 * 16 * 144, 0.95)}
+    for name, (case, macs, ratio) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / f"{name}-last").mkdir()
+        first = _instructions_m7(case, tmp_path / name)
+        channels_last = _instructions_m7(last(case), tmp_path / f"{name}-last")
+        assert channels_last < ratio * first, f"{name}: {channels_last / macs:.2f} vs {first / macs:.2f} per MAC"

@@ -163,9 +163,13 @@ class Requant:
         self.multiplier = channel_table(module, f"{name}_multiplier", tuple(multipliers), I32 if narrow else I64)
         self.shift = channel_table(module, f"{name}_shift", tuple(shifts))
 
-    def __call__(self, b: ir.IRBuilder, acc: Value, channel: Value) -> Value:
+    def __call__(self, b: ir.IRBuilder, acc: Value, channel: Value, bias: Value | None = None) -> Value:
+        """The output of ``acc`` + ``bias`` (a loaded value, added in 64 bits as the reference does) for
+        ``channel``."""
         multiplier, shift = (value if isinstance(value, int) else load_channel(b, value, channel)
                              for value in (self.multiplier, self.shift))
+        if bias is not None:
+            acc = b.add(widen(b, acc, I64, True), widen(b, bias, I64, True))
         if not self.high_word:
             return requantize(b, acc, multiplier, shift, self.zero_point, self.lo, self.hi, self.out)
         product = b.mul(widen(b, acc, I64, True), b.zext(multiplier, I64))
@@ -181,9 +185,7 @@ def finish(b: ir.IRBuilder, mac: Mac, acc: Value, sum_x: Value | None, bias: Ten
     """acc - zw * Σ x̃ + bias[channel], requantised."""
     if mac.fold:
         acc = b.sub(acc, b.mul(sum_x, ir.Constant(mac.acc, mac.w.zero_point)))
-    if bias is not None:
-        acc = b.add(widen(b, acc, I64, True), widen(b, bias.load(b, channel), I64, True))
-    return rq(b, acc, channel)
+    return rq(b, acc, channel, None if bias is None else bias.load(b, channel))
 
 
 def zeroed(b: ir.IRBuilder, typ: ir.Type) -> Value:
