@@ -4,8 +4,9 @@ BatchNormalization → depthwise 1x1 QConv.
 Weights are put on their table grid (per tensor, or per output channel), the bias becomes an integer at
 scale ``s_x * s_w[c]``, and the output requantisation factor ``s_x * s_w[c] / s_y`` becomes a
 fixed-point multiplier per channel, derived as the table's rounding says (TFLite: s_x * s_w[c] / s_y in
-double for per-channel weights, its FULLY_CONNECTED's float32 product s_x * s_w for per-tensor ones). A
-ReLU/Clip that is the only reader is fused into the clamp.
+double for per-channel weights, its FULLY_CONNECTED's float32 product s_x * s_w for per-tensor ones; and its
+FULLY_CONNECTED applies the Q31 multiplier with one rounding, half up, where CONV_2D rounds twice -- measured
+against TF 2.21's reference kernels). A ReLU/Clip that is the only reader is fused into the clamp.
 
 The integer bias stays within ``bias_limit`` (2**30 beside 8-bit operands, half the int32 range as TFLite
 keeps it; 2**46 beside 16-bit ones, whose accumulators are 64-bit). A channel whose weights are ~0 next to a
@@ -172,6 +173,8 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
         acc_bits = _accumulator_bits(aq, np.array([span]), 0, ctx.source.type_of(a).shape[-1], bias)
     attrs = {**requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": b_zero}
+    if ctx.table.rounding == "tflite":
+        attrs["rounding"] = "half_up"   # TFLite's FULLY_CONNECTED rounds once: (acc * M + 2**(S-1)) >> S
     inputs = [ctx.as_int(a), b_int_name] + _bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QMatMul", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)

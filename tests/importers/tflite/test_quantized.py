@@ -1,0 +1,342 @@
+"""Pre-quantized TFLite models (full-integer int8 from the TFLite converter, hand-made QUANTIZE requantisations,
+uint8 and int16x8): ``pegasus import tflite`` keeps their own quantization (NAME.quantize, rounding: tflite) and
+``inference --dtype quantized`` is byte for byte what TFLite's reference kernels (BUILTIN_REF, which TFLite Micro
+and CMSIS-NN match; never the default XNNPACK kernels) output, on random integer inputs over the whole range.
+
+Models are built here with tf.keras and converted once (cached on disk by harness.cached_model): one per family
+of ops, and the architectures people ship to microcontrollers (DS-CNN, MobileNetV1 0.25 at 96x96, ResNet-8,
+the FC autoencoder) with random weights and BatchNorm statistics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pegasus.commands.quantized_model import lower_model
+from pegasus.importers.tflite.reader import read_tflite
+from pegasus.ir import serialize
+from pegasus.quantizers.quantize_file import load_table
+from pegasus.runtime.interpreter import run
+from tests.conftest import run_cli
+from tests.importers.tflite.convert import from_keras, randomize_batchnorm, seeded
+from tests.importers.tflite.flatbuffer import ModelBuilder, options
+
+pytestmark = pytest.mark.xdist_group("tflite")
+SAMPLES = 20
+
+
+def _int8(tf, model, shapes, seed: int, float_io: bool = False) -> bytes:
+    """Full-integer post-training quantization of ``model`` from 24 uniform samples in [-2, 2)."""
+    rng = np.random.default_rng(seed)
+
+    def samples():
+        for _ in range(24):
+            yield [rng.uniform(-2, 2, (1, *shape)).astype(np.float32) for shape in shapes]
+
+    io = {} if float_io else {"inference_input_type": tf.int8, "inference_output_type": tf.int8}
+    return from_keras(model, dynamic_range=True, representative_dataset=samples,
+                      target_spec=tf.lite.TargetSpec(supported_ops=[tf.lite.OpsSet.TFLITE_BUILTINS_INT8]), **io)
+
+
+# ---- one family of ops per model ----------------------------------------------------------------------------
+def int8_cnn() -> bytes:
+    """CONV_2D + RELU6, DEPTHWISE_CONV_2D + RELU, MAX_POOL_2D, AVERAGE_POOL_2D (SAME: windows of 1 to 4 taps),
+    PAD, RESHAPE, FULLY_CONNECTED, SOFTMAX."""
+    tf = seeded(11)
+    layers = tf.keras.layers
+    x = tf.keras.Input((12, 10, 3), batch_size=1)
+    y = layers.Conv2D(8, 3, padding="same", activation="relu6")(x)
+    y = layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="relu")(y)
+    y = layers.MaxPooling2D(2)(y)
+    y = layers.AveragePooling2D(3, strides=2, padding="same")(y)
+    y = layers.ZeroPadding2D(((1, 0), (0, 1)))(y)
+    y = layers.Dense(10)(layers.Flatten()(y))
+    return _int8(tf, tf.keras.Model(x, layers.Softmax()(y)), [(12, 10, 3)], 1)
+
+
+def int8_ops() -> bytes:
+    """ADD, SUB, MUL (broadcast), LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, the converter's QUANTIZE requantising
+    before CONCATENATION, MEAN, FULLY_CONNECTED + RELU, PAD."""
+    tf = seeded(12)
+    layers = tf.keras.layers
+    a = tf.keras.Input((6, 5, 4), batch_size=1)
+    b = tf.keras.Input((6, 5, 4), batch_size=1)
+    total, difference = layers.Add()([a, b]), layers.Subtract()([a, b])
+    product = layers.Multiply()([a, layers.Lambda(lambda t: t[:, :1])(b)])
+    relu = layers.ReLU()(layers.Conv2D(4, 1)(a))
+    relu6 = layers.ReLU(max_value=6.0)(layers.Conv2D(4, 1)(b))
+    joined = layers.Concatenate()([layers.Activation("sigmoid")(total), layers.Activation("tanh")(product),
+                                   layers.Activation("hard_swish")(total),
+                                   layers.LeakyReLU(negative_slope=0.2)(difference), relu, relu6])
+    dense = layers.Dense(5, activation="relu")(layers.GlobalAveragePooling2D()(joined))
+    padded = layers.ZeroPadding2D(((1, 0), (0, 2)))(product)
+    return _int8(tf, tf.keras.Model([a, b], [dense, padded, joined]), [(6, 5, 4), (6, 5, 4)], 2)
+
+
+def int8_float_io() -> bytes:
+    """Float input and output: QUANTIZE (float -> int8, rounding half away from zero) and DEQUANTIZE at the
+    edges."""
+    tf = seeded(13)
+    layers = tf.keras.layers
+    x = tf.keras.Input((8, 8, 2), batch_size=1)
+    y = layers.Conv2D(4, 3, activation="relu")(x)
+    y = layers.Dense(3)(layers.Flatten()(y))
+    return _int8(tf, tf.keras.Model(x, y), [(8, 8, 2)], 3, float_io=True)
+
+
+def int8_requantize() -> bytes:
+    """A QUANTIZE int8 -> int8 onto another grid (TFLite's Requantize), then MAX_POOL_2D and RESHAPE."""
+    m = ModelBuilder()
+    x = m.tensor("x", (1, 4, 4, 3), "int8", scale=0.05, zero_point=-3)
+    q = m.tensor("requantized", (1, 4, 4, 3), "int8", scale=0.0371, zero_point=7)
+    pooled = m.tensor("pooled", (1, 2, 2, 3), "int8", scale=0.0371, zero_point=7)
+    shape = m.const("shape", np.array([1, 12], np.int32))
+    y = m.tensor("y", (1, 12), "int8", scale=0.0371, zero_point=7)
+    m.op("QUANTIZE", [x], [q])
+    m.op("MAX_POOL_2D", [q], [pooled], options("Pool2DOptions", padding=1, strideW=2, strideH=2, filterWidth=2,
+                                                   filterHeight=2))
+    m.op("RESHAPE", [pooled, shape], [y], options("ReshapeOptions", newShape=[1, 12]))
+    return m.build([x], [y])
+
+
+# ---- the architectures people ship to microcontrollers, full int8 -------------------------------------------
+def int8_ds_cnn() -> bytes:
+    """DS-CNN keyword spotter: 49x10 MFCC input, a conv and 4 depthwise-separable blocks, average pool, FC,
+    softmax."""
+    tf = seeded(14)
+    layers = tf.keras.layers
+    x = tf.keras.Input((49, 10, 1), batch_size=1)
+    y = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(64, (10, 4), strides=2, padding="same")(x)))
+    for _ in range(4):
+        y = layers.ReLU()(layers.BatchNormalization()(layers.DepthwiseConv2D(3, padding="same")(y)))
+        y = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(64, 1)(y)))
+    y = layers.Dense(12)(layers.Flatten()(layers.AveragePooling2D((25, 5))(y)))
+    model = tf.keras.Model(x, layers.Softmax()(y))
+    randomize_batchnorm(model, np.random.default_rng(14))
+    return _int8(tf, model, [(49, 10, 1)], 14)
+
+
+def int8_mobilenet_v1() -> bytes:
+    """MobileNetV1 alpha 0.25 at 96x96x3 (visual wake words: 2 classes)."""
+    tf = seeded(15)
+    net = tf.keras.applications.MobileNet(input_shape=(96, 96, 3), alpha=0.25, weights=None, classes=2)
+    randomize_batchnorm(net, np.random.default_rng(15))
+    x = tf.keras.Input((96, 96, 3), batch_size=1)
+    return _int8(tf, tf.keras.Model(x, net(x)), [(96, 96, 3)], 15)
+
+
+def int8_resnet8() -> bytes:
+    """ResNet-8 for 32x32x3 CIFAR-10: 3 residual stacks (ADD + RELU) of 16/32/64 filters."""
+    tf = seeded(16)
+    layers = tf.keras.layers
+    x = tf.keras.Input((32, 32, 3), batch_size=1)
+    y = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(16, 3, padding="same")(x)))
+    for filters, stride in ((16, 1), (32, 2), (64, 2)):
+        z = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(filters, 3, stride, padding="same")(y)))
+        z = layers.BatchNormalization()(layers.Conv2D(filters, 3, padding="same")(z))
+        shortcut = y if stride == 1 else layers.Conv2D(filters, 1, stride)(y)
+        y = layers.ReLU()(layers.Add()([shortcut, z]))
+    y = layers.Dense(10)(layers.Flatten()(layers.AveragePooling2D(8)(y)))
+    model = tf.keras.Model(x, layers.Softmax()(y))
+    randomize_batchnorm(model, np.random.default_rng(16))
+    return _int8(tf, model, [(32, 32, 3)], 16)
+
+
+def int8_autoencoder() -> bytes:
+    """The MLPerf Tiny anomaly-detection autoencoder: 640 -> 4 x 128 -> 8 -> 4 x 128 -> 640."""
+    tf = seeded(17)
+    layers = tf.keras.layers
+    x = tf.keras.Input((640,), batch_size=1)
+    y = x
+    for units in (128, 128, 128, 128, 8, 128, 128, 128, 128):
+        y = layers.ReLU()(layers.BatchNormalization()(layers.Dense(units)(y)))
+    model = tf.keras.Model(x, layers.Dense(640)(y))
+    randomize_batchnorm(model, np.random.default_rng(17))
+    return _int8(tf, model, [(640,)], 17)
+
+
+OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize)
+MCU_MODELS = (int8_ds_cnn, int8_mobilenet_v1, int8_resnet8, int8_autoencoder)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------
+def reference_interpreter(path):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interp.allocate_tensors()
+    return interp
+
+
+def full_range_feeds(interp, rng: np.random.Generator) -> list[np.ndarray]:
+    """Integer inputs over their type's whole range; float inputs uniform in [-2.5, 2.5)."""
+    feeds = []
+    for detail in interp.get_input_details():
+        shape, dtype = tuple(detail["shape"]), np.dtype(detail["dtype"])
+        if dtype.kind == "f":
+            feeds.append(rng.uniform(-2.5, 2.5, shape).astype(dtype))
+        else:
+            info = np.iinfo(dtype)
+            feeds.append(rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype))
+    return feeds
+
+
+def invoke(interp, feeds):
+    for detail, value in zip(interp.get_input_details(), feeds):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    return {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
+
+
+def import_cli(path, folder):
+    result = run_cli("import", "tflite", "--model", path, "--output-model", folder / "m.json")
+    assert result.code == 0, result.stderr
+    return folder / "m.json", folder / "m.data", folder / "m.quantize"
+
+
+@pytest.fixture(scope="module")
+def imported(tflite_model, tmp_path_factory):
+    """builder -> (the .tflite file, m.json, m.data, m.quantize), imported once through the CLI."""
+    done = {}
+
+    def get(builder):
+        if builder not in done:
+            path = tflite_model(builder)
+            done[builder] = (path, *import_cli(path, tmp_path_factory.mktemp(builder.__name__)))
+        return done[builder]
+    return get
+
+
+def compare_with_reference(imported_model, samples: int = SAMPLES, seed: int = 0) -> tuple[int, int]:
+    """(largest difference in LSB over every output and sample, samples with a difference); every layer must
+    have run in integer."""
+    path, json_path, data_path, table_path = imported_model
+    graph = serialize.load(json_path, data_path)
+    lowered = lower_model(graph, str(table_path), show=False)
+    assert lowered.float_layers == [], lowered.float_layers
+    interp = reference_interpreter(path)
+    rng = np.random.default_rng(seed)
+    worst, differing = 0, 0
+    for _ in range(samples):
+        feeds = full_range_feeds(interp, rng)
+        expected = invoke(interp, feeds)
+        got = run(lowered.graph, dict(zip(graph.inputs, feeds)))
+        difference = 0
+        for name in graph.outputs:
+            assert got[name].dtype == expected[name].dtype and got[name].shape == expected[name].shape, name
+            if expected[name].dtype.kind == "f":   # a DEQUANTIZE at the edge: the same float bits
+                np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+                continue
+            difference = max(difference, int(np.abs(got[name].astype(np.int64) - expected[name]).max(initial=0)))
+        worst, differing = max(worst, difference), differing + (difference > 0)
+    return worst, differing
+
+
+# ---- tests --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("builder", OP_MODELS + MCU_MODELS, ids=lambda b: b.__name__)
+def test_bit_exact_with_reference_kernels(imported, builder):
+    worst, differing = compare_with_reference(imported(builder))
+    print(f"{builder.__name__}: {SAMPLES} random inputs, {differing} differ, largest difference {worst} LSB")
+    assert worst == 0
+
+
+def test_table_holds_the_models_parameters(imported):
+    """m.quantize names the scheme, says rounding: tflite, matches the imported graph, and holds each tensor's
+    scale (the file's float32, exactly) and zero point; weights per output channel."""
+    path, json_path, data_path, table_path = imported(int8_cnn)
+    graph = serialize.load(json_path, data_path)
+    table = load_table(table_path, graph, serialize.graph_digest(graph))
+    assert (table.quantizer, table.qtype, table.rounding) == ("perchannel_symmetric_affine", "i8", "tflite")
+    assert "rounding: tflite" in table_path.read_text()
+    model = read_tflite(path)
+    activations = [t for t in model.tensors if t.data is None and t.quantized]
+    for tensor in activations:
+        name = tensor.name if tensor.name in graph.tensors and graph.type_of(tensor.name).dtype.is_float \
+            else f"{tensor.name}/real"
+        entry = table.tensors[name]
+        assert entry.scale == [float(tensor.scale[0])] and entry.zero_point == [int(tensor.zero_point[0])], name
+        assert entry.method == "layer" and entry.qtype == "i8"
+    conv = next(node for node in graph.nodes if node.op == "Conv")
+    filter_tensor = next(t for t in model.tensors if t.name == next(
+        n for n in model.nodes if n.op_type == "CONV_2D").inputs[1])
+    weights = table.tensors[conv.inputs[1]]
+    assert weights.method == "channel" and weights.axis == 0
+    assert weights.scale == [float(s) for s in filter_tensor.scale] and set(weights.zero_point) == {0}
+    assert all(t.type.dtype.is_float is False or n in table.tensors or graph.value_of(n) is not None
+               for n, t in graph.tensors.items())
+
+
+def test_cli_inference_takes_and_returns_the_models_integers(imported, tmp_path):
+    """pegasus inference --input x.npy takes the int8 array the TFLite interpreter takes and writes its int8
+    outputs, without --quantized-io or any other flag."""
+    path, json_path, data_path, table_path = imported(int8_ops)
+    interp = reference_interpreter(path)
+    feeds = full_range_feeds(interp, np.random.default_rng(5))
+    graph = serialize.load(json_path, data_path)
+    order = {d["name"]: value for d, value in zip(interp.get_input_details(), feeds)}
+    files = []
+    for name in graph.inputs:
+        file = tmp_path / f"{name.replace(':', '_')}.npy"
+        np.save(file, order[name])
+        files.append(str(file))
+    result = run_cli("inference", "--model", json_path, "--model-data", data_path, "--dtype", "quantized",
+                     "--model-quantize", table_path, "--input", "#".join(files), "--postprocess", "dump_result",
+                     "--output-dir", tmp_path / "out")
+    assert result.code == 0, result.stderr
+    assert "runs in float" not in result.stdout
+    dumped = np.load(tmp_path / "out" / "outputs.npz")
+    expected = invoke(interp, feeds)
+    for name in graph.outputs:
+        assert dumped[name][0].dtype == np.int8
+        np.testing.assert_array_equal(dumped[name][0], expected[name], err_msg=name)
+
+
+def test_float_import_of_the_same_model(imported):
+    """The graph itself is float over the real values: its float reference stays within a few steps of the
+    integer kernels (the same model, without the rounding of each layer)."""
+    path, json_path, data_path, _ = imported(int8_cnn)
+    graph = serialize.load(json_path, data_path)
+    interp = reference_interpreter(path)
+    feeds = full_range_feeds(interp, np.random.default_rng(6))
+    expected = invoke(interp, feeds)
+    got = run(graph, dict(zip(graph.inputs, feeds)))
+    for name in graph.outputs:
+        assert got[name].dtype == np.int8
+        assert np.abs(got[name].astype(np.int64) - expected[name]).max() <= 8
+
+
+def test_quantize_rebuild_recalibrates_from_float(imported, tmp_path):
+    """pegasus quantize --rebuild over the imported model re-calibrates it from its float graph: a table of the
+    scheme asked for, with pegasus's own rounding, whose integer inference stays close to TFLite's."""
+    path, json_path, data_path, table_path = imported(int8_cnn)
+    interp = reference_interpreter(path)
+    rng = np.random.default_rng(7)
+    lines = []
+    for i in range(8):
+        sample = tmp_path / f"s{i}.npy"
+        np.save(sample, full_range_feeds(interp, rng)[0])
+        lines.append(sample.name)
+    (tmp_path / "dataset.txt").write_text("\n".join(lines) + "\n")
+    meta = tmp_path / "m_inputmeta.yml"
+    result = run_cli("generate", "inputmeta", "--model", json_path, "--source-file", tmp_path / "dataset.txt",
+                     "--input-meta-output", meta)
+    assert result.code == 0, result.stderr
+    rebuilt = tmp_path / "rebuilt.quantize"
+    rebuilt.write_text(table_path.read_text())
+    result = run_cli("quantize", "--model", json_path, "--model-data", data_path, "--with-input-meta", meta,
+                     "--model-quantize", rebuilt, "--rebuild", "--quantizer", "asymmetric_affine", "--qtype", "int8",
+                     "--batch-size", "8", "--iterations", "1")
+    assert result.code == 0, result.stderr
+    graph = serialize.load(json_path, data_path)
+    table = load_table(rebuilt, graph, serialize.graph_digest(graph))
+    original = load_table(table_path, graph, serialize.graph_digest(graph))
+    assert (table.quantizer, table.rounding) == ("asymmetric_affine", "half_up")
+    weight = next(node for node in graph.nodes if node.op == "Conv").inputs[1]
+    assert table.tensors[weight].method == "layer" and original.tensors[weight].method == "channel"
+    lowered = lower_model(graph, str(rebuilt), show=False)
+    feeds = full_range_feeds(interp, rng)
+    got = run(lowered.graph, dict(zip(graph.inputs, feeds)))
+    expected = invoke(interp, feeds)
+    for name in graph.outputs:   # softmax probabilities on 1/256 steps
+        assert np.abs(got[name].astype(np.int64) - expected[name]).max() <= 16
