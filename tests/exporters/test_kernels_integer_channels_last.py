@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pegasus.errors import PegasusError
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.builder import GraphBuilder
@@ -90,6 +91,8 @@ CHANNELS_LAST = [last(case) for case in [
               strides=(2, 2), ceil_mode=1)),
 ] + [last(case) for case in AVERAGE]
 
+BY_ID = {case.id: case for case in CHANNELS_LAST}
+
 
 @functools.cache
 def _host_results() -> tuple[dict, set[str]]:
@@ -133,6 +136,21 @@ def test_computed_weights_run_between_transposes(tmp_path):
     bundle()
     np.testing.assert_array_equal(bundle.outputs()["c0_y0"], interpreter.run(graph, feeds)["c0_y0"])
     assert [node.op for node in bundle.result.graph.nodes].count("Transpose") == 2
+
+
+@pytest.mark.parametrize("case", [
+    BY_ID["last-dw-i8-32ch"], BY_ID["last-dense-i8-16ch"], next(c for c in LINEAR if c.id == "QConv-i8-i8"),
+    Case("avg-tflite", "QAveragePool", [ints((1, 4, 4, 8), "int8")],
+         {"kernel_shape": (2, 2), "multiplier": (), "shift": (), "rounding": "tflite", "channels_last": True}),
+], ids=["depthwise", "dense", "channels-first", "average"])
+def test_tflite_rounding_is_refused_not_miscomputed(case, tmp_path):
+    """The kernels compute pegasus's half_up requantisation: a layer asking for TFLite's rounding is refused,
+    naming it, instead of being compiled into other bits than the reference's."""
+    if case.op == "QConv":
+        case = Case(case.id, case.op, case.inputs, {**case.attrs, "rounding": "tflite"}, constant=case.constant)
+    graph, _ = build_graph([case])
+    with pytest.raises(PegasusError, match=f"{case.op} with tflite rounding is not supported"):
+        export_bundle(graph, tmp_path, "net", resolve_target(None, None, None, "pic"))
 
 
 def _chain_layers() -> list[tuple[np.ndarray, np.ndarray, dict]]:
@@ -195,7 +213,6 @@ def test_int8_chain_compiles_without_transposes_in_no_more_memory(tmp_path):
 
 # ---- Cortex-M ----------------------------------------------------------------------------------------
 
-BY_ID = {case.id: case for case in CHANNELS_LAST}
 BARE_METAL = [BY_ID[f"last-{case_id}"] for case_id in (
     "dw-i8-32ch", "dw-i8-35ch-stride2", "dw-u8-13ch-zw", "dw-i8-zw-12ch", "dw-i8-10x4", "dw-x2-u8", "dw-i16",
     "pw-i8-32-64", "pw-u8-zw", "pw-i8-odd", "pw-i16-i8", "rgb-i8-stride2", "dense-i8-16ch", "dense-u8-same-upper",

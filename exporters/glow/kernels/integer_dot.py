@@ -76,6 +76,15 @@ class Operand:
         return self.dtype in (DType.INT8, DType.UINT8, DType.INT16)
 
 
+def require_half_up(k: KernelContext) -> None:
+    """Refuse a layer whose requantisation rounds otherwise than ``half_up`` (TFLite's rounding, the op's
+    ``rounding`` attribute): these kernels compute pegasus's own rule, and would give other bits."""
+    rounding = getattr(k.attrs, "rounding", "half_up")
+    if rounding != "half_up":
+        raise PegasusError(f"{k.node.op} with {rounding} rounding is not supported by the Glow exporter yet "
+                           "(supported: half_up)", where=f"layer '{k.node.name}'")
+
+
 def operand(k: KernelContext, ref: TensorRef, zero_point: int, what: str) -> Operand:
     if ref.type.dtype not in OPERAND_DTYPES:
         raise PegasusError(f"{k.node.op} with a {ref.type.dtype.value} {what} is not supported by the Glow exporter "

@@ -22,7 +22,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
-from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block
+from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block, require_half_up
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, for_tiles, pieces, range_nest
 from pegasus.exporters.glow.kernels.pool import (
     _coordinates,
@@ -95,6 +95,7 @@ def q_average_pool(k: KernelContext) -> None:
     (M, S) of the window's tap count c (AveragePool's count): immediates when every window has the same
     count, else table entries chosen once per tile (the lanes of a tile share their count). Channels last:
     ``_average_last``."""
+    require_half_up(k)
     b, x, a = k.builder, k.inputs[0], k.attrs
     x_shape = first_shape(x.shape, a.channels_last)
     win = QAveragePool.geometry(a, x_shape)
