@@ -25,11 +25,17 @@ import pytest
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir import serialize
 from pegasus.ir.builder import GraphBuilder
+from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.layout import to_last_perm
+from pegasus.quantized.lower import lower_to_integer
+from pegasus.quantizers.assign import build_table
+from pegasus.quantizers.calibrate import calibrate
+from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
 from tests.exporters import toolchains
 from tests.exporters.host_runner import load_bundle
@@ -209,6 +215,39 @@ def test_int8_chain_compiles_without_transposes_in_no_more_memory(tmp_path):
             assert {node.op for node in bundle.result.graph.nodes} == {"QConv", "QAveragePool"}
     np.testing.assert_array_equal(outputs[True].reshape(-1), outputs[False].reshape(-1))
     assert sizes[True] <= sizes[False]
+
+
+
+@pytest.mark.parametrize("op, attrs", [("AveragePool", {"kernel_shape": (25, 5)}), ("GlobalAveragePool", {}),
+                                       ("AveragePool", {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                        "pads": (1, 1, 1, 1)})],
+                         ids=["whole-window", "global", "padded"])
+def test_quantized_channels_last_pools_lower_and_compile(op, attrs, tmp_path):
+    """A float channels-last average pool quantized by pegasus (int8) becomes a channels-last QAveragePool (its
+    window read from the spatial axes, not from the last two) that compiles without a transpose, gives the
+    reference's bytes, and stays within half an input step and half an output step of the float pool."""
+    rng = np.random.default_rng(8)
+    graph = Graph("pool")
+    builder = GraphBuilder(graph)
+    builder.add_input("x", TensorType((1, 25, 5, 8), DType.FLOAT32))
+    graph.inputs.append("x")
+    graph.outputs.append(builder.emit(op, ["x"], {**attrs, "channels_last": True}, name="pool")[0])
+    verify(graph)
+    samples = [{"x": rng.standard_normal((1, 25, 5, 8)).astype(np.float32)} for _ in range(4)]
+    scheme = Scheme.of("perchannel_symmetric_affine", "int8")
+    ranges = calibrate(graph, samples, total=4, batch_size=4, signed=True, progress=False).ranges
+    table = build_table(graph, ranges, scheme, algorithm="normal", digest=serialize.graph_digest(graph))
+    lowered = lower_to_integer(graph, table).graph
+    assert [node.op for node in lowered.nodes if node.op == "QAveragePool"] == ["QAveragePool"]
+    feeds = samples[0]
+    bundle = load_bundle(lowered, feeds, tmp_path)
+    bundle()
+    output = graph.outputs[0]
+    expected = interpreter.run(lowered, feeds)[output]
+    np.testing.assert_array_equal(bundle.outputs()[output], expected)
+    assert "Transpose" not in {node.op for node in bundle.result.graph.nodes}
+    bound = (float(table.get("x").scale[0]) + float(table.get(output).scale[0])) / 2   # input and output rounding
+    assert np.max(np.abs(expected - interpreter.run(graph, feeds)[output])) <= 1.01 * bound
 
 
 # ---- Cortex-M ----------------------------------------------------------------------------------------

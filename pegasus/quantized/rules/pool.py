@@ -9,6 +9,7 @@ import numpy as np
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import bits_needed, integer_range
 from pegasus.ops.integer import QAveragePool
+from pegasus.ops.layout import first_shape
 from pegasus.ops.registry import make_attrs
 from pegasus.quantized.lower import LoweringContext, integer_rule
 from pegasus.quantized.params import TensorQuant
@@ -34,9 +35,10 @@ def sum_bits(xq: TensorQuant, taps: int) -> int:
 def average_pool(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
-    shape = ctx.source.type_of(x).shape
+    channels_last = bool(node.attrs.channels_last)
+    shape = first_shape(ctx.source.type_of(x).shape, channels_last)
     if node.op == "GlobalAveragePool":
-        window = {"kernel_shape": tuple(shape[2:])}
+        window = {"kernel_shape": tuple(shape[2:]), "channels_last": channels_last}
     else:
         window = {f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__}
     taps = QAveragePool.taps(make_attrs("QAveragePool", **window), shape)
