@@ -1,0 +1,1 @@
+"""Import PyTorch models (TorchScript archives and torch.export programs) onto the registry ops."""

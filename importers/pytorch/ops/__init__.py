@@ -1,0 +1,14 @@
+"""PyTorch converters, one module per op family (mirrors pegasus/ops/); importing registers them."""
+
+from pegasus.importers.pytorch.ops import (  # noqa: F401  (each import registers its converters)
+    binary,
+    conv,
+    elementwise,
+    normalization,
+    plumbing,
+    pool,
+    reduce,
+    resize,
+    rnn,
+    shape,
+)

@@ -1,0 +1,68 @@
+"""PyTorch converters for the arithmetic ops: add, sub, rsub, mul, div (true, trunc, floor), pow, maximum,
+minimum, with broadcasting and with a Python number for either operand.
+
+``add``/``sub`` scale the second operand by ``alpha`` (a Mul by a constant, folded when the operand is a
+constant). A Python number takes the tensor operand's dtype, as PyTorch's type promotion does for a float
+tensor. When no operand is a tensor the op is shape arithmetic (``x.size(0) * 2``) and is computed at
+import.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.pytorch.context import TorchContext, converter
+from pegasus.importers.pytorch.ops.plumbing import fold_python
+
+#: aten op -> (registry op, Python operator for shape arithmetic, operands swapped)
+BINARY = {"add": ("Add", operator.add, False), "sub": ("Sub", operator.sub, False), "mul": ("Mul", operator.mul, False),
+          "div": ("Div", operator.truediv, False), "rsub": ("Sub", operator.sub, True),
+          "pow": ("Pow", operator.pow, False), "maximum": ("Max", max, False), "minimum": ("Min", min, False),
+          "true_divide": ("Div", operator.truediv, False), "multiply": ("Mul", operator.mul, False)}
+
+
+@converter(*[f"aten::{op}{inplace}" for op in BINARY for inplace in ("", "_")])
+def binary(ctx: TorchContext, node: SourceNode) -> None:
+    op, python, swapped = BINARY[node.op_type.split("::")[1].rstrip("_")]
+    args = ctx.args(node)
+    a = args.get("self", args.get("a"))
+    b = args.get("other", args.get("exponent", args.get("b")))
+    alpha = args.get("alpha", 1)
+    mode = args.get("rounding_mode")
+    if fold_python(ctx, node, lambda *_: _python(python, a, b, alpha, mode, swapped)):
+        return
+    like = a if ctx.is_tensor(a) else b
+    a, b = ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other")
+    if alpha not in (1, 1.0, None):
+        b = ctx.emit("Mul", [b, ctx.tensor(node, alpha, b, "alpha")], node=node, suffix="/alpha")[0]
+    if swapped:
+        a, b = b, a
+    if mode is None:
+        ctx.emit(op, [a, b], node=node)
+        return
+    quotient = ctx.emit(op, [a, b], node=node, suffix="/divide")[0]
+    if mode == "floor":
+        ctx.emit("Floor", [quotient], node=node)
+    else:
+        _trunc(ctx, node, quotient)
+
+
+def _trunc(ctx: TorchContext, node: SourceNode, quotient: str) -> None:
+    """Rounding toward zero: sign(q) * floor(|q|)."""
+    magnitude = ctx.emit("Abs", [quotient], node=node, suffix="/abs")[0]
+    floored = ctx.emit("Floor", [magnitude], node=node, suffix="/floor")[0]
+    sign = ctx.emit("Sign", [quotient], node=node, suffix="/sign")[0]
+    ctx.emit("Mul", [floored, sign], node=node)
+
+
+def _python(fn, a, b, alpha, mode, swapped):
+    if alpha not in (1, 1.0, None):
+        b = b * alpha
+    if swapped:
+        a, b = b, a
+    if mode == "floor":
+        return a // b
+    if mode == "trunc":
+        return int(a / b)
+    return fn(a, b)

@@ -1,0 +1,86 @@
+"""PyTorch converters for the MAC-heavy ops: convolutions (1-D/2-D/3-D, groups, dilation, transposed), linear,
+addmm, matmul/mm/bmm.
+
+PyTorch's layouts are the registry's: activations channels first, Conv weights (M, C/group, k...),
+ConvTranspose weights (C, M/group, k...); so weights pass as they are. A padding of ``n`` is ``n`` at both
+ends of each spatial axis; ``padding='same'`` puts the odd pixel at the end, as PyTorch does. ``linear`` is
+a Gemm (transB) on a 2-D input, else a MatMul with the transposed weight plus the bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pegasus.errors import PegasusError
+from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.pytorch.context import TorchContext, converter
+
+
+def spatial(values, count: int) -> tuple[int, ...]:
+    """A per-axis int list (one value stands for every axis)."""
+    values = [int(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
+    return tuple(values * count) if len(values) == 1 else tuple(values)
+
+
+def _pads(node: SourceNode, padding, kernel: tuple[int, ...], dilations: tuple[int, ...]) -> tuple[int, ...]:
+    if padding == "valid":
+        return (0,) * (2 * len(kernel))
+    if padding == "same":
+        total = [d * (k - 1) for k, d in zip(kernel, dilations)]
+        return tuple(t // 2 for t in total) + tuple(t - t // 2 for t in total)
+    if isinstance(padding, str):
+        raise PegasusError(f"{node.describe()}: padding '{padding}' is not supported")
+    pads = spatial(padding, len(kernel))
+    return pads + pads
+
+
+@converter("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+           "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d")
+def convolution(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    x, w, bias = args["input"], args["weight"], args.get("bias")
+    kernel = tuple(ctx.shape(w)[2:])
+    n = len(kernel)
+    transposed = bool(args.get("transposed", "transpose" in node.op_type))
+    strides, dilations = spatial(args.get("stride", 1), n), spatial(args.get("dilation", 1), n)
+    attrs = {"strides": strides, "dilations": dilations, "group": int(args.get("groups", 1)),
+             "pads": _pads(node, args.get("padding", 0), kernel, dilations), "kernel_shape": kernel}
+    if transposed:
+        attrs["output_padding"] = spatial(args.get("output_padding", 0), n)
+    inputs = [x, w]
+    if bias is not None:
+        inputs.append(bias)
+    ctx.emit("ConvTranspose" if transposed else "Conv", inputs, attrs, node=node)
+
+
+@converter("aten::linear")
+def linear(ctx: TorchContext, node: SourceNode) -> None:
+    """y = x W^T + b: a Gemm for a 2-D x, else MatMul(x, W^T) + b."""
+    args = ctx.args(node)
+    x, w, bias = args["input"], args["weight"], args.get("bias")
+    if ctx.rank(x) == 2:
+        ctx.emit("Gemm", [x, w] + ([bias] if bias is not None else []), {"transB": 1}, node=node)
+        return
+    weight = ctx.value(w)
+    wt = (ctx.add_constant(f"{node.name}/weight_t", np.ascontiguousarray(weight.T)) if weight is not None
+          else ctx.emit("Transpose", [w], {"perm": (1, 0)}, node=node, suffix="/weight_t")[0])
+    if bias is None:
+        ctx.emit("MatMul", [x, wt], node=node)
+        return
+    y = ctx.emit("MatMul", [x, wt], node=node, suffix="/matmul")[0]
+    ctx.emit("Add", [y, bias], node=node)
+
+
+@converter("aten::addmm")
+def addmm(ctx: TorchContext, node: SourceNode) -> None:
+    """beta * self + alpha * (mat1 @ mat2)."""
+    args = ctx.args(node)
+    attrs = {"alpha": float(args.get("alpha", 1)), "beta": float(args.get("beta", 1))}
+    ctx.emit("Gemm", [args["mat1"], args["mat2"], args["self"]], attrs, node=node)
+
+
+@converter("aten::matmul", "aten::mm", "aten::bmm")
+def matmul(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    other = args.get("other", args.get("mat2"))
+    ctx.emit("MatMul", [args["self"], other], node=node)

@@ -1,0 +1,212 @@
+"""The plumbing a TorchScript or torch.export graph carries around its layers, folded at import.
+
+With the input shapes fixed, ``x.size(0)``, ``int(t)``, list and tuple building and unpacking, integer
+arithmetic, comparisons and the shape checks a scripted module makes (``prim::If`` + ``prim::RaiseException``)
+are all known at import: they become Python values (``TorchContext.values``), never layers. ``prim::If``
+converts the branch its condition selects. Ops that change nothing at inference (dropout, contiguous,
+detach, clone, ``to`` the same dtype) become the tensor they read; ``zeros``/``ones``/``full`` become
+constants.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from pegasus.errors import PegasusError
+from pegasus.importers.common.converters import SourceNode, convert_nodes
+from pegasus.importers.pytorch.context import TABLE, TorchContext, converter, dim
+
+#: torch ScalarType numbers (TorchScript's dtype arguments) -> NumPy
+SCALAR_TYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
+                7: np.float64, 11: np.bool_, 15: np.float32}
+
+
+def numpy_dtype(value, default=np.float32) -> np.dtype:
+    """A dtype argument (ScalarType number, torch.dtype, None) as a NumPy dtype."""
+    if value is None:
+        return np.dtype(default)
+    if isinstance(value, int):
+        return np.dtype(SCALAR_TYPES.get(value, np.float32))
+    name = str(value).replace("torch.", "")
+    return np.dtype({"bfloat16": "float32", "half": "float16", "long": "int64", "bool": "bool"}.get(name, name))
+
+
+def inputs(ctx: TorchContext, node: SourceNode) -> list:
+    return ctx.args(node)["inputs"]
+
+
+@converter("prim::ListConstruct", "prim::TupleConstruct")
+def construct(ctx: TorchContext, node: SourceNode) -> None:
+    ctx.set_value(node, list(inputs(ctx, node)))
+
+
+@converter("prim::ListUnpack", "prim::TupleUnpack")
+def unpack(ctx: TorchContext, node: SourceNode) -> None:
+    items = inputs(ctx, node)[0]
+    if not isinstance(items, (list, tuple)) or len(items) != len(node.outputs):
+        raise PegasusError(f"{node.describe()}: cannot unpack {items!r} into {len(node.outputs)} values")
+    for index, item in enumerate(items):
+        _bind(ctx, node, index, item)
+
+
+def _bind(ctx: TorchContext, node: SourceNode, index: int, item) -> None:
+    if ctx.is_tensor(item):
+        ctx.alias(node, item, index)
+    else:
+        ctx.values[node.outputs[index]] = item
+
+
+@converter("prim::TupleIndex", "aten::__getitem__", "getitem")
+def getitem(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    items, index = args.get("inputs") or [args.get("list"), args.get("idx")]
+    _bind(ctx, node, 0, items[int(index)])
+
+
+@converter("aten::size", "aten::sym_size")
+def size(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    shape = list(ctx.shape(args["self"]))
+    ctx.set_value(node, shape[dim(int(args["dim"]), len(shape))] if args.get("dim") is not None else shape)
+
+
+@converter("aten::dim")
+def rank(ctx: TorchContext, node: SourceNode) -> None:
+    ctx.set_value(node, ctx.rank(ctx.args(node)["self"]))
+
+
+@converter("aten::numel")
+def numel(ctx: TorchContext, node: SourceNode) -> None:
+    ctx.set_value(node, math.prod(ctx.shape(ctx.args(node)["self"])))
+
+
+@converter("aten::len")
+def length(ctx: TorchContext, node: SourceNode) -> None:
+    ctx.set_value(node, len(next(iter(ctx.args(node).values()))))
+
+
+@converter("prim::NumToTensor", "aten::scalar_tensor")
+def num_to_tensor(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    value = args.get("s", next(iter(args.values())))
+    ctx.builder.set_constant(node.outputs[0], np.asarray(value, np.int64 if isinstance(value, int) else np.float32))
+
+
+@converter("aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit", "aten::item", "prim::unchecked_cast",
+           "aten::IntImplicit", "aten::FloatImplicit")
+def to_scalar(ctx: TorchContext, node: SourceNode) -> None:
+    value = next(iter(ctx.args(node).values()))
+    if isinstance(value, list) and len(value) == 1 and node.op_type == "prim::unchecked_cast":
+        value = value[0]
+    if node.op_type == "prim::unchecked_cast" and ctx.is_tensor(value):
+        ctx.alias(node, value)
+        return
+    number = ctx.number(node, value, "scalar") if ctx.is_tensor(value) else value
+    cast = {"aten::Int": int, "aten::IntImplicit": int, "aten::Float": float, "aten::FloatImplicit": float,
+            "aten::Bool": bool}.get(node.op_type)
+    ctx.set_value(node, cast(number) if cast else number)
+
+
+#: the integer and boolean operations of shape arithmetic, on Python values
+_PYTHON_OPS = {"aten::gt": operator.gt, "aten::lt": operator.lt, "aten::ge": operator.ge, "aten::le": operator.le,
+               "aten::eq": operator.eq, "aten::ne": operator.ne, "aten::floordiv": operator.floordiv,
+               "aten::remainder": operator.mod, "aten::__and__": operator.and_, "aten::__or__": operator.or_,
+               "aten::__is__": operator.is_, "aten::__isnot__": operator.is_not, "aten::__not__": operator.not_,
+               "aten::__contains__": operator.contains}
+
+
+def python_operands(ctx: TorchContext, node: SourceNode) -> list | None:
+    """The node's operands when none is a tensor (shape arithmetic), else None."""
+    values = ctx.args(node)
+    values = values.get("inputs", list(values.values()))
+    return None if any(ctx.is_tensor(v) for v in values) else values
+
+
+@converter(*_PYTHON_OPS)
+def python_op(ctx: TorchContext, node: SourceNode) -> None:
+    operands = python_operands(ctx, node)
+    if operands is None:
+        raise PegasusError(f"{node.describe()}: {node.op_type} on tensors is not supported")
+    ctx.set_value(node, _PYTHON_OPS[node.op_type](*operands))
+
+
+def fold_python(ctx: TorchContext, node: SourceNode, fn) -> bool:
+    """Compute ``fn`` on the operands when none is a tensor (shape arithmetic); True when done."""
+    operands = python_operands(ctx, node)
+    if operands is None:
+        return False
+    operands = [v for v in operands if v is not None] if node.op_type in ("aten::div", "aten::add") else operands
+    ctx.set_value(node, fn(*operands))
+    return True
+
+
+@converter("prim::If")
+def if_(ctx: TorchContext, node: SourceNode) -> None:
+    """Convert the branch the (import-time) condition selects; its results become the If's outputs."""
+    condition = ctx.resolve(node.attrs["inputs"][0])
+    if not isinstance(condition, (bool, int, np.bool_)):
+        raise PegasusError(f"{node.describe()}: the condition depends on tensor values, which pegasus cannot "
+                           "branch on (control flow is not supported)")
+    nodes, results = node.attrs["blocks"][0 if condition else 1]
+    convert_nodes(TABLE, ctx, nodes)
+    for index, result in enumerate(results):
+        _bind(ctx, node, index, ctx.resolve(result))
+
+
+@converter("prim::RaiseException")
+def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
+    message = next((v for v in inputs(ctx, node) if isinstance(v, str)), "")
+    raise PegasusError(f"{node.describe()}: the model raises for these input shapes: {message}".rstrip(": "))
+
+
+@converter("aten::warn", "prim::Uninitialized", "aten::format", "aten::str", "prim::device", "prim::dtype",
+           "aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
+           "prim::requires_grad", "prim::is_cuda", "aten::__range_length", "aten::__derive_index")
+def nothing(ctx: TorchContext, node: SourceNode) -> None:
+    """Values only checks and messages use."""
+    for out in node.outputs:
+        ctx.values[out] = None
+
+
+@converter("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
+           "aten::contiguous", "aten::detach", "aten::clone", "aten::lift_fresh", "aten::lift_fresh_copy",
+           "aten::alias", "aten::type_as")
+def identity(ctx: TorchContext, node: SourceNode) -> None:
+    """Dropout at inference, copies and memory-layout changes: the tensor itself (type_as on a tensor of the
+    same dtype; another dtype is a Cast)."""
+    args = ctx.args(node)
+    x = args.get("input", args.get("self"))
+    other = args.get("other")
+    if node.op_type == "aten::type_as" and ctx.type_of(other).dtype != ctx.type_of(x).dtype:
+        ctx.emit("Cast", [x], {"to": ctx.type_of(other).dtype.value}, node=node)
+    else:
+        ctx.alias(node, x)
+
+
+@converter("aten::to", "aten::_to_copy", "aten::type")
+def to(ctx: TorchContext, node: SourceNode) -> None:
+    """``to(dtype)`` casts; ``to(device)``, ``to(other)`` with the same dtype, and copies change nothing."""
+    args = ctx.args(node)
+    x = args["self"]
+    dtype = args.get("dtype")
+    if ctx.is_tensor(args.get("other")):
+        dtype = ctx.type_of(args["other"]).dtype.value
+    if dtype is None or numpy_dtype(dtype) == ctx.type_of(x).dtype.numpy:
+        ctx.alias(node, x)
+    else:
+        ctx.emit("Cast", [x], {"to": str(numpy_dtype(dtype))}, node=node)
+
+
+@converter("aten::zeros", "aten::ones", "aten::full", "aten::zeros_like", "aten::ones_like", "aten::full_like",
+           "aten::new_zeros", "aten::new_ones", "aten::empty", "aten::new_full")
+def filled(ctx: TorchContext, node: SourceNode) -> None:
+    """A tensor of one value, as a constant (recurrent layers' initial states, masks)."""
+    args = ctx.args(node)
+    like = args.get("self")
+    shape = args.get("size") if args.get("size") is not None else ctx.shape(like)
+    fill = 1 if "ones" in node.op_type else args.get("fill_value", 0)
+    default = ctx.type_of(like).dtype.numpy if ctx.is_tensor(like) else np.float32
+    ctx.builder.set_constant(node.outputs[0], np.full(tuple(shape), fill, numpy_dtype(args.get("dtype"), default)))

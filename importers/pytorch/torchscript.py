@@ -1,0 +1,204 @@
+"""The TorchScript front end: a ``torch.jit.save`` archive (traced or scripted) as a ``SourceGraph``.
+
+The archive has passed archive.py's guard. ``torch.jit.load`` compiles its code; the forward graph is
+inlined (submodule calls become their ops, each node keeping the module hierarchy it came from) and every
+op is checked against the converter table *before* anything runs: ``torch.jit.freeze`` (which turns the
+parameters into constants) and constant propagation execute ops whose inputs are constants, so an op
+pegasus does not know (``aten::save``, say) must never reach them. After freezing (``optimize_numerics``
+off: BatchNorm is folded by pegasus's own pass), mutation is removed and tuples lowered.
+
+Then each node becomes a SourceNode: ``prim::Constant`` values are read with ``toIValue`` (tensors become
+the graph's constants, named after the parameter: ``features.0.0.weight``; other values are inlined as
+Python values), an ATen node's inputs are named by its schema's arguments, and ``prim::If`` carries its two
+blocks so the branch the input shapes select is converted (the other, usually a shape check that raises, is
+not). TorchScript keeps no input shapes: ``--input-size-list`` gives them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pegasus.errors import PegasusError, UnsupportedOpsError
+from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.pytorch.context import TABLE, Namer, Ref, SourceGraph, to_numpy, torch_module_names
+
+#: ops freezing removes (attribute reads), or control flow whose blocks' ops are checked one by one (a loop
+#: that freezing and constant propagation do not remove is refused by the table afterwards)
+_FROZEN_AWAY = {"prim::GetAttr", "prim::Constant", "prim::SetAttr", "prim::Loop"}
+_HIERARCHY = re.compile(r"([^.()]+)\(([^()]*)\)")
+_NOT_A_MODULE = {"SELF", "UNKNOWN_INSTANCE"}
+
+
+def module_of(node) -> tuple[str, str]:
+    """(module path, module type name) of an inlined TorchScript node, from its module hierarchy."""
+    path, kind = [], ""
+    for instance, type_name in _HIERARCHY.findall(node.getModuleHierarchy() or ""):
+        if instance not in _NOT_A_MODULE:
+            path.append(instance)
+            kind = type_name
+    return ".".join(path), kind
+
+
+def _is_tensor_type(ttype) -> bool:
+    import torch
+
+    return ttype.isSubtypeOf(torch._C.TensorType.get())
+
+
+def _load(path: Path):
+    import torch
+
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # torch raises RuntimeError with a multi-line message for a bad archive
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PegasusError(f"not a loadable TorchScript archive ({first})", where=str(path)) from None
+    return module.eval()
+
+
+def _all_nodes(block) -> list:
+    found = []
+    for node in block.nodes():
+        found.append(node)
+        for inner in node.blocks():
+            found.extend(_all_nodes(inner))
+    return found
+
+
+def _check_ops(module, path: Path) -> None:
+    """Every op of the inlined forward graph has a converter, before freezing runs any of them."""
+    import torch
+
+    graph = module.forward.graph.copy()
+    torch._C._jit_pass_inline(graph)
+    problems: dict[str, str] = {}
+    for node in _all_nodes(graph):
+        kind = node.kind()
+        if kind in _FROZEN_AWAY or kind in problems or TABLE.find(kind) is not None:
+            continue
+        where = module_of(node)[0]
+        problems[kind] = f"{kind} at {where}" if where else f"{kind} (in the top module's forward)"
+    if problems:
+        raise UnsupportedOpsError(list(problems.values()), where=str(path))
+
+
+def _frozen_graph(module):
+    import torch
+
+    frozen = torch.jit.freeze(module, optimize_numerics=False)
+    graph = frozen.forward.graph
+    torch._C._jit_pass_inline(graph)
+    torch._C._jit_pass_remove_mutation(graph)
+    torch._C._jit_pass_lower_all_tuples(graph)
+    torch._C._jit_pass_constant_propagation(graph)
+    torch._C._jit_pass_dce(graph)
+    return graph
+
+
+def _argument_names(node) -> list[str] | None:
+    import torch
+
+    try:
+        schema = node.schema()
+    except RuntimeError:
+        return None
+    if schema == "(no schema)":
+        return None
+    return [arg.name for arg in torch._C.parse_schema(schema).arguments]
+
+
+class _Walker:
+    """Turns the frozen graph's nodes into SourceNodes, naming every value."""
+
+    def __init__(self):
+        self.namer = Namer(torch_module_names())
+        self.names: dict[str, Any] = {}   # debugName -> Ref, or a Python value for constants
+        self.constants: dict = {}
+
+    def ref(self, value) -> Any:
+        return self.names[value.debugName()]
+
+    def constant(self, node) -> None:
+        import torch
+
+        out = node.output()
+        value = out.toIValue()
+        base = re.sub(r"^self\.", "", out.debugName())
+        if isinstance(value, torch.Tensor):
+            self.names[out.debugName()] = Ref(self._tensor_constant(base, value))
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+            self.names[out.debugName()] = [Ref(self._tensor_constant(f"{base}.{i}", v)) for i, v in enumerate(value)]
+        elif isinstance(value, torch.device):
+            self.names[out.debugName()] = str(value)
+        else:
+            self.names[out.debugName()] = value
+
+    def _tensor_constant(self, base: str, tensor) -> str:
+        name = self.namer.unique(base if not base.isdigit() else f"constant_{base}")
+        self.constants[name] = to_numpy(tensor)
+        return name
+
+    def nodes(self, block) -> list[SourceNode]:
+        found = []
+        for node in block.nodes():
+            if node.kind() == "prim::Constant":
+                self.constant(node)
+            else:
+                found.append(self.source_node(node))
+        return found
+
+    def source_node(self, node) -> SourceNode:
+        kind = node.kind()
+        path, module_type = module_of(node)
+        name = self.namer.layer(path, module_type, kind)
+        arg_names = _argument_names(node)
+        values = [self.ref(v) for v in node.inputs()]
+        if arg_names is not None and len(arg_names) == len(values):
+            attrs: dict[str, Any] = dict(zip(arg_names, values))
+        else:
+            attrs = {"inputs": values}
+        for attribute in node.attributeNames():  # prim ops keep parameters as attributes (ConstantChunk's)
+            attrs[attribute] = getattr(node, node.kindOf(attribute))(attribute)
+        if kind == "prim::If":
+            attrs["blocks"] = [(self.nodes(b), [self.ref(v) for v in b.outputs()]) for b in node.blocks()]
+        tensors = [self.names[v.debugName()].name for v in node.inputs()
+                   if _is_tensor_type(v.type()) and isinstance(self.names[v.debugName()], Ref)]
+        outputs = []
+        for i, out in enumerate(node.outputs()):
+            tensor_name = name if node.outputsSize() == 1 else f"{name}:{i}"
+            out_name = tensor_name if _is_tensor_type(out.type()) else f"{name}#{i}"
+            if out_name != name:
+                out_name = self.namer.unique(out_name)
+            self.names[out.debugName()] = Ref(out_name)
+            outputs.append(out_name)
+        return SourceNode(name, kind, tensors, outputs, attrs, where=path)
+
+
+def read_torchscript(path: Path) -> SourceGraph:
+    """Load, check, freeze and walk a TorchScript archive (already through archive.py's guard)."""
+    module = _load(path)
+    _check_ops(module, path)
+    try:
+        graph = _frozen_graph(module)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise PegasusError(f"TorchScript could not freeze the model ({first})", where=str(path)) from None
+    walker = _Walker()
+    inputs = []
+    for value in list(graph.inputs())[1:]:  # the first is the module itself
+        if not _is_tensor_type(value.type()):
+            raise PegasusError(f"forward argument '{value.debugName()}' is a {value.type()}, not a tensor: pegasus "
+                               "imports models whose inputs are tensors", where=str(path))
+        name = walker.namer.unique(re.sub(r"\.\d+$", "", value.debugName()))
+        walker.names[value.debugName()] = Ref(name)
+        inputs.append((name, None, "float32"))
+    nodes = walker.nodes(graph)
+    outputs = []
+    for value in graph.outputs():
+        ref = walker.ref(value)
+        if not isinstance(ref, Ref):
+            raise PegasusError(f"the model returns a constant ({ref!r})", where=str(path))
+        outputs.append(ref.name)
+    return SourceGraph(inputs, walker.constants, nodes, outputs)
