@@ -32,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                   "table of its own parameters to write (default: next to the "
                                                   ".json, MODEL_STEM.quantize)")
     tflite.set_defaults(run=run_tflite)
+    _add_pytorch(frameworks)
 
 
 def _add_common(parser: argparse.ArgumentParser, dtypes: bool = True) -> None:
@@ -183,3 +184,42 @@ def _opset(model) -> int:
     from pegasus.importers.onnx.loader import model_opset
 
     return model_opset(model)
+
+
+def _add_pytorch(frameworks) -> None:
+    pytorch = frameworks.add_parser(
+        "pytorch", help="import a PyTorch model: TorchScript (.pt) or a torch.export program (.pt2)",
+        description="Import a TorchScript archive (torch.jit.save of a traced or scripted module) or a torch.export "
+                    "program (torch.export.save, .pt2). A pickle (a state_dict, torch.save(model), a checkpoint) is "
+                    "refused: nothing in it is run. Layers are named after the module paths (features.0.0).")
+    pytorch.add_argument("--model", required=True, help="the .pt (TorchScript) or .pt2 (torch.export) file")
+    _add_common(pytorch, dtypes=False)
+    pytorch.add_argument("--input-dtype-list", help="dtype of each input separated by '#': float, int8, uint8, "
+                                                    "int16, uint16, int32, int64 (default: float32, or as a .pt2 "
+                                                    "declares)")
+    for action in pytorch._actions:
+        if action.dest == "inputs":
+            action.help = ("the model's input names (the forward's arguments) in the order --input-size-list gives "
+                           "their sizes (default: the forward's order)")
+        elif action.dest == "input_size_list":
+            action.help += "; required for TorchScript, which keeps no input shapes"
+    pytorch.set_defaults(run=run_pytorch)
+
+
+def run_pytorch(args: argparse.Namespace) -> int:
+    from pegasus.importers.pytorch.loader import declared_batches, import_pytorch, read_model
+
+    json_path, data_path, name = output_paths(args)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    model_file, model = read_model(args.model)
+    inputs = args.inputs.split() if args.inputs else None
+    batches = declared_batches(model)
+    if inputs:
+        order = [n for n, _, _ in model.inputs]
+        batches = [batches[order.index(n)] if n in order else None for n in inputs]
+    shapes = parse_size_list(args.input_size_list, args.size_with_batch, batches)
+    graph = import_pytorch((model_file, model), inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+                           input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list), name=name,
+                           optimize=not args.no_optimize, note=lambda line: print(line, file=sys.stderr))
+    source = {"framework": "pytorch", "file": Path(args.model).name, "format": model_file.kind, "layout": "nchw"}
+    return _save(args, graph, source, json_path, data_path)
