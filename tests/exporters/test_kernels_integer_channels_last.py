@@ -7,9 +7,12 @@ runs again channels last (operand types int8/uint8/int16 with zero points, per-t
 requantisation, biases, strides, dilations, pads, SAME, groups, depthwise, 1-D/2-D/3-D, windows in the
 padding), plus the shapes channels-last models have: depthwise over many channels (multiples of four and
 odd counts, multiplier 1, 2 and 3, 8-bit and 16-bit, asymmetric weights), 1×1 convolutions, three input
-channels. A subset runs bare metal on Cortex-M7 and Cortex-M4 under qemu (the DSP paths). Every case
-compiles without a transpose; an int8 conv → depthwise → average pool chain too, in no more memory than
-channels first; a convolution whose weights are computed runs between transposes, still exact.
+channels; and QAveragePool with TFLite's rounding (AVERAGE_POOL_2D) in both layouts. A subset runs bare
+metal on Cortex-M7 and Cortex-M4 under qemu (the DSP paths), and Cortex-M7 instruction counts compare the
+layouts. Every case compiles without a transpose; an int8 conv → depthwise → average pool chain too, in no
+more memory than channels first; a convolution whose weights are computed runs between transposes, still
+exact; float channels-last pools quantized by pegasus lower to channels-last QAveragePool; a rounding the
+kernels do not compute is refused.
 """
 
 from __future__ import annotations
@@ -97,6 +100,28 @@ CHANNELS_LAST = [last(case) for case in [
               strides=(2, 2), ceil_mode=1)),
 ] + [last(case) for case in AVERAGE]
 
+
+def _tflite_avg(id_: str, x: np.ndarray, zero_point: int = 0, out_zero_point: int = 0, **window) -> Case:
+    """A QAveragePool with TFLite's rounding (AVERAGE_POOL_2D: the sum divided by the count, half away)."""
+    attrs = {**window, "multiplier": (), "shift": (), "out_zero_point": out_zero_point, "rounding": "tflite",
+             "out_dtype": x.dtype.name, "x_zero_point": zero_point}
+    return Case(id_, "QAveragePool", [x], attrs)
+
+
+TFLITE_AVERAGE = [
+    _tflite_avg("avg-tflite-i8-same", ints((1, 8, 9, 9), "int8"), kernel_shape=(3, 3), strides=(2, 2),
+                pads=(1, 1, 1, 1)),
+    _tflite_avg("avg-tflite-i8-global", ints((1, 16, 7, 7), "int8"), kernel_shape=(7, 7)),
+    _tflite_avg("avg-tflite-i8-ties", ints((2, 5, 6, 8), "int8", -2, 1), kernel_shape=(2, 2)),
+    _tflite_avg("avg-tflite-u8-count-pads", ints((1, 3, 7, 6), "uint8"), kernel_shape=(2, 3), pads=(1, 1, 0, 1),
+                count_include_pad=1),
+    _tflite_avg("avg-tflite-i16-pads", ints((1, 4, 6, 7), "int16"), kernel_shape=(3, 3), pads=(1, 1, 1, 1)),
+    _tflite_avg("avg-tflite-i8-zero-points-ceil", ints((1, 6, 7, 7), "int8"), 5, -3, kernel_shape=(2, 2),
+                strides=(2, 2), ceil_mode=1, lo=-3),
+    _tflite_avg("avg-tflite-i8-ds-cnn", ints((1, 64, 25, 5), "int8"), kernel_shape=(25, 5)),
+]
+CHANNELS_LAST += TFLITE_AVERAGE + [last(case) for case in TFLITE_AVERAGE]
+
 BY_ID = {case.id: case for case in CHANNELS_LAST}
 
 
@@ -146,8 +171,9 @@ def test_computed_weights_run_between_transposes(tmp_path):
 
 @pytest.mark.parametrize("case", [
     BY_ID["last-dw-i8-32ch"], BY_ID["last-dense-i8-16ch"], next(c for c in LINEAR if c.id == "QConv-i8-i8"),
-    Case("avg-tflite", "QAveragePool", [ints((1, 4, 4, 8), "int8")],
-         {"kernel_shape": (2, 2), "multiplier": (), "shift": (), "rounding": "tflite", "channels_last": True}),
+    Case("avg-tflite-wide", "QAveragePool", [ints((1, 4, 4, 8), "int16")],
+         {"kernel_shape": (2, 2), "multiplier": (1 << 30,) * 4, "shift": (31,) * 4, "rounding": "tflite_wide",
+          "out_dtype": "int16", "channels_last": True}),
 ], ids=["depthwise", "dense", "channels-first", "average"])
 def test_tflite_rounding_is_refused_not_miscomputed(case, tmp_path):
     """The kernels compute pegasus's half_up requantisation: a layer asking for TFLite's rounding is refused,
@@ -155,7 +181,7 @@ def test_tflite_rounding_is_refused_not_miscomputed(case, tmp_path):
     if case.op == "QConv":
         case = Case(case.id, case.op, case.inputs, {**case.attrs, "rounding": "tflite"}, constant=case.constant)
     graph, _ = build_graph([case])
-    with pytest.raises(PegasusError, match=f"{case.op} with tflite rounding is not supported"):
+    with pytest.raises(PegasusError, match=f"{case.op} with {case.attrs['rounding']} rounding is not supported"):
         export_bundle(graph, tmp_path, "net", resolve_target(None, None, None, "pic"))
 
 
@@ -257,7 +283,8 @@ BARE_METAL = [BY_ID[f"last-{case_id}"] for case_id in (
     "pw-i8-32-64", "pw-u8-zw", "pw-i8-odd", "pw-i16-i8", "rgb-i8-stride2", "dense-i8-16ch", "dense-u8-same-upper",
     "dense-i8-grouped-8", "dense-i16-i16", "QConv-depthwise-dilated-1d-i16", "QConv-i16-zx-i8",
     "QAveragePool-i8-32ch-global", "QAveragePool-u8-13ch-pads", "QAveragePool-i8-count-pads-ceil",
-    "QAveragePool-i16-pads-finer")]
+    "QAveragePool-i16-pads-finer", "avg-tflite-i8-same", "avg-tflite-i8-ties", "avg-tflite-i8-ds-cnn")] + [
+    BY_ID["avg-tflite-i8-same"], BY_ID["avg-tflite-u8-count-pads"]]
 
 
 @pytest.fixture(scope="module")

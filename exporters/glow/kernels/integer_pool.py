@@ -12,6 +12,9 @@ Channels first, a tile is a run of positions along a row (pool.py's sweep). Chan
 of a position are contiguous: per output position, the taps inside the input (conv.py's ``Axis.taps``;
 padding is never read) are summed as vectors over a block of channels, then each channel is
 requantised by the window's count, computed once per position.
+
+With ``rounding`` tflite (TFLite's AVERAGE_POOL_2D, input and output on one grid) a window's sum is divided
+by its count instead, rounded half away from zero, by a multiplier per count (``_rounded_mean``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
+from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block, require_half_up
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, for_tiles, pieces, range_nest
@@ -33,7 +37,7 @@ from pegasus.exporters.glow.kernels.pool import (
     window_count,
 )
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter, strides_of
-from pegasus.exporters.glow.kernels.requant import I32, I64, channel_table, load_channel, requantize, widen
+from pegasus.exporters.glow.kernels.requant import I32, I64, channel_table, clamp, load_channel, requantize, widen
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
@@ -88,6 +92,40 @@ def _count_requant(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int
     return first, Requant(k.module, entries, y, k.node.name, bound)
 
 
+def _rounded_mean(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int | None, CountRequant]:
+    """``rounding`` tflite, TFLite's AVERAGE_POOL_2D: y = clamp(±floor((|s| + c // 2) / c) + zp) for a window
+    of c taps (C's division of s ± c // 2), in ``_count_requant``'s form. The division multiplies instead:
+    floor(n / c) = floor(n * m / 2**S) with m = ceil(2**S / c), exact for every 0 <= n <= N once
+    N * c <= 2**S (the excess n * (m * c - 2**S) / 2**S stays below 1 and cannot reach the next multiple):
+    one multiplier per count c_min..c_max, an immediate when all windows count the same."""
+    a, x, y = k.attrs, k.inputs[0], k.outputs[0]
+    first, last = int(counts.min()), int(counts.max())
+    lo, hi = clamp_bounds(a)
+    x_lo, x_hi = integer_range(x.type.dtype.numpy)
+    bound = taps * max(x_hi - a.x_zero_point, a.x_zero_point - x_lo) + last // 2     # the largest n
+    shift = (bound * last).bit_length()
+    multipliers = [-(-(1 << shift) // c) for c in range(first, last + 1)]
+    if bound * max(multipliers) >= 1 << 63:
+        raise PegasusError(f"QAveragePool with tflite rounding over {taps} taps of {x.type.dtype.value} is not "
+                           "supported by the Glow exporter (its division would pass 64 bits)",
+                           where=f"layer '{k.node.name}'")
+    table = channel_table(k.module, f"{k.node.name}_divisor", tuple(multipliers), I64) if first < last else None
+
+    def finish(b: ir.IRBuilder, acc: Value, entry: Value) -> Value:
+        total = widen(b, acc, I64, True)
+        count = const(first) if table is None else b.add(entry, const(first))
+        half = b.zext(b.lshr(count, const(1)), I64)
+        positive = b.icmp_signed(">", total, ir.Constant(I64, 0))
+        n = b.select(positive, b.add(total, half), b.sub(half, total))
+        multiplier = ir.Constant(I64, multipliers[0]) if table is None else load_channel(b, table, entry)
+        mean = b.lshr(b.mul(n, multiplier), ir.Constant(I64, shift))
+        mean = b.select(positive, mean, b.neg(mean))
+        value = clamp(b, b.add(mean, ir.Constant(I64, a.out_zero_point)), lo, hi)
+        return widen(b, value, y.element, True)
+
+    return (first if table is not None else None), finish
+
+
 @emitter("QAveragePool", channels_last=True)
 def q_average_pool(k: KernelContext) -> None:
     """Channels first: the window sums as AveragePool's (pool.py: interior vector tiles, border positions
@@ -95,12 +133,14 @@ def q_average_pool(k: KernelContext) -> None:
     (M, S) of the window's tap count c (AveragePool's count): immediates when every window has the same
     count, else table entries chosen once per tile (the lanes of a tile share their count). Channels last:
     ``_average_last``."""
-    require_half_up(k)
     b, x, a = k.builder, k.inputs[0], k.attrs
+    if a.rounding != "tflite":
+        require_half_up(k)
     x_shape = first_shape(x.shape, a.channels_last)
     win = QAveragePool.geometry(a, x_shape)
     taps = prod(win.kernel)
-    first, rq = _count_requant(k, QAveragePool.counts(a, x_shape), taps)
+    counts = QAveragePool.counts(a, x_shape)
+    first, rq = (_rounded_mean if a.rounding == "tflite" else _count_requant)(k, counts, taps)
     acc = Numeric(b, _accumulator(x.type.dtype, a.x_zero_point, taps))
     axes = axes_of(win, x_shape[2:])
     if a.channels_last:
