@@ -32,6 +32,7 @@ from pegasus.ops.fixedpoint import (
     requantize,
     rounding_divide_by_pot,
     rounding_shift,
+    scale,
     srdhm,
 )
 from pegasus.ops.layout import channels_last_op
@@ -310,7 +311,11 @@ class QSoftmax(OpDef):
     [256] of exp(-beta * d * s_x) in Q0.31 (0 past TFLite's diff_min); e = table[d],
     S = sum(RoundingDivideByPOT(e, 12)) (Q12.19), (r, b) = GetReciprocal(S, 12),
     Y = clamp(RoundingDivideByPOT(SRDHM(r, e), b + 23) + out_zero_point) for an 8-bit output (b + 15 for
-    int16); out_zero_point is the output type's minimum, the multiplier is unused."""
+    int16); out_zero_point is the output type's minimum, the multiplier is unused. int16 inputs (16x8 models):
+    an int16 table [2, 513], the knots of two LookupTable interpolations, exp on [-10, 0] and 1 / (1 + x) on
+    [0, 1]; e = exp_lut(clamp(scale(x - max, multiplier, shift) + 32767)), S = sum(e), h = clz32(S),
+    r = recip_lut(clamp((((S << (h - 1)) + 2**13) >> 14) - 3 * 2**15)), Y = clamp((e * r + 2**(30 - h)) >> (31 - h),
+    0, 32767)."""
 
     name = "QSoftmax"
     num_inputs = (2, 2)
@@ -326,8 +331,14 @@ class QSoftmax(OpDef):
         eight_bit = (x.dtype in (DType.INT8, DType.UINT8) and table.rank == 1 and 1 <= table.shape[0] <= 256
                      and table.dtype in (DType.INT32, DType.UINT16))
         sixteen_bit = x.dtype == DType.INT16 and table.shape == (2, 256) and table.dtype == DType.INT32
-        if attrs.rounding == "tflite" and not (eight_bit and table.shape == (256,) and table.dtype == DType.INT32):
-            raise ShapeError("QSoftmax with tflite rounding takes an 8-bit tensor and an int32 table [256]")
+        tflite_eight = eight_bit and table.shape == (256,) and table.dtype == DType.INT32
+        tflite_sixteen = x.dtype == DType.INT16 and table.shape == (2, LookupTable.INTERPOLATED_ENTRIES) and \
+            table.dtype == DType.INT16
+        if attrs.rounding == "tflite":
+            if not (tflite_eight or tflite_sixteen):
+                raise ShapeError("QSoftmax with tflite rounding takes an 8-bit tensor and an int32 table [256], or "
+                                 "an int16 tensor and an int16 table [2, 513]")
+            return [_out_type(attrs, x.shape)]
         if not (eight_bit or sixteen_bit):
             raise ShapeError("QSoftmax takes an 8-bit tensor and an int32/uint16 table [<= 256], or an int16 tensor "
                              "and an int32 table [2, 256]")
@@ -341,6 +352,8 @@ class QSoftmax(OpDef):
         x = x.astype(np.int64)
         d = np.max(x, axis=axis, keepdims=True) - x
         table = table.astype(np.int64)
+        if attrs.rounding == "tflite" and table.ndim == 2:
+            return [_tflite_softmax16(attrs, d, table, axis)]
         if attrs.rounding == "tflite":
             return [_tflite_softmax(attrs, table[d], axis)]
         if table.ndim == 1:
@@ -360,6 +373,21 @@ def _tflite_softmax(attrs, e: np.ndarray, axis: int) -> np.ndarray:
     lo, hi = clamp_bounds(attrs)
     y = rounding_divide_by_pot(srdhm(scale, e), exponent) + attrs.out_zero_point
     return np.clip(y, lo, hi).astype(attrs.out_dtype)
+
+
+def _tflite_softmax16(attrs, d: np.ndarray, tables: np.ndarray, axis: int) -> np.ndarray:
+    """TFLite's reference int16 SOFTMAX (SoftmaxInt16) from the distances ``d`` to the row maximum."""
+    scaled = scale(-d, attrs.multiplier[0], attrs.shift[0], "tflite") + 32767
+    e = interpolate_table(np.clip(scaled, -32768, 32767).astype(np.int16), tables[0]).astype(np.int64)
+    total = np.sum(e, axis=axis, keepdims=True)
+    bit_length = np.sum(total[..., None] >= np.left_shift(np.int64(1), np.arange(32)), axis=-1)
+    headroom = 32 - bit_length
+    shifted = ((total << (headroom - 1)) + (1 << 13)) >> 14
+    recip = interpolate_table(np.clip(shifted - ((1 << 15) + (1 << 16)), -32768, 32767).astype(np.int16),
+                              tables[1]).astype(np.int64)
+    right = 31 - headroom
+    y = (e * recip + np.left_shift(np.int64(1), right - 1)) >> right
+    return np.clip(y, 0, 32767).astype(attrs.out_dtype)
 
 
 @register

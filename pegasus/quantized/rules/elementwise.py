@@ -70,7 +70,8 @@ def add(ctx: LoweringContext, node: Node) -> str | None:
 
 
 @integer_rule("Mul")
-def mul(ctx: LoweringContext, node: Node) -> str | None:
+def mul(ctx: LoweringContext, node: Node, applied: str | None = None) -> str | None:
+    """QMul; ``applied``: the op's rounding when it differs from the table's (which derives the multiplier)."""
     from pegasus.quantized.rules.common import requant_fields
 
     a, b = node.inputs
@@ -82,6 +83,7 @@ def mul(ctx: LoweringContext, node: Node) -> str | None:
     real = float(aq.scale[0]) * float(bq.scale[0]) / float(yq.scale[0])
     attrs = {**requant_fields([real], yq, value_bits(aq) + value_bits(bq), lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": int(bq.zero_point[0])}
+    attrs["rounding"] = applied or attrs["rounding"]
     result = ctx.emit("QMul", [ctx.as_int(a), ctx.as_int(b)], attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)
     return None

@@ -5,8 +5,9 @@ Weights are put on their table grid (per tensor, or per output channel), the bia
 scale ``s_x * s_w[c]``, and the output requantisation factor ``s_x * s_w[c] / s_y`` becomes a
 fixed-point multiplier per channel, derived as the table's rounding says (TFLite: s_x * s_w[c] / s_y in
 double for per-channel weights, its FULLY_CONNECTED's float32 product s_x * s_w for per-tensor ones; and its
-FULLY_CONNECTED applies the Q31 multiplier with one rounding, half up, where CONV_2D rounds twice -- measured
-against TF 2.21's reference kernels). A ReLU/Clip that is the only reader is fused into the clamp.
+FULLY_CONNECTED applies the Q31 multiplier with one rounding, half up, for int8 and 16x8 alike, where CONV_2D
+rounds twice and its 16x8 form scales the int64 accumulator by a 16-bit multiplier, ``tflite_wide`` --
+measured against TF 2.21's reference kernels). A ReLU/Clip that is the only reader is fused into the clamp.
 
 The integer bias stays within ``bias_limit`` (2**30 beside 8-bit operands, half the int32 range as TFLite
 keeps it; 2**46 beside 16-bit ones, whose accumulators are 64-bit). A channel whose weights are ~0 next to a
@@ -29,6 +30,11 @@ from pegasus.ops.normalization import BatchNormalization
 from pegasus.quantized.lower import LoweringContext, integer_rule
 from pegasus.quantized.params import TensorQuant
 from pegasus.quantized.rules.common import fused_output, requant_fields
+
+
+def accumulator_rounding(rounding: str, x: TensorQuant) -> str:
+    """The op rounding of a MAC layer: TFLite's 16x8 kernels accumulate in int64 and scale it their own way."""
+    return "tflite_wide" if rounding == "tflite" and x.numpy_dtype == "int16" else rounding
 
 
 def _channel_scales(q: TensorQuant, channels: int) -> np.ndarray:
@@ -130,7 +136,8 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
              **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
-             "x_zero_point": int(xq.zero_point[0]), "w_zero_point": w_zero}
+             "x_zero_point": int(xq.zero_point[0]), "w_zero_point": w_zero,
+             "rounding": accumulator_rounding(ctx.table.rounding, xq)}
     inputs = [ctx.as_int(x), weights] + _bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QConv", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)
@@ -173,8 +180,8 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
         acc_bits = _accumulator_bits(aq, np.array([span]), 0, ctx.source.type_of(a).shape[-1], bias)
     attrs = {**requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": b_zero}
-    if ctx.table.rounding == "tflite":
-        attrs["rounding"] = "half_up"   # TFLite's FULLY_CONNECTED rounds once: (acc * M + 2**(S-1)) >> S
+    if ctx.table.rounding == "tflite":   # TFLite's FULLY_CONNECTED rounds once: (acc * M + 2**(S-1)) >> S
+        attrs["rounding"] = "half_up"
     inputs = [ctx.as_int(a), b_int_name] + _bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QMatMul", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)

@@ -8,13 +8,16 @@ every multiplier derived as their Prepare functions derive it (float32 or double
   twice the larger input scale, the sum requantised.
 - AveragePool: QAveragePool's integer division of the window sum, rounded half away from zero (one grid).
 - Softmax: QSoftmax's gemmlowp form, with the table of exp(beta * s_x * d) values the reference computes for
-  each distance d to the row's maximum (kScaledDiffIntegerBits 5, inputs past diff_min count 0).
+  each distance d to the row's maximum (kScaledDiffIntegerBits 5, inputs past diff_min count 0); int16 inputs,
+  its two interpolated LUTs (exp and 1 / (1 + x), LUTPopulateInt16).
 - ReduceMean: QReduceSum, TFLite's MEAN: the multiplier of s_x / s_y with 1/count folded in.
 - QuantizeLinear/DequantizeLinear (the model's own QUANTIZE/DEQUANTIZE, graph inputs and outputs): the
   integer tensor on the op's grid, requantised where grids differ; no float on the way.
 
-Conv, depthwise and fully connected layers, Mul, pooling by maximum, reshapes, padding and concatenation
-use the general rules, which derive their multipliers with the table's rounding. Element-wise functions
+- Mul: the general QMul (int16: one rounding, as TFLite's int16 MUL).
+
+Conv, depthwise and fully connected layers, pooling by maximum, reshapes and padding use the general rules,
+which derive their multipliers with the table's rounding. Element-wise functions
 (Sigmoid, Tanh, HardSwish, LeakyRelu) are tables: rules/tflite_tables.py.
 """
 
@@ -88,6 +91,15 @@ def add(ctx: LoweringContext, node: Node) -> str | None:
     return None
 
 
+@integer_rule("Mul", rounding=TFLITE)
+def mul(ctx: LoweringContext, node: Node) -> str | None:
+    """MUL: requant((a - za) * (b - zb)) by s_a * s_b / s_y in double; its int16 kernel rounds once, half up
+    (measured against TF 2.21's reference kernels; the int8 one rounds twice)."""
+    from pegasus.quantized.rules.elementwise import mul as general_mul
+
+    return general_mul(ctx, node, "half_up" if ctx.quant(node.inputs[0]).numpy_dtype == "int16" else TFLITE)
+
+
 @integer_rule("AveragePool", rounding=TFLITE)
 def average_pool(ctx: LoweringContext, node: Node) -> str | None:
     """AVERAGE_POOL_2D: the raw window sum divided by its tap count, rounded half away from zero, clamped."""
@@ -118,23 +130,58 @@ def softmax_table(input_scale: float, beta: float = 1.0) -> np.ndarray:
     return np.where(diff >= -radius, exp, 0).astype(np.int32)
 
 
+def softmax16_tables() -> np.ndarray:
+    """The int16 SOFTMAX's two LUTs as its Prepare fills them (LUTPopulate in double): exp on [-10, 0] and
+    1 / (1 + x) on [0, 1], both onto [-1, 1] in 65536 steps."""
+    steps = 65535
+    return np.stack([lut_populate_int16(np.exp, 10.0 / steps, 32767, 2.0 / steps, 0),
+                     lut_populate_int16(lambda v: 1.0 / (1.0 + v), 1.0 / steps, -32768, 2.0 / steps, 0)])
+
+
 @integer_rule("Softmax", rounding=TFLITE)
 def softmax(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
-    if xq.numpy_dtype not in ("int8", "uint8") or xq.per_channel:
-        return f"{xq.qtype} input (TFLite's int8 reference softmax takes 8-bit inputs)"
+    if xq.numpy_dtype not in ("int8", "uint8", "int16") or xq.per_channel:
+        return f"{xq.qtype} input (TFLite's reference softmax takes 8-bit and int16 inputs)"
     rank = ctx.source.type_of(x).rank
     if node.attrs.axis % rank != rank - 1:
         return "softmax over another axis than the last"
-    if int(yq.zero_point[0]) != integer_range(yq.numpy_dtype)[0]:
-        return f"output zero point {yq.zero_point[0]} (TFLite's softmax outputs at the type's minimum)"
-    attrs = {"multiplier": (0,), "shift": (0,), "out_zero_point": int(yq.zero_point[0]), "out_dtype": yq.numpy_dtype,
-             "axis": node.attrs.axis, "rounding": TFLITE}
-    table = ctx.constant(f"{node.name}_exp_table", softmax_table(_scale(xq)))
+    sixteen = xq.numpy_dtype == "int16"
+    if int(yq.zero_point[0]) != (0 if sixteen else integer_range(yq.numpy_dtype)[0]):
+        return f"output zero point {yq.zero_point[0]} (TFLite's softmax outputs from the type's minimum, int16 from 0)"
+    m = quantize_multiplier(float(_f32(_scale(xq))) / (10.0 / 65535.0)) if sixteen else quantize_multiplier(0.0)
+    attrs = {"multiplier": (m.multiplier,), "shift": (m.shift,), "out_zero_point": int(yq.zero_point[0]),
+             "out_dtype": yq.numpy_dtype, "axis": node.attrs.axis, "rounding": TFLITE}
+    values = softmax16_tables() if sixteen else softmax_table(_scale(xq))
+    table = ctx.constant(f"{node.name}_exp_table", values)
     result = ctx.emit("QSoftmax", [ctx.as_int(x), table], attrs, name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)
     return None
+
+
+def lut_populate_int16(function, input_scale: float, input_zero_point: int, output_scale: float,
+                       output_zero_point: int) -> np.ndarray:
+    """TFLite's LUTPopulateInt16 in double: 513 knots over the input's int16 range, each sample less half the
+    interpolation error at its segment's midpoint, rounded half away from zero."""
+    def rounded(v):
+        return np.sign(v) * np.floor(np.abs(v) + 0.5)
+
+    input_min = input_scale * (-32768 - input_zero_point)
+    input_max = input_scale * (32767 - input_zero_point)
+    output_min = output_scale * (-32768 - output_zero_point)
+    output_max = output_scale * (32767 - output_zero_point)
+    step = (input_max - input_min) / 512
+    inverse = 65536.0 / (output_max - output_min)
+    i = np.arange(512, dtype=np.float64)
+    value = function(input_min + i * step)
+    midpoint = function(input_min + i * step + step / 2)
+    following = function(input_min + (i + 1) * step)
+    sample = rounded(value * inverse)
+    error = rounded((following * inverse + rounded(value * inverse)) / 2) - rounded(midpoint * inverse)
+    knots = np.clip(sample - rounded(error / 2), -32768, 32767)
+    last = np.clip(rounded(function(np.float64(input_max)) * inverse), -32768, 32767)
+    return np.append(knots, last).astype(np.int16)
 
 
 def mean_multiplier(input_scale: float, output_scale: float, count: int) -> tuple[int, int]:

@@ -8,6 +8,8 @@ every input level, exactly what TFLite's int8 reference kernel outputs for it.
   input on the output scale), simulated level by level with its int16 roundings and saturations.
 - LEAKY_RELU: MultiplyByQuantizedMultiplier by s_x / s_y for x >= zx, by s_x * alpha / s_y below (float32
   factors, as its Prepare computes them).
+- CONCATENATION of inputs on other grids than the output (uint8 models): each such input goes through a table
+  of ConcatenationWithScaling's float32 formula before the Concat.
 
 A table is exact by construction, and the LookupTable op already has its kernels.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import INT32_MAX, integer_range, multiply_by_quantized_multiplier, tflite_multiplier
-from pegasus.quantized.lower import LoweringContext, integer_rule
+from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
 from pegasus.quantized.params import TensorQuant
 from pegasus.quantized.rules.common import round_half_away
 
@@ -127,6 +129,37 @@ def leaky_relu_table(xq: TensorQuant, yq: TensorQuant, alpha: float) -> np.ndarr
     down = multiply_by_quantized_multiplier(centred, slope.multiplier, 31 - slope.shift)
     y = np.where(centred >= 0, up, down) + int(yq.zero_point[0])
     return np.clip(y, *integer_range(yq.numpy_dtype)).astype(yq.numpy_dtype)
+
+
+def concat_rescale_table(xq: TensorQuant, yq: TensorQuant) -> np.ndarray:
+    """ConcatenationWithScaling's requantisation of one input (uint8 models): round(q * scale + bias) + zy in
+    float32, scale = s_x * (1 / s_y), bias = -zx * scale."""
+    scale = f32(xq.scale[0]) * (f32(1.0) / f32(yq.scale[0]))
+    bias = f32(-int(xq.zero_point[0])) * scale
+    value = round_half_away(_levels(xq).astype(f32) * scale + bias).astype(np.int64) + int(yq.zero_point[0])
+    return np.clip(value, *integer_range(yq.numpy_dtype)).astype(yq.numpy_dtype)
+
+
+@integer_rule("Concat", rounding="tflite")
+def concat(ctx: LoweringContext, node: Node) -> str | None:
+    """CONCATENATION: an input on another grid than the output is rescaled by a table of TFLite's float
+    formula (int8 models keep one grid; uint8 ones do not)."""
+    y = node.outputs[0]
+    yq = ctx.quant(y)
+    inputs = []
+    for index, name in enumerate(node.inputs):
+        xq = ctx.quant(name)
+        if same_grid(xq, yq):
+            inputs.append(ctx.as_int(name))
+            continue
+        if xq.numpy_dtype not in ("int8", "uint8") or xq.per_channel or yq.per_channel:
+            return f"input {index} on another {xq.precision} grid"
+        table = ctx.constant(f"{node.name}_rescale_{index}_table", concat_rescale_table(xq, yq))
+        inputs += ctx.emit("LookupTable", [ctx.as_int(name), table], name=f"{node.name}_rescale_{index}",
+                           outputs=[f"{name}_rescaled"], quant=[yq])
+    result = ctx.emit("Concat", inputs, node.attrs, name=node.name, outputs=[y], quant=[yq])[0]
+    ctx.set_home(y, result, yq)
+    return None
 
 
 TABLES: dict[str, Callable[[Node, TensorQuant, TensorQuant], np.ndarray | None]] = {

@@ -100,6 +100,103 @@ def int8_requantize() -> bytes:
     return m.build([x], [y])
 
 
+def int8_activations() -> bytes:
+    """Stand-alone RELU, RELU6 and RELU_N1_TO_1 onto other grids than their input's (a requantisation then a
+    clamp at zero_point + round(bound / scale)), and MAX_POOL_2D / AVERAGE_POOL_2D with fused RELU6 / RELU."""
+    m = ModelBuilder()
+    x = m.tensor("x", (1, 4, 6, 3), "int8", scale=0.05, zero_point=-3)
+    outputs = []
+    for op, scale, zero in (("RELU", 0.031, -128), ("RELU6", 0.0247, -128), ("RELU_N1_TO_1", 0.0081, 1)):
+        outputs.append(m.tensor(op.lower(), (1, 4, 6, 3), "int8", scale=scale, zero_point=zero))
+        m.op(op, [x], [outputs[-1]])
+    for op, activation in (("MAX_POOL_2D", 3), ("AVERAGE_POOL_2D", 1)):
+        outputs.append(m.tensor(op.lower(), (1, 2, 3, 3), "int8", scale=0.05, zero_point=-3))
+        m.op(op, [x], [outputs[-1]], options("Pool2DOptions", padding=1, strideW=2, strideH=2, filterWidth=2,
+                                             filterHeight=2, fusedActivationFunction=activation))
+    return m.build([x], outputs)
+
+
+def uint8_model() -> bytes:
+    """An older uint8 model (TF1 graph with fake-quantization ranges, converted with inference_type uint8):
+    asymmetric uint8 weights per tensor, CONV_2D + RELU6, ADD, MUL, LOGISTIC, TANH, CONCATENATION of inputs on
+    other grids (rescaled), MAX_POOL_2D, MEAN, FULLY_CONNECTED, SOFTMAX."""
+    from tests.importers.tflite.convert import tensorflow
+
+    tf = tensorflow()
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(18)
+
+    def fq(t, lo, hi):
+        return tf.quantization.fake_quant_with_min_max_args(t, lo, hi)
+
+    graph = v1.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, (1, 8, 8, 3), name="x")
+        xq = fq(x, -2.0, 2.0)
+        w = fq(v1.constant(rng.normal(0, 0.3, (3, 3, 3, 4)).astype(np.float32)), -1.0, 1.0)
+        c = fq(tf.nn.relu6(tf.nn.conv2d(xq, w, 1, "SAME") + rng.normal(0, 0.1, 4).astype(np.float32)), 0.0, 6.0)
+        w2 = fq(v1.constant(rng.normal(0, 0.3, (1, 1, 3, 4)).astype(np.float32)), -1.0, 1.0)
+        d = fq(tf.nn.conv2d(xq, w2, 1, "SAME"), -3.0, 2.5)
+        joined = fq(tf.concat([fq(c + d, -3.0, 7.0), fq(c * d, -8.0, 8.0), fq(tf.sigmoid(d), 0.0, 255.0 / 256),
+                               fq(tf.tanh(d), -1.0, 127.0 / 128)], -1), -8.0, 8.0)
+        mean = fq(tf.reduce_mean(tf.nn.max_pool2d(joined, 2, 2, "VALID"), [1, 2]), -4.0, 4.0)
+        w3 = fq(v1.constant(rng.normal(0, 0.4, (16, 5)).astype(np.float32)), -1.2, 1.2)
+        logits = fq(tf.matmul(mean, w3), -6.0, 6.0)
+        probabilities = tf.identity(fq(tf.nn.softmax(logits), 0.0, 255.0 / 256), name="probabilities")
+        with v1.Session(graph=graph) as session:
+            converter = v1.lite.TFLiteConverter.from_session(session, [x], [probabilities, mean])
+            converter.inference_type = tf.uint8
+            converter.quantized_input_stats = {"x": (128.0, 64.0)}
+            return converter.convert()
+
+
+def int16x8_model() -> bytes:
+    """int16 activations, int8 weights, int64 biases (EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8):
+    CONV_2D + RELU, DEPTHWISE_CONV_2D, ADD, SUB, MUL, RELU, RELU6, the converter's int16 QUANTIZE before
+    CONCATENATION, MEAN, MAX_POOL_2D, AVERAGE_POOL_2D, FULLY_CONNECTED, SOFTMAX."""
+    tf = seeded(19)
+    layers = tf.keras.layers
+    x = tf.keras.Input((8, 8, 3), batch_size=1)
+    y = layers.DepthwiseConv2D(3, padding="same")(layers.Conv2D(8, 3, padding="same", activation="relu")(x))
+    z = layers.Conv2D(8, 1)(x)
+    total, difference, product = layers.Add()([y, z]), layers.Subtract()([y, z]), layers.Multiply()([y, z])
+    joined = layers.Concatenate()([total, product, layers.ReLU()(difference), layers.ReLU(max_value=6.0)(total)])
+    mean = layers.GlobalAveragePooling2D()(joined)
+    pooled = layers.AveragePooling2D(2)(layers.MaxPooling2D(2)(joined))
+    logits = layers.Dense(6)(layers.Flatten()(pooled))
+    model = tf.keras.Model(x, [layers.Softmax()(logits), mean])
+    rng = np.random.default_rng(19)
+
+    def samples():
+        for _ in range(24):
+            yield [rng.uniform(-2, 2, (1, 8, 8, 3)).astype(np.float32)]
+
+    ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    return from_keras(model, dynamic_range=True, representative_dataset=samples,
+                      target_spec=tf.lite.TargetSpec(supported_ops=ops), inference_input_type=tf.int16,
+                      inference_output_type=tf.int16)
+
+
+def int16x8_functions() -> bytes:
+    """LOGISTIC, TANH and LEAKY_RELU on int16: TFLite computes them with its own 16-bit approximations."""
+    tf = seeded(20)
+    layers = tf.keras.layers
+    x = tf.keras.Input((6, 5, 4), batch_size=1)
+    y = layers.Conv2D(4, 1)(x)
+    model = tf.keras.Model(x, [layers.Activation("sigmoid")(y), layers.Activation("tanh")(y),
+                               layers.LeakyReLU(negative_slope=0.2)(y)])
+    rng = np.random.default_rng(20)
+
+    def samples():
+        for _ in range(24):
+            yield [rng.uniform(-3, 3, (1, 6, 5, 4)).astype(np.float32)]
+
+    ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    return from_keras(model, dynamic_range=True, representative_dataset=samples,
+                      target_spec=tf.lite.TargetSpec(supported_ops=ops), inference_input_type=tf.int16,
+                      inference_output_type=tf.int16)
+
+
 # ---- the architectures people ship to microcontrollers, full int8 -------------------------------------------
 def int8_ds_cnn() -> bytes:
     """DS-CNN keyword spotter: 49x10 MFCC input, a conv and 4 depthwise-separable blocks, average pool, FC,
@@ -156,7 +253,7 @@ def int8_autoencoder() -> bytes:
     return _int8(tf, model, [(640,)], 17)
 
 
-OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize)
+OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize, int8_activations, uint8_model, int16x8_model)
 MCU_MODELS = (int8_ds_cnn, int8_mobilenet_v1, int8_resnet8, int8_autoencoder)
 
 
@@ -208,13 +305,14 @@ def imported(tflite_model, tmp_path_factory):
     return get
 
 
-def compare_with_reference(imported_model, samples: int = SAMPLES, seed: int = 0) -> tuple[int, int]:
-    """(largest difference in LSB over every output and sample, samples with a difference); every layer must
-    have run in integer."""
+def compare_with_reference(imported_model, samples: int = SAMPLES, seed: int = 0,
+                           integer: bool = True) -> tuple[int, int]:
+    """(largest difference in LSB over every output and sample, samples with a difference); with ``integer``
+    every layer must have run in integer."""
     path, json_path, data_path, table_path = imported_model
     graph = serialize.load(json_path, data_path)
     lowered = lower_model(graph, str(table_path), show=False)
-    assert lowered.float_layers == [], lowered.float_layers
+    assert not integer or lowered.float_layers == [], lowered.float_layers
     interp = reference_interpreter(path)
     rng = np.random.default_rng(seed)
     worst, differing = 0, 0
@@ -241,6 +339,20 @@ def test_bit_exact_with_reference_kernels(imported, builder):
     assert worst == 0
 
 
+def test_int16_functions_within_their_bound(imported):
+    """int16 LOGISTIC, TANH and LEAKY_RELU are not tables TFLite's int16 kernels could share (their input is
+    rescaled into a 256-knot uint16 sigmoid table, or split around zero): they run in float between a
+    dequantize and a quantize, within 1 LSB of TFLite (LOGISTIC, LEAKY_RELU) and 3 LSB (TANH: TFLite's own
+    approximation is that far from tanh) -- README, "Pre-quantized TFLite models"."""
+    model = imported(int16x8_functions)
+    graph = serialize.load(model[1], model[2])
+    lowered = lower_model(graph, str(model[3]), show=False)
+    assert sorted(op for _, op, _ in lowered.float_layers) == ["LeakyRelu", "Sigmoid", "Tanh"]
+    worst, differing = compare_with_reference(model, integer=False)
+    print(f"int16x8_functions: {SAMPLES} random inputs, {differing} differ, largest difference {worst} LSB")
+    assert worst <= 3
+
+
 def test_table_holds_the_models_parameters(imported):
     """m.quantize names the scheme, says rounding: tflite, matches the imported graph, and holds each tensor's
     scale (the file's float32, exactly) and zero point; weights per output channel."""
@@ -265,6 +377,23 @@ def test_table_holds_the_models_parameters(imported):
     assert weights.scale == [float(s) for s in filter_tensor.scale] and set(weights.zero_point) == {0}
     assert all(t.type.dtype.is_float is False or n in table.tensors or graph.value_of(n) is not None
                for n, t in graph.tensors.items())
+
+
+@pytest.mark.parametrize("builder, scheme", [(uint8_model, ("asymmetric_affine", "u8", "asymmetric_quantized")),
+                                             (int16x8_model, ("perchannel_symmetric_affine", "i16",
+                                                              "symmetric_quantized"))],
+                         ids=["uint8", "int16x8"])
+def test_table_names_the_scheme(imported, builder, scheme):
+    """uint8 models: asymmetric_affine u8 (uint8 weights per tensor with their zero point); int16x8 models:
+    symmetric int16 activations, int8 weights per channel."""
+    path, json_path, data_path, table_path = imported(builder)
+    graph = serialize.load(json_path, data_path)
+    table = load_table(table_path, graph, serialize.graph_digest(graph))
+    assert (table.quantizer, table.qtype, table.rounding) == (*scheme[:2], "tflite")
+    conv = next(node for node in graph.nodes if node.op == "Conv")
+    assert table.tensors[conv.outputs[0]].dtype == scheme[2]
+    weights = table.tensors[conv.inputs[1]]
+    assert (weights.qtype, weights.method) == (("u8", "layer") if builder is uint8_model else ("i8", "channel"))
 
 
 def test_cli_inference_takes_and_returns_the_models_integers(imported, tmp_path):
