@@ -1,0 +1,235 @@
+"""A TensorFlow graph's NodeDefs as ``SourceNode``s, with every function call inlined, read as data.
+
+Tensor names: output k of node ``n`` is ``n`` for k = 0 and ``n:k`` otherwise (TensorFlow's ``n:0`` is ``n``),
+so the names users pass (``--outputs InceptionV1/Logits/Predictions/Reshape_1``) are tensor names.
+Attributes are decoded to plain values (strings, ints, floats, bools, dtype names, shapes as lists with None
+for an unknown dimension, tensors as NumPy arrays, functions by name). ``Const`` nodes become constants, not
+nodes. Control inputs (``^name``) are dropped: a converted graph only has data dependencies.
+
+Functions (TF2's ``tf.function`` plumbing: a SavedModel's signature calls a ``StatefulPartitionedCall`` of a
+function that calls others) are inlined as data: each FunctionDef's nodes are added with the call's inputs
+in place of the function's arguments, and the call's outputs become Identity nodes of the function's return
+values. Inside a function a node's output is named ``node:output_arg:index``; its flat index comes from the
+op's OpDef (TensorFlow's op registry: how many tensors each output argument holds, and their types), or from
+the called function's signature. Inlined nodes keep their names when those are free (``sequential/conv2d/
+Conv2D``), else they get the call's name as a prefix, as TensorFlow's own inliner does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pegasus.errors import PegasusError
+from pegasus.importers.common.converters import SourceNode
+
+#: TensorFlow DataType enum -> NumPy dtype name (or TensorFlow's name for types pegasus has no use for)
+DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
+          9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32", 14: "bfloat16", 15: "qint16",
+          16: "quint16", 17: "uint16", 18: "complex128", 19: "float16", 20: "resource", 21: "variant",
+          22: "uint32", 23: "uint64"}
+#: ops that call a function named by their attribute ``f``
+CALL_OPS = ("StatefulPartitionedCall", "PartitionedCall")
+
+
+def dtype_name(enum: int) -> str:
+    return DTYPES.get(int(enum) % 100, f"type {enum}")   # 101.. are reference types (TF1 variables)
+
+
+def tensor_name(node: str, index: int) -> str:
+    return node if index == 0 else f"{node}:{index}"
+
+
+def graph_ref(ref: str) -> str:
+    """A GraphDef input reference (``n``, ``n:0``, ``n:2``) as a tensor name."""
+    node, _, index = ref.partition(":")
+    return tensor_name(node, int(index)) if index.isdigit() else ref
+
+
+def shape_dims(shape) -> list[int | None] | None:
+    """A TensorShapeProto as a list (None for an unknown dimension), or None for an unknown rank."""
+    if shape.unknown_rank:
+        return None
+    return [int(d.size) if d.size >= 0 else None for d in shape.dim]
+
+
+_LIST_DECODERS = {
+    "s": lambda entry, api: entry.decode(errors="replace"),
+    "i": lambda entry, api: int(entry),
+    "f": lambda entry, api: float(entry),
+    "b": lambda entry, api: bool(entry),
+    "type": lambda entry, api: dtype_name(entry),
+    "shape": lambda entry, api: shape_dims(entry),
+    "tensor": lambda entry, api: api.make_ndarray(entry),
+    "func": lambda entry, api: entry.name,
+}
+
+
+def decode_attr(value, api) -> Any:
+    """An AttrValue as a plain Python value (a list value as a list of them)."""
+    kind = value.WhichOneof("value")
+    if kind == "list":
+        for name, decode in _LIST_DECODERS.items():
+            entries = getattr(value.list, name)
+            if len(entries):
+                return [decode(entry, api) for entry in entries]
+        return []
+    if kind in _LIST_DECODERS:
+        return _LIST_DECODERS[kind](getattr(value, kind), api)
+    return None      # a placeholder of a generic function: traced functions have none
+
+
+def decode_attrs(node_def, api) -> dict[str, Any]:
+    return {key: decode_attr(value, api) for key, value in node_def.attr.items()}
+
+
+@dataclass
+class ReadGraph:
+    """What reading a graph produced: nodes (functions inlined as far as ``GraphReader.expand`` went),
+    constants, and what is known of each tensor's dtype and (TF1's ``_output_shapes``) shape."""
+
+    nodes: list[SourceNode] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, list[int | None] | None] = field(default_factory=dict)
+    producer: dict[str, SourceNode] = field(default_factory=dict)
+
+
+@dataclass
+class _Call:
+    function: str
+    attrs: dict[str, Any]
+    chain: tuple[str, ...]      # the functions being inlined around this call (a function calling itself stops)
+
+
+class GraphReader:
+    """Turns a GraphDef into a ``ReadGraph``; ``expand`` inlines the function calls a set of tensors needs (only
+    those, in the order they are met, so the signature a user imports gets the clean names)."""
+
+    def __init__(self, api, library):
+        self.api = api
+        self.functions = {f.signature.name: f for f in library.function}
+        self.out = ReadGraph()
+        self._taken: set[str] = set()
+        self._calls: dict[str, _Call] = {}      # call node name -> what it calls, until inlined
+
+    # ---- outputs of a node -----------------------------------------------------------------------
+    def _output_args(self, op: str, attrs: dict[str, Any]) -> list[tuple[str, list[str | None]]]:
+        """(output argument name, the dtype of each tensor it holds) of a node, in order."""
+        if op in self.functions:
+            return [(arg.name, [dtype_name(arg.type) if arg.type else attrs.get(arg.type_attr)])
+                    for arg in self.functions[op].signature.output_arg]
+        op_def = self.api.op_def(op)
+        if op_def is None:
+            return []
+        args = []
+        for arg in op_def.output_arg:
+            if arg.type_list_attr:
+                types = list(attrs.get(arg.type_list_attr) or [])
+            else:
+                dtype = dtype_name(arg.type) if arg.type else attrs.get(arg.type_attr)
+                types = [dtype] * (int(attrs.get(arg.number_attr, 1)) if arg.number_attr else 1)
+            args.append((arg.name, types))
+        return args
+
+    def _fresh(self, name: str, prefix: str) -> str:
+        candidate = name if name not in self._taken else f"{prefix}/{name}"
+        base, k = candidate, 0
+        while candidate in self._taken:
+            k += 1
+            candidate = f"{base}_{k}"
+        self._taken.add(candidate)
+        return candidate
+
+    # ---- nodes -------------------------------------------------------------------------------------
+    def read_graph(self, graph_def) -> ReadGraph:
+        self._taken.update(node.name for node in graph_def.node)
+        for node_def in graph_def.node:
+            inputs = [graph_ref(ref) for ref in node_def.input if not ref.startswith("^")]
+            self._add(node_def.op, decode_attrs(node_def, self.api), node_def.name, inputs, "", ())
+        return self.out
+
+    def _add(self, op: str, attrs: dict[str, Any], name: str, inputs: list[str], where: str,
+             chain: tuple[str, ...]) -> None:
+        types = [t for _, ts in self._output_args(op, attrs) for t in ts]
+        for index, dtype in enumerate(types):
+            if dtype:
+                self.out.dtypes[tensor_name(name, index)] = dtype
+        for index, shape in enumerate(attrs.pop("_output_shapes", None) or []):
+            self.out.shapes[tensor_name(name, index)] = shape
+        if op == "Const":
+            self.out.constants[name] = attrs["value"]
+            return
+        function = attrs.get("f") if op in CALL_OPS else op if op in self.functions else None
+        if function is not None:
+            self._calls[name] = _Call(str(function), attrs, chain)
+        node = SourceNode(name, op, inputs, [tensor_name(name, index) for index in range(max(1, len(types)))],
+                          attrs, where=where)
+        self.out.nodes.append(node)
+        for output in node.outputs:
+            self.out.producer[output] = node
+
+    def expand(self, tensors: Iterable[str], stop: Iterable[str] = ()) -> None:
+        """Inline, recursively, every function call that ``tensors`` depend on, not looking past ``stop``."""
+        stop = set(stop)
+        stack, seen, inlined = [t for t in tensors if t not in stop], set(), set()
+        while stack:
+            tensor = stack.pop()
+            node = self.out.producer.get(tensor)
+            if node is None or tensor in seen:
+                continue
+            seen.add(tensor)
+            if node.name in self._calls:
+                self._inline(node, self._calls.pop(node.name))
+                inlined.add(id(node))
+                seen.discard(tensor)
+                stack.append(tensor)
+            else:
+                stack.extend(t for t in node.inputs if t and t not in stop)
+        if inlined:
+            self.out.nodes = [node for node in self.out.nodes if id(node) not in inlined]
+
+    def _inline(self, node: SourceNode, call: _Call) -> None:
+        function, args = call.function, node.inputs
+        if function not in self.functions:
+            raise PegasusError(f"node '{node.name}' calls function '{function}', which the graph's library lacks")
+        if function in call.chain:
+            raise PegasusError(f"function '{function}' calls itself (through node '{node.name}')")
+        fdef = self.functions[function]
+        signature = fdef.signature
+        if len(args) != len(signature.input_arg):
+            raise PegasusError(f"node '{node.name}' passes {len(args)} inputs to function '{function}', which "
+                               f"takes {len(signature.input_arg)}")
+        bound = {arg.name: tensor for arg, tensor in zip(signature.input_arg, args)}
+        inner = {node_def.name: node_def for node_def in fdef.node_def}
+        renamed = {node_name: self._fresh(node_name, node.name) for node_name in inner}
+        decoded = {node_name: decode_attrs(node_def, self.api) for node_name, node_def in inner.items()}
+        offsets: dict[str, dict[str, int]] = {}
+
+        def resolve(ref: str) -> str:
+            name, _, rest = ref.partition(":")
+            if not rest:
+                return bound[name] if name in bound else renamed.get(name, name)
+            arg, _, index = rest.rpartition(":")
+            if name not in inner:
+                raise PegasusError(f"function '{function}' reads '{ref}', which it does not define")
+            if name not in offsets:
+                start, offsets[name] = 0, {}
+                for arg_name, types in self._output_args(inner[name].op, decoded[name]):
+                    offsets[name][arg_name] = start
+                    start += max(1, len(types))
+            return tensor_name(renamed[name], (offsets[name].get(arg, 0) if arg else 0) + int(index))
+
+        where, chain = f"in function {function}", call.chain + (function,)
+        for node_def in fdef.node_def:
+            inputs = [resolve(ref) for ref in node_def.input if not ref.startswith("^")]
+            self._add(node_def.op, decoded[node_def.name], renamed[node_def.name], inputs, where, chain)
+        for index, arg in enumerate(signature.output_arg):
+            output = tensor_name(node.name, index)
+            identity = SourceNode(f"{node.name}/output_{index}" if index else node.name, "Identity",
+                                  [resolve(fdef.ret[arg.name])], [output], where=where)
+            self.out.nodes.append(identity)
+            self.out.producer[output] = identity
