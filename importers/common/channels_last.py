@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -58,20 +59,24 @@ ACTIVATIONS: dict[str, tuple[str, dict[str, Any]] | None] = {
 }
 
 
-def activation_layer(node: SourceNode, name: str) -> tuple[str, dict[str, Any]] | None:
+def activation_layer(node: SourceNode, name: str, table: Mapping[str, Any] | None = None
+                     ) -> tuple[str, dict[str, Any]] | None:
+    """The registry layer of activation ``name`` in ``table`` (default: ``ACTIVATIONS``)."""
+    table = ACTIVATIONS if table is None else table
     key = str(name).lower()
-    if key not in ACTIVATIONS:
+    if key not in table:
         raise PegasusError(f"{node.describe()}: fused activation '{name}' is not supported "
-                           f"(supported: {', '.join(sorted(k for k in ACTIVATIONS if k != 'none'))})")
-    return ACTIVATIONS[key]
+                           f"(supported: {', '.join(sorted(k for k in table if k != 'none'))})")
+    return table[key]
 
 
 def emit_activated(ctx: ImportContext, node: SourceNode, op: str, inputs: list[str], attrs: dict[str, Any],
-                   activation: str | None, output: str | None = None) -> str:
+                   activation: str | None, output: str | None = None, table: Mapping[str, Any] | None = None) -> str:
     """Emit ``op`` as layer ``node.name``, followed by its fused activation (if any) as layer
-    ``<node.name>/<activation>``; the last of the two writes ``output`` (default: the node's first output)."""
+    ``<node.name>/<activation>``; the last of the two writes ``output`` (default: the node's first output).
+    ``table`` maps activation names (default: ``ACTIVATIONS``; Keras passes its version's)."""
     output = output or node.outputs[0]
-    layer = activation_layer(node, activation) if activation else None
+    layer = activation_layer(node, activation, table) if activation else None
     if layer is None:
         return ctx.builder.emit(op, inputs, attrs, name=node.name, outputs=[output])[0]
     pre = ctx.graph.unique_tensor_name(f"{node.name}/pre_activation")
@@ -187,3 +192,23 @@ def resize_attrs(node: SourceNode, mode: str, in_shape: tuple[int, ...], size: l
     coordinates, nearest = _RESIZE[key]
     return {"sizes": (in_shape[0], int(size[0]), int(size[1]), in_shape[3]), "mode": mode,
             "coordinate_transformation_mode": coordinates, "nearest_mode": nearest}
+
+
+# ---- TF's transposed convolution -----------------------------------------------------------------------
+def transposed_conv_pads(in_sizes: list[int] | tuple[int, ...], kernel: list[int] | tuple[int, ...],
+                         strides: list[int] | tuple[int, ...], dilations: list[int] | tuple[int, ...],
+                         out_sizes: list[int] | tuple[int, ...], same: bool) -> dict[str, tuple[int, ...]]:
+    """TF's conv_transpose to ``out_sizes`` (the gradient of a SAME or VALID convolution of an ``out_sizes``
+    input) as the registry ConvTranspose's explicit ``pads`` and ``output_padding``: output[i] =
+    full[i + before], where full holds (in-1)*stride + extent values and zeros past them, and before is the
+    forward convolution's SAME padding before (the smaller half of max((in-1)*stride + extent - out, 0);
+    0 for VALID)."""
+    begin, end, extra = [], [], []
+    for size, k, s, d, out in zip(in_sizes, kernel, strides, dilations, out_sizes):
+        full = (size - 1) * s + (k - 1) * d + 1
+        before = max(full - out, 0) // 2 if same else 0
+        rest = full - before - out
+        begin.append(before)
+        end.append(max(rest, 0))
+        extra.append(max(-rest, 0))
+    return {"pads": tuple(begin + end), "output_padding": tuple(extra)}

@@ -32,6 +32,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                   "table of its own parameters to write (default: next to the "
                                                   ".json, MODEL_STEM.quantize)")
     tflite.set_defaults(run=run_tflite)
+    keras = frameworks.add_parser("keras", help="import a Keras model (.h5, .hdf5, .keras) without running it",
+                                  description="Import a Keras model saved by Keras 2 (tf.keras, .h5) or Keras 3 "
+                                              "(.keras, .h5), read as data: nothing in the file is run, and neither "
+                                              "Keras nor TensorFlow is needed. Tensors are named after the layers.")
+    keras.add_argument("--model", required=True, help="the .h5/.hdf5/.keras file to import")
+    keras.add_argument("--allow-unsafe", action="store_true",
+                       help="import Lambda layers and custom objects where their config maps onto registry ops "
+                            "(a Lambda naming a Keras activation); their code is still never run")
+    _add_common(keras, dtypes=False)
+    keras.set_defaults(run=run_keras)
     _add_pytorch(frameworks)
 
 
@@ -178,6 +188,23 @@ def run_tflite(args: argparse.Namespace) -> int:
     table = quantize_table(model, graph, inputs, outputs, note=note)
     source = {"framework": "tflite", "file": Path(args.model).name, "subgraph": args.subgraph, "layout": "nhwc"}
     return _save(args, graph, source, json_path, data_path, table, table_path)
+
+
+def run_keras(args: argparse.Namespace) -> int:
+    from pegasus.importers.keras.loader import import_keras
+    from pegasus.importers.keras.reader import read_keras
+
+    json_path, data_path, name = output_paths(args)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    model = read_keras(args.model)
+    inputs = args.inputs.split() if args.inputs else None
+    shapes = parse_size_list(args.input_size_list, args.size_with_batch, [])   # batch 1 unless given
+    graph = import_keras(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+                         input_shapes=shapes, name=name, optimize=not args.no_optimize, allow_unsafe=args.allow_unsafe,
+                         note=lambda line: print(line, file=sys.stderr))
+    layout = "nchw" if any(getattr(node.attrs, "channels_last", None) is False for node in graph.nodes) else "nhwc"
+    source = {"framework": "keras", "file": Path(args.model).name, "keras_version": model.version, "layout": layout}
+    return _save(args, graph, source, json_path, data_path)
 
 
 def _opset(model) -> int:

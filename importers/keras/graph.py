@@ -1,0 +1,306 @@
+"""Turns a Keras model config into the shared mechanism's ``SourceNode``s: one per layer call.
+
+- Functional models: each layer lists its calls (``inbound_nodes``); a call's inputs are references
+  (layer, node index, tensor index) to earlier calls' outputs. Keras 2 writes a call as a list of
+  ``[layer, node, tensor, kwargs]``; Keras 3 as ``{"args", "kwargs"}`` holding ``__keras_tensor__``
+  dicts with a ``keras_history``. Node indices count a nested model's own construction node where Keras
+  did: Keras 2 in every reference to a nested Functional (or a Sequential built on an InputLayer),
+  Keras 3 only in a model's ``input_layers``/``output_layers`` and only for a nested Functional.
+- Sequential models chain their layers.
+- Nested models (a Model or Sequential used as a layer, e.g. a MobileNet backbone) are inlined: their
+  inputs are the caller's tensors, their layers are named ``<call>/<layer>`` (``backbone/conv1``) and
+  their outputs take the caller's names, so a nested model costs no extra layer.
+- Shared layers (one layer called on several inputs) become one node per call; they share weights.
+
+Names: a call's first output tensor is the layer's name (``conv2d_3``); a shared layer's later calls
+and extra outputs (an LSTM's states) are ``<layer>_1``, ``<layer>_2``... skipping names that other layers
+of the model own. The node is named after its first output, so ``.quantize`` entries and dumps use the
+names the user gave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pegasus.errors import PegasusError
+from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.keras.reader import KerasFile, LayerPath, is_model, layer_name, model_layers
+
+Ref = tuple[str, int, int]   # (layer, call, output index)
+
+
+@dataclass
+class KerasNode(SourceNode):
+    """A layer call. ``attrs`` is the layer's Keras config; ``weights`` its arrays in ``layer.weights``
+    order; ``layer`` the layer's path (its calls share it, and the constants made from its weights)."""
+
+    weights: list[np.ndarray] = field(default_factory=list)
+    layer: str = ""
+
+
+@dataclass
+class KerasInput:
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+
+
+@dataclass
+class KerasGraph:
+    inputs: list[KerasInput]
+    outputs: list[str]
+    nodes: list[KerasNode]
+    #: every layer of the model, including those a wrapper (TimeDistributed, Bidirectional) holds, as
+    #: (where, config): what the Lambda/custom-object check and the supported-class check look at
+    layers: list[tuple[str, dict[str, Any]]]
+
+
+def flatten(file: KerasFile) -> KerasGraph:
+    if not is_model(file.config):
+        raise PegasusError(f"the file holds a {file.config.get('class_name')} object, not a Functional or "
+                           "Sequential model", where=str(file.path))
+    flat = _Flattener(file)
+    outputs = flat.model(file.config, "", (), None, None)
+    return KerasGraph(flat.inputs, outputs, flat.nodes, flat.layers)
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("class_name") == "__keras_tensor__"
+
+
+def _tensors_in(value: Any) -> list[list]:
+    """The keras_history of every Keras 3 tensor in ``value`` (nested lists/dicts), in order."""
+    if _is_tensor(value):
+        return [value["config"]["keras_history"]]
+    if isinstance(value, dict):
+        return [h for item in value.values() for h in _tensors_in(item)]
+    if isinstance(value, (list, tuple)):
+        return [h for item in value for h in _tensors_in(item)]
+    return []
+
+
+def _io_refs(value: Any) -> list[list]:
+    """A model's input_layers/output_layers: one [layer, node, tensor] or a (nested) list/dict of them."""
+    if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str) and isinstance(value[1], int):
+        return [value]
+    if isinstance(value, dict):
+        return [r for item in value.values() for r in _io_refs(item)]
+    if isinstance(value, list):
+        return [r for item in value for r in _io_refs(item)]
+    raise PegasusError(f"cannot read the model's input/output list {value!r}")
+
+
+class _Flattener:
+    def __init__(self, file: KerasFile):
+        self.file = file
+        self.keras3 = file.major >= 3
+        self.nodes: list[KerasNode] = []
+        self.inputs: list[KerasInput] = []
+        self.layers: list[tuple[str, dict[str, Any]]] = []
+        self.used: set[str] = set()
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def model(self, config: dict, prefix: str, path: LayerPath, feeds: list[str] | None,
+              out_names: list[str] | None) -> list[str]:
+        if config.get("class_name") == "Sequential":
+            return self.sequential(config, prefix, path, feeds, out_names)
+        return self.functional(config, prefix, path, feeds, out_names)
+
+    def add_input(self, layer: dict, name: str, fallback: dict | None = None) -> str:
+        cfg = layer.get("config", {})
+        shape = cfg.get("batch_shape") or cfg.get("batch_input_shape")
+        if shape is None and fallback is not None:
+            shape = fallback.get("batch_input_shape") or fallback.get("batch_shape")
+        if shape is None:
+            raise PegasusError(f"input '{name}' has no shape in the model config")
+        dtype = cfg.get("dtype") or (fallback or {}).get("dtype") or "float32"
+        if isinstance(dtype, dict):   # a Keras 3 dtype policy
+            dtype = dtype.get("config", {}).get("name", "float32")
+        self.inputs.append(KerasInput(name, tuple(shape), str(dtype)))
+        self.used.add(name)
+        return name
+
+    def fresh(self, base: str, reserved: set[str]) -> str:
+        """``base`` if free, else ``base_1``, ``base_2``... not owned by another layer of the model."""
+        name, i = base, 0
+        while name in self.used or (i and name in reserved):
+            i += 1
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return name
+
+    def layer_node(self, layer: dict, path: LayerPath, call: int, inputs: list[str], outputs: list[str]) -> None:
+        full = "/".join(path + (layer_name(layer),))
+        where = "" if outputs[0] == full and not call else f"Keras layer '{full}'" + (f", call {call + 1}"
+                                                                                      if call else "")
+        if is_model(layer):
+            raise AssertionError("nested models are inlined")
+        node = KerasNode(outputs[0], str(layer.get("class_name")), list(inputs), list(outputs),
+                         dict(layer.get("config", {})), where=where,
+                         weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full)
+        self.nodes.append(node)
+
+    def note_layer(self, layer: dict, path: LayerPath) -> None:
+        """Record ``layer`` (and any layer a wrapper holds) for the checks before conversion."""
+        where = "/".join(path + (layer_name(layer),))
+        self.layers.append((where, layer))
+        cfg = layer.get("config", {})
+        for key in ("layer", "backward_layer"):
+            inner = cfg.get(key) if isinstance(cfg, dict) else None
+            if isinstance(inner, dict) and "class_name" in inner:
+                self.note_layer({**inner, "name": layer_name(inner)}, path + (layer_name(layer),))
+
+    def call(self, layer: dict, prefix: str, path: LayerPath, call: int, inputs: list[str],
+             names: list[str]) -> list[str]:
+        """Emit one call of ``layer`` on ``inputs`` writing ``names``; a nested model is inlined."""
+        if is_model(layer):
+            self.layers.append(("/".join(path + (layer_name(layer),)), layer))
+            return self.model(layer, names[0] + "/", path + (layer_name(layer),), inputs, names)
+        self.note_layer(layer, path)
+        self.layer_node(layer, path, call, inputs, names)
+        return names
+
+    def alias(self, source: str, name: str, path: LayerPath) -> str:
+        """An Identity writing ``name`` (a nested model output that is its input, or an output listed twice)."""
+        self.nodes.append(KerasNode(name, "Identity", [source], [name], {}, where="/".join(path) or "",
+                                    layer=name))
+        return name
+
+    # ---- Sequential -------------------------------------------------------------------------------
+    def sequential(self, config: dict, prefix: str, path: LayerPath, feeds: list[str] | None,
+                   out_names: list[str] | None) -> list[str]:
+        layers = model_layers(config)
+        head = layers[0] if layers and layers[0].get("class_name") == "InputLayer" else None
+        body = layers[1:] if head else layers
+        if feeds is not None:
+            if len(feeds) != 1:
+                raise PegasusError(f"Sequential model '{'/'.join(path)}' is called on {len(feeds)} tensors")
+            current = feeds[0]
+        elif head is not None:
+            current = self.add_input(head, layer_name(head))
+        elif body:
+            current = self.add_input({}, f"{layer_name(body[0])}_input", fallback=body[0].get("config", {}))
+        else:
+            raise PegasusError("the Sequential model has no layers")
+        reserved = {prefix + layer_name(layer) for layer in body}
+        for i, layer in enumerate(body):
+            last = i == len(body) - 1
+            name = out_names[0] if last and out_names else self.fresh(prefix + layer_name(layer), reserved)
+            current = self.call(layer, prefix, path, 0, [current], [name])[0]
+        if out_names and current != out_names[0]:
+            current = self.alias(current, out_names[0], path)
+        return [current]
+
+    # ---- Functional -------------------------------------------------------------------------------
+    def functional(self, config: dict, prefix: str, path: LayerPath, feeds: list[str] | None,
+                   out_names: list[str] | None) -> list[str]:
+        conf = config.get("config", {})
+        layers = model_layers(config)
+        by_name = {layer_name(layer): layer for layer in layers}
+        where = f" of nested model '{'/'.join(path)}'" if path else ""
+
+        def resolve(ref: list, io: bool) -> Ref:
+            name, node, tensor = str(ref[0]), int(ref[1]), int(ref[2])
+            if name not in by_name:
+                raise PegasusError(f"the model config{where} refers to layer '{name}', which it does not define")
+            layer = by_name[name]
+            return name, node - self._node_offset(layer, io), tensor
+
+        inputs = [resolve(r, True) for r in _io_refs(conf.get("input_layers", []))]
+        outputs = [resolve(r, True) for r in _io_refs(conf.get("output_layers", []))]
+        tensors: dict[Ref, str] = {}
+        if feeds is not None and len(feeds) != len(inputs):
+            raise PegasusError(f"nested model '{'/'.join(path)}' takes {len(inputs)} inputs, is called on {len(feeds)}")
+        for k, ref in enumerate(inputs):
+            layer = by_name[ref[0]]
+            tensors[ref] = feeds[k] if feeds is not None else self.add_input(layer, prefix + ref[0])
+        wanted: dict[Ref, str] = {}
+        for k, ref in enumerate(outputs):
+            if out_names and ref not in wanted and ref not in tensors:
+                wanted[ref] = out_names[k]
+
+        calls: list[tuple[dict, int, list[Ref]]] = []
+        count: dict[tuple[str, int], int] = {}
+        for layer in layers:
+            if layer.get("class_name") == "InputLayer":
+                continue
+            for c, data in enumerate(layer.get("inbound_nodes", [])):
+                refs = [resolve(r, False) for r in self._call_refs(data, layer, path)]
+                calls.append((layer, c, refs))
+                count.setdefault((layer_name(layer), c), 1)
+                if is_model(layer):
+                    count[(layer_name(layer), c)] = len(_io_refs(layer["config"].get("output_layers", [])))
+        for ref in [r for _, _, refs in calls for r in refs] + outputs:
+            key = (ref[0], ref[1])
+            count[key] = max(count.get(key, 1), ref[2] + 1)
+
+        reserved = {prefix + name for name in by_name}
+        names: dict[tuple[str, int], list[str]] = {}
+        for layer, c, _ in calls:   # named in call order, so names do not depend on the emission order
+            lname = layer_name(layer)
+            names[(lname, c)] = [wanted.get((lname, c, t)) or self.fresh(prefix + lname, reserved)
+                                 for t in range(count[(lname, c)])]
+        pending = calls
+        while pending:
+            waiting = []
+            for layer, c, refs in pending:
+                if all(r in tensors for r in refs):
+                    lname = layer_name(layer)
+                    written = self.call(layer, prefix, path, c, [tensors[r] for r in refs], names[(lname, c)])
+                    for t, name in enumerate(written):
+                        tensors[(lname, c, t)] = name
+                else:
+                    waiting.append((layer, c, refs))
+            if len(waiting) == len(pending):
+                layer, c, refs = waiting[0]
+                missing = next(r for r in refs if r not in tensors)
+                raise PegasusError(f"layer '{layer_name(layer)}'{where} reads output {missing[2]} of call "
+                                   f"{missing[1]} of layer '{missing[0]}', which the model never makes")
+            pending = waiting
+
+        result = []
+        for k, ref in enumerate(outputs):
+            if ref not in tensors:
+                raise PegasusError(f"the model's output {list(ref)}{where} is never computed")
+            name = tensors[ref]
+            if out_names and name != out_names[k]:
+                name = self.alias(name, out_names[k], path)
+            result.append(name)
+        return result
+
+    def _node_offset(self, layer: dict, io: bool) -> int:
+        """How many construction nodes of a nested model the file's node indices count (see the docstring)."""
+        if not is_model(layer):
+            return 0
+        if self.keras3:
+            return 1 if io and layer.get("class_name") == "Functional" else 0
+        if layer.get("class_name") == "Sequential":
+            first = model_layers(layer)[:1]
+            return 1 if first and first[0].get("class_name") == "InputLayer" else 0
+        return 1
+
+    def _call_refs(self, data: Any, layer: dict, path: LayerPath) -> list[list]:
+        """The input references of one call (either format); a tensor passed by keyword is refused."""
+        full = "/".join(path + (layer_name(layer),))
+        if isinstance(data, dict):
+            by_keyword = [k for k, v in (data.get("kwargs") or {}).items() if _tensors_in(v)]
+            if by_keyword:
+                raise PegasusError(f"layer '{full}' is called with a tensor for '{by_keyword[0]}', which the "
+                                   "import does not support")
+            return _tensors_in(data.get("args", []))
+        refs = []
+        for item in data:
+            if isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str):
+                kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
+                tensor_kwargs = [k for k, v in kwargs.items() if isinstance(v, list) and v and
+                                 isinstance(v[0], (str, list))]
+                if tensor_kwargs:
+                    raise PegasusError(f"layer '{full}' is called with a tensor for '{tensor_kwargs[0]}', which "
+                                       "the import does not support")
+                refs.append(item[:3])
+            else:
+                raise PegasusError(f"cannot read a call of layer '{full}' in the model config: {item!r}")
+        return refs

@@ -1,0 +1,12 @@
+"""Keras converters, one module per layer family; importing registers them."""
+
+from pegasus.importers.keras.layers import (  # noqa: F401  (each import registers its converters)
+    conv,
+    core,
+    merge,
+    normalization,
+    pool,
+    preprocessing,
+    reshaping,
+    rnn,
+)

@@ -1,0 +1,160 @@
+"""Import a Keras model (.h5/.hdf5/.keras) into the pegasus IR without running anything from the file.
+
+Steps: read the config and weights as data (reader.py); turn the layer calls into nodes, nested models
+inlined and shared layers called once per use (graph.py); refuse Lambda layers and custom objects, all
+named in one error, unless ``allow_unsafe`` (even then nothing is run: a Lambda converts only when its
+config maps onto registry ops); list every unsupported layer class at once (the shared mechanism), those a
+TimeDistributed or Bidirectional wraps included; fix each input's static shape (a dynamic batch becomes 1
+and says so; other dynamic dimensions need ``--input-size-list``); convert node by node; run the import
+passes (a BatchNormalization after a convolution folds into it there).
+
+``inputs``/``outputs`` cut the model at tensor names, which are layer names (graph.py). A cut input's shape
+is the tensor's in the full model unless given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pegasus.errors import PegasusError
+from pegasus.importers.common.converters import SourceNode, convert_nodes
+from pegasus.importers.keras import layers as _layers  # noqa: F401  (registers the converters)
+from pegasus.importers.keras.context import TABLE, KerasContext
+from pegasus.importers.keras.graph import KerasGraph, KerasNode, flatten
+from pegasus.importers.keras.reader import KerasFile, is_model, read_keras
+from pegasus.ir.builder import GraphBuilder
+from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Graph
+from pegasus.ir.tensor import TensorType
+from pegasus.passes.pipeline import run_import_passes
+
+DEFAULT_BATCH = 1
+_KERAS_MODULES = ("keras", "tf_keras")
+
+
+def unsafe_reason(layer: dict) -> str | None:
+    """Why ``layer`` (a config) would need code from outside Keras to run, or None."""
+    if layer.get("class_name") == "Lambda":
+        return "Lambda: Python code"
+    module = layer.get("module")
+    if isinstance(module, str) and module.split(".")[0] not in _KERAS_MODULES:
+        return f"custom class {layer.get('registered_name') or layer.get('class_name')} from module '{module}'"
+    registered = layer.get("registered_name")
+    if isinstance(registered, str) and ">" in registered:
+        return f"custom class {registered}"
+    return None
+
+
+def refuse_unsafe(model: KerasGraph, allow_unsafe: bool) -> None:
+    found = [f"layer '{where}' ({reason})" for where, layer in model.layers if (reason := unsafe_reason(layer))]
+    if found and not allow_unsafe:
+        raise PegasusError(f"refusing {len(found)} layer(s) that hold code: {'; '.join(found)}. pegasus never runs "
+                           "code from a model file; --allow-unsafe imports such a layer only where its config maps "
+                           "onto registry ops (a Lambda naming a Keras activation), still without running it")
+
+
+def check_supported(model: KerasGraph) -> None:
+    """Every layer class without a converter, those inside wrappers included, in one error."""
+    TABLE.check_supported(SourceNode(where, str(layer.get("class_name")), [], [])
+                          for where, layer in model.layers if not is_model(layer))
+
+
+def needed_nodes(nodes: Sequence[KerasNode], outputs: Sequence[str], stop_at: set[str]) -> list[KerasNode]:
+    """The nodes ``outputs`` depend on, in order, not looking past the tensors in ``stop_at``."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
+    needed: set[int] = set()
+    stack = [name for name in outputs if name not in stop_at]
+    while stack:
+        index = producer.get(stack.pop())
+        if index is None or index in needed:
+            continue
+        needed.add(index)
+        stack.extend(i for i in nodes[index].inputs if i and i not in stop_at)
+    return [nodes[i] for i in sorted(needed)]
+
+
+def _model_input_types(model: KerasGraph, note: Callable[[str], None] | None,
+                       given: dict[str, Sequence[int]]) -> dict[str, TensorType]:
+    types = {}
+    for spec in model.inputs:
+        if spec.name in given:
+            shape = tuple(int(d) for d in given[spec.name])
+        else:
+            shape = list(spec.shape)
+            if shape and shape[0] is None:
+                shape[0] = DEFAULT_BATCH
+                if note:
+                    note(f"{spec.name}: dynamic batch = {DEFAULT_BATCH}")
+            if any(d is None or int(d) < 1 for d in shape):
+                raise PegasusError(f"input '{spec.name}' has shape {list(spec.shape)} (None = any size): give its "
+                                   "shape with --input-size-list")
+            shape = tuple(int(d) for d in shape)
+        types[spec.name] = TensorType(shape, _dtype(spec.name, spec.dtype))
+    return types
+
+
+def _dtype(name: str, text: str) -> DType:
+    try:
+        return DType.parse(text)
+    except ValueError:
+        raise PegasusError(f"input '{name}' has dtype {text}, which pegasus cannot hold") from None
+
+
+def _convert(model: KerasGraph, major: int, allow_unsafe: bool, input_types: dict[str, TensorType],
+             outputs: Sequence[str], name: str) -> Graph:
+    graph = Graph(name)
+    builder = GraphBuilder(graph)
+    for input_name, ttype in input_types.items():
+        builder.add_input(input_name, ttype)
+    ctx = KerasContext(builder, major, allow_unsafe)
+    convert_nodes(TABLE, ctx, needed_nodes(model.nodes, outputs, set(input_types)))
+    for out in outputs:
+        if not builder.has(out):
+            raise PegasusError(f"output '{out}' was not produced by the converted graph")
+    graph.outputs = list(outputs)
+    return graph
+
+
+def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None = None,
+                 outputs: Sequence[str] | None = None, input_shapes: Sequence[Sequence[int] | None] | None = None,
+                 name: str | None = None, optimize: bool = True, note: Callable[[str], None] | None = None,
+                 allow_unsafe: bool = False) -> Graph:
+    """Convert a Keras model file (or a ``KerasFile`` already read) to a verified pegasus Graph.
+
+    ``inputs``/``outputs`` cut the graph at tensor (layer) names; ``input_shapes`` is per input, in order,
+    batch included (None keeps the model's). ``note`` receives one-line remarks for the user.
+    """
+    if not isinstance(model, KerasFile):
+        name = name or Path(model).stem
+        model = read_keras(model)
+    keras_graph = flatten(model)
+    refuse_unsafe(keras_graph, allow_unsafe)
+    known = {spec.name for spec in keras_graph.inputs} | {o for node in keras_graph.nodes for o in node.outputs}
+    model_inputs = [spec.name for spec in keras_graph.inputs]
+    input_names = list(inputs) if inputs else model_inputs
+    output_names = list(outputs) if outputs else list(keras_graph.outputs)
+    for flag, wanted in (("--inputs", input_names), ("--outputs", output_names)):
+        for tensor in wanted:
+            if tensor not in known:
+                raise PegasusError(f"{flag}: '{tensor}' is not a tensor of the model (tensors are named after "
+                                   f"layers; the model's inputs: {' '.join(model_inputs)}, outputs: "
+                                   f"{' '.join(keras_graph.outputs)})")
+    if input_shapes and len(input_shapes) != len(input_names):
+        raise PegasusError(f"--input-size-list gives {len(input_shapes)} entries but the model has "
+                           f"{len(input_names)} input(s): {' '.join(input_names)}")
+    check_supported(keras_graph)
+    dtypes = {spec.name: spec.dtype for spec in keras_graph.inputs}
+    given = {n: tuple(int(d) for d in s) for n, s in zip(input_names, input_shapes or []) if s is not None}
+    input_types = {n: TensorType(given[n], _dtype(n, dtypes.get(n, "float32"))) for n in given}
+    missing = [n for n in input_names if n not in input_types]
+    if missing:
+        model_types = _model_input_types(keras_graph, note, given)
+        cut = [n for n in missing if n not in model_types]
+        if cut:   # a cut's inputs have their shapes in the model: convert it up to them
+            full = _convert(keras_graph, model.major, allow_unsafe, model_types, cut, name or "model")
+            model_types.update({n: full.type_of(n) for n in cut})
+        input_types.update({n: model_types[n] for n in missing})
+    input_types = {n: input_types[n] for n in input_names}
+    graph = _convert(keras_graph, model.major, allow_unsafe, input_types, output_names, name or model.path.stem)
+    return run_import_passes(graph, optimize=optimize)

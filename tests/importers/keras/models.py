@@ -1,0 +1,257 @@
+"""Builders of the Keras models the tests import: each takes the Keras module (``keras`` = Keras 3 or
+``tf_keras`` = Keras 2) and returns a built model with random weights (biases and batch-norm statistics
+included, so nothing is an identity by accident). harness.cached_model saves each once per library and
+format and keeps ``model.predict``'s outputs."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+
+def _keras3(K) -> bool:
+    return K.__name__ == "keras"
+
+
+def _randomize(model, scale: float = 0.4) -> None:
+    """Every weight random (seeded by its path): variances and counts positive, the rest normal * scale."""
+    for variable in model.weights:
+        path = str(getattr(variable, "path", None) or variable.name)
+        rng = np.random.default_rng(zlib.crc32(path.encode()))
+        shape = tuple(variable.shape)
+        if "variance" in path:
+            value = rng.uniform(0.5, 1.5, shape)
+        elif "count" in path:
+            continue
+        elif "gamma" in path:
+            value = rng.uniform(0.5, 1.5, shape)
+        else:
+            value = rng.standard_normal(shape) * scale
+        variable.assign(value.astype(np.float32))
+
+
+# ---- element-wise and dense -------------------------------------------------------------------------
+def activations(K):
+    """Dense with every activation= of the library (also on a rank-3 input) and the activation layers."""
+    x = K.Input((6,), name="x")
+    seq = K.Input((3, 5), name="seq")
+    names = ["relu", "sigmoid", "hard_sigmoid", "tanh", "softmax", "swish", "gelu", "elu", "selu", "softplus",
+             "softsign", "exponential", "linear", "mish"]
+    if _keras3(K):
+        names += ["relu6", "silu", "hard_silu", "hard_swish", "leaky_relu", "log_softmax", "celu"]
+    outs = [K.layers.Dense(4, activation=name, name=f"dense_{name}")(x) for name in names]
+    outs += [K.layers.Activation(name, name=f"act_{name}")(x) for name in names]
+    outs.append(K.layers.Dense(4, activation="tanh", use_bias=False, name="no_bias")(x))
+    outs.append(K.layers.Flatten()(K.layers.Dense(4, activation="relu", name="dense_rank3")(seq)))
+    outs += [K.layers.ReLU(name="relu_plain")(x), K.layers.ReLU(max_value=1.0, name="relu_max")(x),
+             K.layers.ReLU(negative_slope=0.2, name="relu_leaky")(x),
+             K.layers.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.5, name="relu_all")(x),
+             K.layers.ReLU(threshold=0.25, name="relu_threshold")(x),
+             K.layers.LeakyReLU(name="leaky_default")(x), K.layers.ELU(alpha=0.7, name="elu_layer")(x),
+             K.layers.Softmax(name="softmax_layer")(x),
+             K.layers.Flatten()(K.layers.Softmax(axis=1, name="softmax_axis1")(seq)),
+             K.layers.Flatten()(K.layers.PReLU(shared_axes=[1], name="prelu_shared")(seq)),
+             K.layers.PReLU(name="prelu")(x)]
+    if not _keras3(K):
+        outs.append(K.layers.ThresholdedReLU(theta=0.3, name="thresholded")(x))
+    model = K.Model([x, seq], K.layers.Concatenate(name="all")(outs))
+    _randomize(model)
+    return model
+
+
+# ---- convolutions ----------------------------------------------------------------------------------
+def convolutions(K):
+    """Every convolution family with activation=, padding modes, strides, dilation, groups, multiplier, and
+    BatchNormalization after most of them (folded at import)."""
+    img = K.Input((9, 10, 4), name="img")
+    sig = K.Input((12, 3), name="sig")
+    vol = K.Input((5, 6, 7, 2), name="vol")
+    L = K.layers
+    a = L.Conv2D(6, 3, padding="same", activation="relu", name="conv_same")(img)
+    a = L.BatchNormalization(name="bn_conv")(a)
+    b = L.Conv2D(4, (3, 2), strides=2, dilation_rate=1, groups=2, name="conv_grouped")(img)
+    b = L.BatchNormalization(scale=False, name="bn_noscale")(b)
+    c = L.Conv2D(5, 3, dilation_rate=2, padding="same", activation="sigmoid", name="conv_dilated")(img)
+    d = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", strides=2, activation="tanh", name="dw")(img)
+    d = L.BatchNormalization(center=False, name="bn_dw")(d)
+    e = L.SeparableConv2D(5, 3, depth_multiplier=2, padding="same", activation="elu", name="sep")(img)
+    f = L.Conv2DTranspose(3, 3, strides=2, padding="same", name="deconv_same")(img)
+    f = L.BatchNormalization(name="bn_deconv")(f)
+    g = L.Conv2DTranspose(3, (3, 2), strides=(2, 3), padding="valid", activation="relu", name="deconv_valid")(img)
+    h = L.Conv2DTranspose(2, 3, strides=2, padding="same", output_padding=1, name="deconv_outpad")(img)
+    i = L.Conv2DTranspose(2, 3, strides=2, padding="valid", output_padding=1, name="deconv_valid_outpad")(img)
+    s1 = L.Conv1D(4, 3, padding="causal", dilation_rate=2, activation="relu", name="conv1d_causal")(sig)
+    s2 = L.Conv1D(4, 3, strides=2, padding="same", name="conv1d_same")(sig)
+    s3 = L.SeparableConv1D(4, 3, padding="same", name="sep1d")(sig)
+    s4 = L.Conv1DTranspose(3, 3, strides=2, name="deconv1d")(sig)
+    s5 = L.DepthwiseConv1D(3, depth_multiplier=2, name="dw1d")(sig)
+    v = L.Conv3D(3, 2, padding="same", activation="relu", name="conv3d")(vol)
+    cf = L.DepthwiseConv2D(3, data_format="channels_first", name="dw_first")(img)
+    cf = L.BatchNormalization(axis=1, name="bn_first")(cf)
+    outs = [a, b, c, d, e, f, g, h, i, s1, s2, s3, s4, s5, v, cf]
+    if not _keras3(K):
+        outs.append(L.Conv2DTranspose(2, 3, strides=2, data_format="channels_first", name="deconv_first")(img))
+    model = K.Model([img, sig, vol], outs)
+    _randomize(model)
+    return model
+
+
+def pooling(K):
+    img = K.Input((9, 8, 3), name="img")
+    sig = K.Input((11, 4), name="sig")
+    L = K.layers
+    outs = [L.MaxPooling2D(name="max2d")(img), L.MaxPooling2D(3, strides=2, padding="same", name="max2d_same")(img),
+            L.AveragePooling2D((2, 3), name="avg2d")(img),
+            L.AveragePooling2D(3, strides=2, padding="same", name="avg2d_same")(img),
+            L.MaxPooling1D(2, name="max1d")(sig), L.AveragePooling1D(3, strides=2, padding="same", name="avg1d")(sig),
+            L.GlobalAveragePooling2D(name="gap")(img), L.GlobalMaxPooling2D(name="gmp")(img),
+            L.GlobalAveragePooling2D(keepdims=True, name="gap_keep")(img),
+            L.GlobalAveragePooling1D(name="gap1d")(sig), L.GlobalMaxPooling1D(keepdims=True, name="gmp1d")(sig),
+            L.GlobalAveragePooling1D(data_format="channels_first", name="gap1d_first")(sig)]
+    if _keras3(K):
+        outs.append(L.MaxPooling2D(data_format="channels_first", name="max_first")(img))
+    return K.Model([img, sig], outs)
+
+
+def normalizations(K):
+    x = K.Input((6,), name="x")
+    seq = K.Input((4, 5), name="seq")
+    img = K.Input((6, 7, 3), name="img")
+    L = K.layers
+    norm = L.Normalization(axis=-1, name="normalize")
+    norm.adapt(np.random.default_rng(3).normal(2.0, 3.0, (50, 6, 7, 3)).astype(np.float32))
+    outs = [L.BatchNormalization(name="bn_dense")(L.Dense(5, name="dense")(x)),
+            L.BatchNormalization(axis=1, name="bn_axis1")(seq),
+            L.BatchNormalization(axis=2 if _keras3(K) else [1, 2], name="bn_axes")(seq),
+            L.LayerNormalization(name="ln")(seq), L.LayerNormalization(axis=[1, 2], name="ln_12")(seq),
+            L.LayerNormalization(center=False, scale=False, epsilon=0.01, name="ln_plain")(x),
+            L.Rescaling(1 / 127.5, offset=-1, name="rescale")(img), norm(img),
+            L.Normalization(mean=[1.0, 2.0, 3.0], variance=[4.0, 0.25, 1.0], name="normalize_fixed")(img),
+            L.Resizing(9, 5, name="resize_bilinear")(img),
+            L.Resizing(4, 11, interpolation="nearest", name="resize_nearest")(img)]
+    model = K.Model([x, seq, img], outs)
+    _randomize_skipping(model, "normaliz")
+    return model
+
+
+def _randomize_skipping(model, skip: str) -> None:
+    """_randomize for every layer whose name lacks ``skip`` (an adapted Normalization keeps its statistics)."""
+    for layer in model.layers:
+        if skip not in layer.name and layer.weights:
+            _randomize(layer)
+
+
+# ---- shapes and merges -----------------------------------------------------------------------------
+def reshaping(K):
+    img = K.Input((4, 6, 3), name="img")
+    sig = K.Input((5, 3), name="sig")
+    vec = K.Input((6,), name="vec")
+    L = K.layers
+    outs = [L.Flatten(name="flat")(img), L.Reshape((8, 9), name="reshape")(img),
+            L.Reshape((-1, 3), name="reshape_auto")(img),
+            L.Permute((3, 1, 2), name="permute")(img), L.RepeatVector(3, name="repeat")(vec),
+            L.ZeroPadding2D(((1, 2), (0, 3)), name="pad2d")(img), L.ZeroPadding2D(1, name="pad2d_int")(img),
+            L.ZeroPadding1D((2, 1), name="pad1d")(sig), L.Cropping2D(((1, 0), (2, 1)), name="crop2d")(img),
+            L.Cropping1D(1, name="crop1d")(sig), L.UpSampling2D((2, 3), name="up_nearest")(img),
+            L.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(img),
+            L.UpSampling1D(3, name="up1d")(sig), L.Flatten(data_format="channels_first", name="flat_first")(img)]
+    a, b = L.Dense(6, name="da")(vec), L.Dense(6, name="db")(vec)
+    c = L.Dense(6, name="dc")(vec)
+    outs += [L.Add(name="add")([a, b]), L.Add(name="add3")([a, b, c]), L.Subtract(name="sub")([a, b]),
+             L.Multiply(name="mul")([a, b, c]), L.Average(name="avg")([a, b]), L.Maximum(name="max")([a, b, c]),
+             L.Minimum(name="min")([a, b]), L.Concatenate(axis=1, name="concat")([a, b, c]),
+             L.Dot(axes=1, name="dot")([a, b]), L.Dot(axes=1, normalize=True, name="dot_normalized")([a, c])]
+    s = L.Dense(4, name="ds")(sig)
+    t = L.Dense(4, name="dt")(sig)
+    outs += [L.Dot(axes=(2, 2), name="dot_seq")([s, t]), L.Dot(axes=(1, 1), name="dot_time")([s, t]),
+             L.Dot(axes=(2, 1), name="dot_mixed")([s, L.Reshape((4, 5), name="reshape_t")(t)])]
+    drop = L.Dropout(0.5, name="dropout")(vec)
+    drop = L.GaussianNoise(0.3, name="noise")(drop)
+    drop = L.GaussianDropout(0.3, name="gauss_drop")(drop)
+    drop = L.ActivityRegularization(l1=0.1, name="activity")(drop)
+    outs += [drop, L.SpatialDropout2D(0.5, name="spatial_drop")(img), L.SpatialDropout1D(0.3, name="sd1")(sig)]
+    model = K.Model([img, sig, vec], outs)
+    _randomize(model)
+    return model
+
+
+# ---- recurrent -------------------------------------------------------------------------------------
+def recurrent(K):
+    tokens = K.Input((7,), dtype="int32", name="tokens")
+    seq = K.Input((6, 4), name="seq")
+    L = K.layers
+    e = L.Embedding(10, 5, name="embed")(tokens)
+    outs = [L.LSTM(3, return_sequences=True, name="lstm_seq")(e), L.GRU(4, name="gru_last")(e),
+            L.SimpleRNN(3, return_sequences=True, activation="relu", name="rnn_relu")(seq)]
+    lstm_out, lstm_h, lstm_c = L.LSTM(3, return_state=True, go_backwards=True, name="lstm_state")(seq)
+    gru_seq, gru_h = L.GRU(2, return_sequences=True, return_state=True, go_backwards=True, reset_after=False,
+                           recurrent_activation="hard_sigmoid", name="gru_v1")(seq)
+    outs += [lstm_out, lstm_h, lstm_c, gru_seq, gru_h,
+             L.SimpleRNN(2, go_backwards=True, use_bias=False, name="rnn")(seq)]
+    outs += [L.Bidirectional(L.LSTM(3, return_sequences=True), name="bi_concat")(seq),
+             L.Bidirectional(L.GRU(2), merge_mode="sum", name="bi_sum")(seq),
+             L.Bidirectional(L.SimpleRNN(2, return_sequences=True), merge_mode="ave", name="bi_ave")(seq),
+             L.Bidirectional(L.LSTM(2), merge_mode="mul", name="bi_mul")(seq),
+             *L.Bidirectional(L.GRU(2, return_sequences=True), merge_mode=None, name="bi_none")(seq)]
+    bi_out, *bi_states = L.Bidirectional(L.LSTM(2, return_state=True), name="bi_state")(seq)
+    outs += [bi_out, *bi_states]
+    frames = K.Input((3, 5, 5, 2), name="frames")
+    outs += [L.TimeDistributed(L.Dense(3, activation="relu"), name="td_dense")(seq),
+             L.TimeDistributed(L.Conv2D(2, 3, activation="relu"), name="td_conv")(frames)]
+    model = K.Model([tokens, seq, frames], outs)
+    _randomize(model)
+    return model
+
+
+# ---- model structure -------------------------------------------------------------------------------
+def nested_shared(K):
+    """A functional model with branches, shared layers (a Dense and a Conv2D called twice, a nested model
+    called twice), a nested Functional backbone and a nested Sequential head."""
+    L = K.layers
+    inner_in = K.Input((8, 8, 3), name="inner_in")
+    t = L.Conv2D(4, 3, padding="same", name="conv")(inner_in)
+    t = L.BatchNormalization(name="bn")(t)
+    backbone = K.Model(inner_in, L.ReLU(6.0, name="relu6")(t), name="backbone")
+    head = K.Sequential([K.Input((4,)), L.Dense(3, activation="relu", name="hidden"), L.Dense(2, name="logits")],
+                        name="head")
+    left, right = K.Input((8, 8, 3), name="left"), K.Input((8, 8, 3), name="right")
+    shared_conv = L.Conv2D(4, 1, name="conv")   # the same name as the backbone's layer, on purpose
+    a, b = backbone(left), backbone(right)
+    a, b = shared_conv(a), shared_conv(b)
+    merged = L.Add(name="merge")([a, L.Multiply(name="gate")([b, a])])
+    pooled = L.GlobalAveragePooling2D(name="pool")(merged)
+    shared_dense = L.Dense(4, name="shared_dense")
+    y1 = head(shared_dense(pooled))
+    y2 = head(shared_dense(L.GlobalMaxPooling2D(name="maxpool")(b)))
+    model = K.Model([left, right], [y1, y2, a])
+    _randomize(model)
+    return model
+
+
+def sequential(K):
+    """A top-level Sequential model (Keras 2: input shape on the first layer)."""
+    L = K.layers
+    first = [K.Input((10, 10, 2))] if _keras3(K) else []
+    layers = [L.Conv2D(3, 3, input_shape=(10, 10, 2)) if not _keras3(K) else L.Conv2D(3, 3),
+              L.BatchNormalization(), L.Activation("relu"), L.MaxPooling2D(), L.Flatten(), L.Dense(5),
+              L.BatchNormalization(), L.Dense(2, activation="softmax")]
+    model = K.Sequential(first + layers, name="seq_model")
+    _randomize(model)
+    return model
+
+
+def mobilenet(K):
+    """MobileNetV2 (alpha 0.35, 64x64, random weights) as the backbone of a functional model: DepthwiseConv2D,
+    BatchNormalization, ReLU(6), ZeroPadding2D, Add, global pooling; a nested model as users build them."""
+    backbone = K.applications.MobileNetV2(input_shape=(64, 64, 3), alpha=0.35, include_top=False, weights=None)
+    image = K.Input((64, 64, 3), name="image")
+    x = backbone(image)
+    x = K.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = K.Model(image, K.layers.Dense(4, activation="softmax", name="classes")(x))
+    _randomize(model, scale=0.2)
+    return model
+
+
+BUILDERS = [activations, convolutions, pooling, normalizations, reshaping, recurrent, nested_shared, sequential,
+            mobilenet]
