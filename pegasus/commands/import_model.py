@@ -42,6 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                             "(a Lambda naming a Keras activation); their code is still never run")
     _add_common(keras, dtypes=False)
     keras.set_defaults(run=run_keras)
+    _add_tensorflow(frameworks)
     _add_pytorch(frameworks)
 
 
@@ -204,6 +205,61 @@ def run_keras(args: argparse.Namespace) -> int:
                          note=lambda line: print(line, file=sys.stderr))
     layout = "nchw" if any(getattr(node.attrs, "channels_last", None) is False for node in graph.nodes) else "nhwc"
     source = {"framework": "keras", "file": Path(args.model).name, "keras_version": model.version, "layout": layout}
+    return _save(args, graph, source, json_path, data_path)
+
+
+def _add_tensorflow(frameworks) -> None:
+    tensorflow = frameworks.add_parser(
+        "tensorflow", help="import a TensorFlow model: frozen graph (.pb), SavedModel folder, or .meta + checkpoint",
+        description="Import a TensorFlow frozen GraphDef (.pb/.pbtxt), a SavedModel folder (its serving signature) "
+                    "or a TF1 MetaGraph (.meta) with its checkpoint, read as data (nothing of the model runs). The "
+                    "graph keeps the model's channels-last shapes.")
+    tensorflow.add_argument("--model", required=True, help="the .pb file, SavedModel folder or .meta file")
+    _add_common(tensorflow, dtypes=False)
+    tensorflow.add_argument("--signature", help="the SavedModel signature to import (default: serving_default)")
+    tensorflow.add_argument("--mean-values", help="per input, separated by ',': the mean of a quantized model's "
+                                                  "input; the graph first computes (x - mean) / std")
+    tensorflow.add_argument("--std-values", help="per input, separated by ',': the std of a quantized model's input")
+    tensorflow.add_argument("--predef-file", help="an .npz of values for placeholders that are not inputs (e.g. "
+                                                  "np.savez('prd.npz', is_training=False)); they become constants")
+    tensorflow.add_argument("--subgraphs", help="import the union of cuts: 'in1,in2#out1,out2;in3#out3' (inputs "
+                                                "of a cut that another cut produces connect inside)")
+    tensorflow.set_defaults(run=run_tensorflow)
+
+
+def _floats(text: str | None, flag: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.replace("#", ",").replace(" ", ",").split(",") if v.strip()]
+    except ValueError:
+        raise PegasusError(f"{flag}: '{text}' is not a comma-separated list of numbers") from None
+
+
+def run_tensorflow(args: argparse.Namespace) -> int:
+    from pegasus.importers.tensorflow.loader import (
+        declared_batches,
+        import_tensorflow,
+        interface,
+        load_predef,
+        parse_subgraphs,
+    )
+    from pegasus.importers.tensorflow.reader import read_tensorflow
+
+    json_path, data_path, name = output_paths(args)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    subgraphs = parse_subgraphs(args.subgraphs) if args.subgraphs else None
+    mean, std = _floats(args.mean_values, "--mean-values"), _floats(args.std_values, "--std-values")
+    predef = load_predef(args.predef_file) if args.predef_file else None
+    model = read_tensorflow(args.model, args.signature)
+    inputs = args.inputs.split() if args.inputs else None
+    outputs = args.outputs.split() if args.outputs else None
+    shapes = parse_size_list(args.input_size_list, args.size_with_batch,
+                             declared_batches(model, interface(model, inputs, outputs, subgraphs)[0]))
+    graph = import_tensorflow(model, inputs=inputs, outputs=outputs, input_shapes=shapes, mean_values=mean,
+                              std_values=std, predef=predef, subgraphs=subgraphs, name=name,
+                              optimize=not args.no_optimize, note=lambda line: print(line, file=sys.stderr))
+    source = {"framework": "tensorflow", "file": Path(args.model).name, "format": model.kind, "layout": "nhwc"}
     return _save(args, graph, source, json_path, data_path)
 
 
