@@ -32,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                   "table of its own parameters to write (default: next to the "
                                                   ".json, MODEL_STEM.quantize)")
     tflite.set_defaults(run=run_tflite)
+    _add_caffe(frameworks)
     keras = frameworks.add_parser("keras", help="import a Keras model (.h5, .hdf5, .keras) without running it",
                                   description="Import a Keras model saved by Keras 2 (tf.keras, .h5) or Keras 3 "
                                               "(.keras, .h5), read as data: nothing in the file is run, and neither "
@@ -306,3 +307,40 @@ def run_pytorch(args: argparse.Namespace) -> int:
                            optimize=not args.no_optimize, note=lambda line: print(line, file=sys.stderr))
     source = {"framework": "pytorch", "file": Path(args.model).name, "format": model_file.kind, "layout": "nchw"}
     return _save(args, graph, source, json_path, data_path)
+
+
+def _add_outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output-model", help="the .json file to write (default: MODEL_STEM.json here; a missing "
+                                                "folder is created)")
+    parser.add_argument("--output-data", help="the .data file to write (default: MODEL_STEM.data here)")
+    parser.add_argument("--no-optimize", action="store_true",
+                        help="skip folding/fusion passes (still infers shapes); for debugging an import")
+
+
+def _add_caffe(frameworks) -> None:
+    caffe = frameworks.add_parser("caffe", help="import a Caffe model (.prototxt + .caffemodel)",
+                                  description="Import a Caffe network (text .prototxt, current or legacy V1 layers) "
+                                              "with its weights (binary .caffemodel). The graph ends before SSD's "
+                                              "PriorBox/DetectionOutput post-processing.")
+    caffe.add_argument("--model", required=True, help="the .prototxt file to import")
+    caffe.add_argument("--weights", help="the .caffemodel file; without it the layers get seeded random weights "
+                                         "(a warning says so)")
+    caffe.add_argument("--proto", choices=("caffe", "lstm_caffe"), default="caffe",
+                       help="the Caffe protocol the files follow (default caffe; lstm_caffe is accepted for Acuity's "
+                            "LSTM models and reads the same messages)")
+    _add_outputs(caffe)
+    caffe.set_defaults(run=run_caffe)
+
+
+def run_caffe(args: argparse.Namespace) -> int:
+    from pegasus.importers.caffe.loader import import_caffe
+
+    json_path, data_path, name = output_paths(args)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    graph = import_caffe(args.model, args.weights, proto=args.proto, name=name, optimize=not args.no_optimize,
+                         note=lambda line: print(line, file=sys.stderr))
+    source = {"framework": "caffe", "file": Path(args.model).name, "layout": "nchw"}
+    if args.weights:
+        source["weights"] = Path(args.weights).name
+    return _save(args, graph, source, json_path, data_path)
+

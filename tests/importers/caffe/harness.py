@@ -81,10 +81,11 @@ def opencv_net(prototxt: Path, caffemodel: Path | None):
 def check_against_opencv(prototxt: Path, caffemodel: Path | None, *, runs: int = 2, seed: int = 0,
                          low: float = -2.0, high: float = 2.0, notes: list[str] | None = None,
                          outputs: Sequence[str] | None = None, rtol: float = RTOL, atol: float = ATOL,
-                         **options) -> float:
-    """Import with pegasus, run both on ``runs`` random inputs, compare every graph output (or ``outputs``)
-    with OpenCV's; returns the largest absolute error."""
-    graph = import_caffe(prototxt, caffemodel, note=notes.append if notes is not None else None, **options)
+                         graph=None, **options) -> float:
+    """Import with pegasus (or take ``graph``), run both on ``runs`` random inputs, compare every graph output
+    (or ``outputs``) with OpenCV's; returns the largest absolute error."""
+    if graph is None:
+        graph = import_caffe(prototxt, caffemodel, note=notes.append if notes is not None else None, **options)
     writers = last_writers(prototxt.read_text())
     net = opencv_net(prototxt, caffemodel)
     rng = np.random.default_rng(seed)
