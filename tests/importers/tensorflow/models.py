@@ -16,7 +16,7 @@ from tests.importers.tflite.convert import seeded, tensorflow
 
 
 def _freeze(folder: Path, fn, shapes, *, low: float = -3.0, high: float = 3.0, seed: int = 0, reference=None,
-            dtypes=None) -> None:
+            dtypes=None, shapes_fed=None) -> None:
     """Freeze ``fn`` traced for inputs of ``shapes`` into folder/model.pb with TensorFlow's outputs on random
     inputs (computed by ``reference`` instead when given: the same function in a form TensorFlow's CPU kernels
     run, e.g. NHWC for an NCHW graph)."""
@@ -29,8 +29,9 @@ def _freeze(folder: Path, fn, shapes, *, low: float = -3.0, high: float = 3.0, s
     concrete = tf.function(fn).get_concrete_function(*specs)
     frozen = convert_variables_to_constants_v2(concrete)
     (folder / "model.pb").write_bytes(frozen.graph.as_graph_def().SerializeToString())
+    # TensorFlow's answer from its own kernels on the inputs (the frozen function, or ``reference``)
     rng = np.random.default_rng(seed)
-    feeds = [rng.uniform(low, high, shape).astype(dtype) for shape, dtype in zip(shapes, dtypes)]
+    feeds = [rng.uniform(low, high, shape).astype(dtype) for shape, dtype in zip(shapes_fed or shapes, dtypes)]
     outputs = (reference or frozen)(*[tf.constant(f) for f in feeds])
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
 
@@ -49,7 +50,7 @@ def _weights(*shape: int, seed: int = 1) -> np.ndarray:
 
 def conv_ops(folder: Path) -> None:
     """Conv2D (SAME, VALID, strided, dilated, explicit paddings, grouped) + BiasAdd, DepthwiseConv2dNative,
-    Conv2DBackpropInput (SAME and VALID), FusedBatchNormV3 after a conv and on its own."""
+    Conv2DBackpropInput (SAME, VALID, explicit paddings), FusedBatchNormV3 after a conv and on its own."""
     tf = tensorflow()
     w, w2, wg = _weights(3, 3, 4, 6), _weights(2, 2, 4, 5), _weights(3, 3, 2, 6)
     dw, wt = _weights(3, 3, 4, 2), _weights(3, 3, 3, 4)
@@ -68,7 +69,8 @@ def conv_ops(folder: Path) -> None:
         depthwise = tf.nn.depthwise_conv2d(x, dw, [1, 2, 2, 1], "SAME")
         up_same = tf.nn.conv2d_transpose(x, wt, [1, 18, 18, 3], 2, "SAME")
         up_valid = tf.nn.conv2d_transpose(x, wt, [1, 20, 20, 3], 2, "VALID")
-        return normed, folded, strided, dilated, explicit, grouped, depthwise, up_same, up_valid
+        up_explicit = tf.nn.conv2d_transpose(x, wt, [1, 17, 18, 3], 2, [[0, 0], [1, 1], [1, 0], [0, 0]])
+        return normed, folded, strided, dilated, explicit, grouped, depthwise, up_same, up_valid, up_explicit
 
     _freeze(folder, fn, [(1, 9, 9, 4)])
 
@@ -359,3 +361,9 @@ def unsupported_ops(folder: Path) -> None:
         return tf.nn.relu(tf.math.cumsum(x, axis=1)) + tf.math.top_k(x, 3).values[:, :1]
 
     _freeze(folder, fn, [(2, 5)])
+
+
+def dynamic_shape(folder: Path) -> None:
+    """An input whose height is unknown (None): it needs --input-size-list."""
+    tf = tensorflow()
+    _freeze(folder, lambda x: tf.reduce_sum(x * 2.0, 1), [(1, None, 3)], shapes_fed=[(1, 5, 3)])

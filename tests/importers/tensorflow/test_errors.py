@@ -13,7 +13,7 @@ from pegasus.cli import main
 from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import CliResult, run_cli
 from tests.importers.tensorflow import models
-from tests.importers.tensorflow.harness import cached_case
+from tests.importers.tensorflow.harness import cached_case, check_case
 
 pytestmark = pytest.mark.xdist_group("tensorflow")
 
@@ -93,3 +93,10 @@ def test_unsupported_ops_listed_at_once(tmp_path):
                      "--output-model", tmp_path / "out" / "m.json")
     assert_one_line_error(result, "unsupported operators (2)", "Cumsum at node 'Cumsum'", "TopKV2 at node 'TopKV2'")
     assert not (tmp_path / "out").exists()
+
+
+def test_unknown_dimension_needs_input_size_list(capfd, tmp_path):
+    case = cached_case(models.dynamic_shape)
+    result = import_tf(capfd, tmp_path, case.model, "--inputs", "x0", "--outputs", "Identity")
+    assert_one_line_error(result, "input 'x0' has an unknown dimension at axis 1", "--input-size-list")
+    check_case(case, input_shapes=[[1, 5, 3]])
