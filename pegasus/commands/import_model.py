@@ -32,7 +32,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                   "table of its own parameters to write (default: next to the "
                                                   ".json, MODEL_STEM.quantize)")
     tflite.set_defaults(run=run_tflite)
-    _add_caffe(frameworks)
     keras = frameworks.add_parser("keras", help="import a Keras model (.h5, .hdf5, .keras) without running it",
                                   description="Import a Keras model saved by Keras 2 (tf.keras, .h5) or Keras 3 "
                                               "(.keras, .h5), read as data: nothing in the file is run, and neither "
@@ -45,6 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     keras.set_defaults(run=run_keras)
     _add_tensorflow(frameworks)
     _add_pytorch(frameworks)
+    _add_caffe(frameworks)
+    _add_darknet(frameworks)
 
 
 def _add_common(parser: argparse.ArgumentParser, dtypes: bool = True) -> None:
@@ -344,3 +345,25 @@ def run_caffe(args: argparse.Namespace) -> int:
         source["weights"] = Path(args.weights).name
     return _save(args, graph, source, json_path, data_path)
 
+
+def _add_darknet(frameworks) -> None:
+    darknet = frameworks.add_parser("darknet", help="import a Darknet model (.cfg + .weights), e.g. the YOLO family",
+                                    description="Import a Darknet network (.cfg) with its weights (.weights). YOLO "
+                                                "and region heads end the graph with their raw input tensors; "
+                                                "decoding boxes is post-processing.")
+    darknet.add_argument("--model", required=True, help="the .cfg file to import")
+    darknet.add_argument("--weights", required=True, help="the .weights file")
+    _add_outputs(darknet)
+    darknet.set_defaults(run=run_darknet)
+
+
+def run_darknet(args: argparse.Namespace) -> int:
+    from pegasus.importers.darknet.loader import import_darknet
+
+    json_path, data_path, name = output_paths(args)
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
+    graph = import_darknet(args.model, args.weights, name=name, optimize=not args.no_optimize,
+                           note=lambda line: print(line, file=sys.stderr))
+    source = {"framework": "darknet", "file": Path(args.model).name, "weights": Path(args.weights).name,
+              "layout": "nchw"}
+    return _save(args, graph, source, json_path, data_path)
