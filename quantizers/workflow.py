@@ -89,18 +89,20 @@ def quantize_model(graph: Graph, feeds: Feeds, options: Options, target: Path) -
     messages: list[str] = []
     keep: dict[str, TensorQuant] = {}
     custom: dict[str, str] = {}
+    rounding = "half_up"
     if target.is_file() and not options.rebuild:
         old = quantize_file.load_table(target, graph, digest)
         if old.quantizer != scheme.quantizer:
             raise PegasusError(f"{target} was made with --quantizer {old.quantizer} --qtype {old.qtype}; pass "
                                "--rebuild to quantize with another scheme")
-        keep, custom = old.tensors, old.customized_layers
+        keep, custom, rounding = old.tensors, old.customized_layers, old.rounding  # a reused table keeps its arithmetic
     previous = quantize_file.previous_text(target) if target.is_file() else None
     calibration = _ranges(graph, feeds, options, scheme)
     # customized layers apply to a graph with converters; on NAME.json they wait for --hybrid (and stay listed)
     table = build_table(graph, calibration.ranges, scheme, algorithm=options.algorithm, digest=digest, keep=keep,
                         custom=custom if hybrid else {})
     table.customized_layers = dict(custom)
+    table.rounding = rounding
     if hybrid:
         source = without_converters(graph)
         table.float_graph_digest, table.layer_digests = serialize.graph_digest(source), serialize.layer_digests(source)
@@ -146,6 +148,7 @@ def quantize_hybrid(graph: Graph, feeds: Feeds, options: Options, target: Path, 
                         custom=old.customized_layers, keep=keep)
     table.float_graph_digest = serialize.graph_digest(source_graph)
     table.layer_digests = serialize.layer_digests(source_graph)  # what a refusal compares, for either model
+    table.rounding = old.rounding
     kept = sum(table.tensors[name] is keep.get(name) for name in table.tensors)
     derived = len(table.tensors) - len(missing) - kept
     messages = [f"hybrid: took {len(table.tensors) - len(missing)} tensors from {target} ({kept} as they were, "

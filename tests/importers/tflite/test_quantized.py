@@ -435,12 +435,8 @@ def test_float_import_of_the_same_model(imported):
         assert np.abs(got[name].astype(np.int64) - expected[name]).max() <= 8
 
 
-def test_quantize_rebuild_recalibrates_from_float(imported, tmp_path):
-    """pegasus quantize --rebuild over the imported model re-calibrates it from its float graph: a table of the
-    scheme asked for, with pegasus's own rounding, whose integer inference stays close to TFLite's."""
-    path, json_path, data_path, table_path = imported(int8_cnn)
-    interp = reference_interpreter(path)
-    rng = np.random.default_rng(7)
+def input_meta(tmp_path, json_path, interp, rng) -> str:
+    """An input meta file over 8 random samples of the model's (single) integer input."""
     lines = []
     for i in range(8):
         sample = tmp_path / f"s{i}.npy"
@@ -451,6 +447,32 @@ def test_quantize_rebuild_recalibrates_from_float(imported, tmp_path):
     result = run_cli("generate", "inputmeta", "--model", json_path, "--source-file", tmp_path / "dataset.txt",
                      "--input-meta-output", meta)
     assert result.code == 0, result.stderr
+    return meta
+
+
+def test_quantize_without_rebuild_keeps_the_table(imported, tmp_path):
+    """pegasus quantize over the imported table with its own scheme reuses every entry and keeps rounding:
+    tflite, so the integer inference stays byte-equal to TFLite's."""
+    path, json_path, data_path, table_path = imported(int8_ds_cnn)
+    meta = input_meta(tmp_path, json_path, reference_interpreter(path), np.random.default_rng(8))
+    reused = tmp_path / "m.quantize"
+    reused.write_text(table_path.read_text())
+    result = run_cli("quantize", "--model", json_path, "--model-data", data_path, "--with-input-meta", meta,
+                     "--model-quantize", reused, "--quantizer", "perchannel_symmetric_affine", "--qtype", "int8")
+    assert result.code == 0, result.stderr
+    graph = serialize.load(json_path, data_path)
+    assert load_table(reused, graph, serialize.graph_digest(graph)).rounding == "tflite"
+    worst, _ = compare_with_reference((path, json_path, data_path, reused), samples=5)
+    assert worst == 0
+
+
+def test_quantize_rebuild_recalibrates_from_float(imported, tmp_path):
+    """pegasus quantize --rebuild over the imported model re-calibrates it from its float graph: a table of the
+    scheme asked for, with pegasus's own rounding, whose integer inference stays close to TFLite's."""
+    path, json_path, data_path, table_path = imported(int8_cnn)
+    interp = reference_interpreter(path)
+    rng = np.random.default_rng(7)
+    meta = input_meta(tmp_path, json_path, interp, rng)
     rebuilt = tmp_path / "rebuilt.quantize"
     rebuilt.write_text(table_path.read_text())
     result = run_cli("quantize", "--model", json_path, "--model-data", data_path, "--with-input-meta", meta,
