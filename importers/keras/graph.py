@@ -39,6 +39,8 @@ class KerasNode(SourceNode):
 
     weights: list[np.ndarray] = field(default_factory=list)
     layer: str = ""
+    #: keyword arguments the call passes tensors to (a mask, initial states): refused by the loader
+    tensor_keywords: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -56,6 +58,29 @@ class KerasGraph:
     #: every layer of the model, including those a wrapper (TimeDistributed, Bidirectional) holds, as
     #: (where, config): what the Lambda/custom-object check and the supported-class check look at
     layers: list[tuple[str, dict[str, Any]]]
+
+
+@dataclass
+class _Call:
+    """One call as the config writes it: its tensor inputs, the keywords given tensors, and (Keras 3) the
+    positional arguments with each tensor replaced by ``{"input": k}`` (a keras.ops call's constants)."""
+
+    refs: list[list]
+    keywords: list[str]
+    args: list | None = None
+
+
+def domain(layer: dict) -> str:
+    """'ops' for a Keras 3 operation (``x + 3.0``, ``keras.ops.relu``) recorded in a functional model: its
+    module is keras.src.ops.*, or, in a legacy .h5 config without modules, its config has neither the
+    ``trainable`` flag nor the dtype a layer's has."""
+    module = layer.get("module")
+    if module is not None:
+        return "ops" if str(module).startswith(("keras.src.ops", "keras.ops")) else ""
+    config, calls = layer.get("config"), layer.get("inbound_nodes")
+    legacy_op = isinstance(config, dict) and "trainable" not in config and config.get("dtype") is None and \
+        bool(calls) and isinstance(calls[0], dict)
+    return "ops" if legacy_op else ""
 
 
 def flatten(file: KerasFile) -> KerasGraph:
@@ -80,6 +105,18 @@ def _tensors_in(value: Any) -> list[list]:
     if isinstance(value, (list, tuple)):
         return [h for item in value for h in _tensors_in(item)]
     return []
+
+
+def _template(value: Any, counter: list[int]) -> Any:
+    """``value`` with each Keras 3 tensor replaced by ``{"input": k}``, k counting in order."""
+    if _is_tensor(value):
+        counter[0] += 1
+        return {"input": counter[0] - 1}
+    if isinstance(value, (list, tuple)):
+        return [_template(item, counter) for item in value]
+    if isinstance(value, dict):
+        return {k: _template(v, counter) for k, v in value.items()}
+    return value
 
 
 def _io_refs(value: Any) -> list[list]:
@@ -132,15 +169,20 @@ class _Flattener:
         self.used.add(name)
         return name
 
-    def layer_node(self, layer: dict, path: LayerPath, call: int, inputs: list[str], outputs: list[str]) -> None:
+    def layer_node(self, layer: dict, path: LayerPath, call: int, inputs: list[str], outputs: list[str],
+                   info: _Call | None) -> None:
         full = "/".join(path + (layer_name(layer),))
         where = "" if outputs[0] == full and not call else f"Keras layer '{full}'" + (f", call {call + 1}"
                                                                                       if call else "")
         if is_model(layer):
             raise AssertionError("nested models are inlined")
-        node = KerasNode(outputs[0], str(layer.get("class_name")), list(inputs), list(outputs),
-                         dict(layer.get("config", {})), where=where,
-                         weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full)
+        attrs = dict(layer.get("config", {}))
+        if domain(layer) and info is not None and info.args is not None:
+            attrs["args"] = info.args
+        node = KerasNode(outputs[0], str(layer.get("class_name")), list(inputs), list(outputs), attrs,
+                         domain=domain(layer), where=where,
+                         weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full,
+                         tensor_keywords=info.keywords if info else [])
         self.nodes.append(node)
 
     def note_layer(self, layer: dict, path: LayerPath) -> None:
@@ -154,13 +196,13 @@ class _Flattener:
                 self.note_layer({**inner, "name": layer_name(inner)}, path + (layer_name(layer),))
 
     def call(self, layer: dict, prefix: str, path: LayerPath, call: int, inputs: list[str],
-             names: list[str]) -> list[str]:
+             names: list[str], info: _Call | None = None) -> list[str]:
         """Emit one call of ``layer`` on ``inputs`` writing ``names``; a nested model is inlined."""
         if is_model(layer):
             self.layers.append(("/".join(path + (layer_name(layer),)), layer))
             return self.model(layer, names[0] + "/", path + (layer_name(layer),), inputs, names)
         self.note_layer(layer, path)
-        self.layer_node(layer, path, call, inputs, names)
+        self.layer_node(layer, path, call, inputs, names, info)
         return names
 
     def alias(self, source: str, name: str, path: LayerPath) -> str:
@@ -223,12 +265,14 @@ class _Flattener:
                 wanted[ref] = out_names[k]
 
         calls: list[tuple[dict, int, list[Ref]]] = []
+        infos: dict[tuple[str, int], _Call] = {}
         count: dict[tuple[str, int], int] = {}
         for layer in layers:
             if layer.get("class_name") == "InputLayer":
                 continue
             for c, data in enumerate(layer.get("inbound_nodes", [])):
-                refs = [resolve(r, False) for r in self._call_refs(data, layer, path)]
+                info = infos[(layer_name(layer), c)] = self._call_refs(data, layer, path)
+                refs = [resolve(r, False) for r in info.refs]
                 calls.append((layer, c, refs))
                 count.setdefault((layer_name(layer), c), 1)
                 if is_model(layer):
@@ -249,7 +293,8 @@ class _Flattener:
             for layer, c, refs in pending:
                 if all(r in tensors for r in refs):
                     lname = layer_name(layer)
-                    written = self.call(layer, prefix, path, c, [tensors[r] for r in refs], names[(lname, c)])
+                    written = self.call(layer, prefix, path, c, [tensors[r] for r in refs], names[(lname, c)],
+                                        infos[(lname, c)])
                     for t, name in enumerate(written):
                         tensors[(lname, c, t)] = name
                 else:
@@ -282,25 +327,18 @@ class _Flattener:
             return 1 if first and first[0].get("class_name") == "InputLayer" else 0
         return 1
 
-    def _call_refs(self, data: Any, layer: dict, path: LayerPath) -> list[list]:
-        """The input references of one call (either format); a tensor passed by keyword is refused."""
-        full = "/".join(path + (layer_name(layer),))
+    def _call_refs(self, data: Any, layer: dict, path: LayerPath) -> _Call:
+        """One call's inputs (either format), the keywords it gives tensors and its argument template."""
         if isinstance(data, dict):
-            by_keyword = [k for k, v in (data.get("kwargs") or {}).items() if _tensors_in(v)]
-            if by_keyword:
-                raise PegasusError(f"layer '{full}' is called with a tensor for '{by_keyword[0]}', which the "
-                                   "import does not support")
-            return _tensors_in(data.get("args", []))
-        refs = []
+            keywords = [k for k, v in (data.get("kwargs") or {}).items() if _tensors_in(v)]
+            args = data.get("args", [])
+            return _Call(_tensors_in(args), keywords, _template(args, [0]))
+        refs, keywords = [], []
         for item in data:
-            if isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str):
-                kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
-                tensor_kwargs = [k for k, v in kwargs.items() if isinstance(v, list) and v and
-                                 isinstance(v[0], (str, list))]
-                if tensor_kwargs:
-                    raise PegasusError(f"layer '{full}' is called with a tensor for '{tensor_kwargs[0]}', which "
-                                       "the import does not support")
-                refs.append(item[:3])
-            else:
+            if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
+                full = "/".join(path + (layer_name(layer),))
                 raise PegasusError(f"cannot read a call of layer '{full}' in the model config: {item!r}")
-        return refs
+            kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
+            keywords += [k for k, v in kwargs.items() if isinstance(v, list) and v and isinstance(v[0], (str, list))]
+            refs.append(item[:3])
+        return _Call(refs, keywords)

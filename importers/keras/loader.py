@@ -21,7 +21,7 @@ from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode, convert_nodes
 from pegasus.importers.keras import layers as _layers  # noqa: F401  (registers the converters)
 from pegasus.importers.keras.context import TABLE, KerasContext
-from pegasus.importers.keras.graph import KerasGraph, KerasNode, flatten
+from pegasus.importers.keras.graph import KerasGraph, KerasNode, domain, flatten
 from pegasus.importers.keras.reader import KerasFile, is_model, read_keras
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
@@ -55,9 +55,14 @@ def refuse_unsafe(model: KerasGraph, allow_unsafe: bool) -> None:
 
 
 def check_supported(model: KerasGraph) -> None:
-    """Every layer class without a converter, those inside wrappers included, in one error."""
-    TABLE.check_supported(SourceNode(where, str(layer.get("class_name")), [], [])
+    """Every layer class without a converter, those inside wrappers included, in one error; then a call that
+    passes a tensor by keyword (a mask, initial states)."""
+    TABLE.check_supported(SourceNode(where, str(layer.get("class_name")), [], [], domain=domain(layer))
                           for where, layer in model.layers if not is_model(layer))
+    for node in model.nodes:
+        if node.tensor_keywords:
+            raise PegasusError(f"{node.describe()} is called with a tensor for '{node.tensor_keywords[0]}', which "
+                               "the import does not support")
 
 
 def needed_nodes(nodes: Sequence[KerasNode], outputs: Sequence[str], stop_at: set[str]) -> list[KerasNode]:
@@ -74,7 +79,7 @@ def needed_nodes(nodes: Sequence[KerasNode], outputs: Sequence[str], stop_at: se
     return [nodes[i] for i in sorted(needed)]
 
 
-def _model_input_types(model: KerasGraph, note: Callable[[str], None] | None,
+def _model_input_types(model: KerasGraph, note: Callable[[str], None],
                        given: dict[str, Sequence[int]]) -> dict[str, TensorType]:
     types = {}
     for spec in model.inputs:
@@ -84,8 +89,7 @@ def _model_input_types(model: KerasGraph, note: Callable[[str], None] | None,
             shape = list(spec.shape)
             if shape and shape[0] is None:
                 shape[0] = DEFAULT_BATCH
-                if note:
-                    note(f"{spec.name}: dynamic batch = {DEFAULT_BATCH}")
+                note(f"{spec.name}: dynamic batch = {DEFAULT_BATCH}")
             if any(d is None or int(d) < 1 for d in shape):
                 raise PegasusError(f"input '{spec.name}' has shape {list(spec.shape)} (None = any size): give its "
                                    "shape with --input-size-list")
@@ -128,6 +132,7 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
     if not isinstance(model, KerasFile):
         name = name or Path(model).stem
         model = read_keras(model)
+    notes: list[str] = []   # said once the import has succeeded, so a refusal stays one line
     keras_graph = flatten(model)
     refuse_unsafe(keras_graph, allow_unsafe)
     known = {spec.name for spec in keras_graph.inputs} | {o for node in keras_graph.nodes for o in node.outputs}
@@ -149,12 +154,15 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
     input_types = {n: TensorType(given[n], _dtype(n, dtypes.get(n, "float32"))) for n in given}
     missing = [n for n in input_names if n not in input_types]
     if missing:
-        model_types = _model_input_types(keras_graph, note, given)
+        model_types = _model_input_types(keras_graph, notes.append, given)
         cut = [n for n in missing if n not in model_types]
         if cut:   # a cut's inputs have their shapes in the model: convert it up to them
             full = _convert(keras_graph, model.major, allow_unsafe, model_types, cut, name or "model")
             model_types.update({n: full.type_of(n) for n in cut})
         input_types.update({n: model_types[n] for n in missing})
     input_types = {n: input_types[n] for n in input_names}
-    graph = _convert(keras_graph, model.major, allow_unsafe, input_types, output_names, name or model.path.stem)
-    return run_import_passes(graph, optimize=optimize)
+    graph = run_import_passes(_convert(keras_graph, model.major, allow_unsafe, input_types, output_names,
+                                       name or model.path.stem), optimize=optimize)
+    for line in notes if note else ():
+        note(line)
+    return graph

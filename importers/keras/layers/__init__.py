@@ -5,6 +5,7 @@ from pegasus.importers.keras.layers import (  # noqa: F401  (each import registe
     core,
     merge,
     normalization,
+    ops,
     pool,
     preprocessing,
     reshaping,

@@ -6,6 +6,7 @@ format and keeps ``model.predict``'s outputs."""
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 import numpy as np
 
@@ -253,5 +254,61 @@ def mobilenet(K):
     return model
 
 
+def keras_ops(K):
+    """Keras 3 operations between layers: arithmetic with numbers on either side, keras.ops functions."""
+    x, y = K.Input((5,), name="x"), K.Input((5,), name="y")
+    a = K.layers.Dense(5, name="dense")(x)
+    hard = K.layers.ReLU(6.0, name="relu6")(a + 3.0) * (1.0 / 6.0)
+    outs = [hard, 2.0 - a, a / (y * y + 1.0), K.ops.maximum(a, 0.5), K.ops.relu(a) ** 2.0, K.ops.sigmoid(a) - y,
+            K.ops.hard_silu(a), -K.ops.abs(y)]
+    model = K.Model([x, y], outs)
+    _randomize(model)
+    return model
+
+
+keras_ops.libraries = ("keras",)
+
 BUILDERS = [activations, convolutions, pooling, normalizations, reshaping, recurrent, nested_shared, sequential,
-            mobilenet]
+            mobilenet, keras_ops]
+
+
+# ---- models pegasus refuses ------------------------------------------------------------------------
+#: written by the Lambda layers below whenever their function runs
+SENTINEL = Path.home() / ".cache" / "pegasus-tests" / "keras" / "lambda-ran"
+
+
+def with_lambda(K):
+    """A Lambda whose function writes SENTINEL when it runs (Keras runs it while building, too)."""
+    x = K.Input((4,), name="x")
+    y = K.layers.Dense(3, name="dense")(x)
+    y = K.layers.Lambda(lambda t, path=str(SENTINEL): (open(path, "w").close(), t * 2.0)[1], name="lam")(y)
+    return K.Model(x, K.layers.Dense(2, name="after")(y))
+
+
+def lambda_activation(K):
+    """A Lambda of a Keras activation, which Keras 3 saves by name (Keras 2 saves bytecode)."""
+    x = K.Input((5,), name="x")
+    y = K.layers.Lambda(K.activations.relu, name="lam_relu")(K.layers.Dense(4, name="dense")(x))
+    model = K.Model(x, y)
+    _randomize(model)
+    return model
+
+
+def custom_layer(K):
+    class Doubler(K.layers.Layer):
+        def call(self, inputs):
+            return inputs * 2.0
+
+    x = K.Input((4,), name="x")
+    return K.Model(x, Doubler(name="doubler")(K.layers.Dense(2, name="dense")(x)))
+
+
+def unsupported(K):
+    """Three layer classes and a Keras 3 operation pegasus does not convert, one of the layers only inside a
+    TimeDistributed."""
+    x = K.Input((6, 4), name="x")
+    L = K.layers
+    y = L.GroupNormalization(groups=2, name="groups")(x)
+    y = L.Attention(name="attend")([y, x])
+    y = K.ops.cumsum(L.TimeDistributed(L.UnitNormalization(), name="td")(y), axis=1)
+    return K.Model(x, L.Dense(2, name="dense")(y))

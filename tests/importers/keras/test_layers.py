@@ -9,7 +9,8 @@ from tests.importers.keras import models
 from tests.importers.keras.harness import FORMATS, check_import
 
 CASES = [pytest.param(builder, library, suffix, id=f"{builder.__name__}-{library}{suffix}")
-         for builder in models.BUILDERS for library in FORMATS for suffix in FORMATS[library]]
+         for builder in models.BUILDERS for library in getattr(builder, "libraries", FORMATS)
+         for suffix in FORMATS[library]]
 
 
 @pytest.mark.parametrize("builder, library, suffix", CASES)
