@@ -170,16 +170,16 @@ class _Flattener:
         return name
 
     def layer_node(self, layer: dict, path: LayerPath, call: int, inputs: list[str], outputs: list[str],
-                   info: _Call | None) -> None:
+                   info: _Call | None, node_name: str) -> None:
         full = "/".join(path + (layer_name(layer),))
-        where = "" if outputs[0] == full and not call else f"Keras layer '{full}'" + (f", call {call + 1}"
+        where = "" if node_name == full and not call else f"Keras layer '{full}'" + (f", call {call + 1}"
                                                                                       if call else "")
         if is_model(layer):
             raise AssertionError("nested models are inlined")
         attrs = dict(layer.get("config", {}))
         if domain(layer) and info is not None and info.args is not None:
             attrs["args"] = info.args
-        node = KerasNode(outputs[0], str(layer.get("class_name")), list(inputs), list(outputs), attrs,
+        node = KerasNode(node_name, str(layer.get("class_name")), list(inputs), list(outputs), attrs,
                          domain=domain(layer), where=where,
                          weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full,
                          tensor_keywords=info.keywords if info else [])
@@ -195,14 +195,15 @@ class _Flattener:
             if isinstance(inner, dict) and "class_name" in inner:
                 self.note_layer({**inner, "name": layer_name(inner)}, path + (layer_name(layer),))
 
-    def call(self, layer: dict, prefix: str, path: LayerPath, call: int, inputs: list[str],
+    def call(self, layer: dict, node_name: str, path: LayerPath, call: int, inputs: list[str],
              names: list[str], info: _Call | None = None) -> list[str]:
-        """Emit one call of ``layer`` on ``inputs`` writing ``names``; a nested model is inlined."""
+        """Emit one call of ``layer`` on ``inputs`` as layer ``node_name`` writing ``names`` (its own name, or the
+        caller's for a nested model's output); a nested model is inlined under ``<node_name>/``."""
         if is_model(layer):
             self.layers.append(("/".join(path + (layer_name(layer),)), layer))
-            return self.model(layer, names[0] + "/", path + (layer_name(layer),), inputs, names)
+            return self.model(layer, node_name + "/", path + (layer_name(layer),), inputs, names)
         self.note_layer(layer, path)
-        self.layer_node(layer, path, call, inputs, names, info)
+        self.layer_node(layer, path, call, inputs, names, info, node_name)
         return names
 
     def alias(self, source: str, name: str, path: LayerPath) -> str:
@@ -230,8 +231,9 @@ class _Flattener:
         reserved = {prefix + layer_name(layer) for layer in body}
         for i, layer in enumerate(body):
             last = i == len(body) - 1
-            name = out_names[0] if last and out_names else self.fresh(prefix + layer_name(layer), reserved)
-            current = self.call(layer, prefix, path, 0, [current], [name])[0]
+            own = self.fresh(prefix + layer_name(layer), reserved)
+            name = out_names[0] if last and out_names else own
+            current = self.call(layer, own, path, 0, [current], [name])[0]
         if out_names and current != out_names[0]:
             current = self.alias(current, out_names[0], path)
         return [current]
@@ -282,19 +284,20 @@ class _Flattener:
             count[key] = max(count.get(key, 1), ref[2] + 1)
 
         reserved = {prefix + name for name in by_name}
+        own: dict[tuple[str, int], list[str]] = {}   # the call's own names (its layer's, its tensors')
         names: dict[tuple[str, int], list[str]] = {}
         for layer, c, _ in calls:   # named in call order, so names do not depend on the emission order
             lname = layer_name(layer)
-            names[(lname, c)] = [wanted.get((lname, c, t)) or self.fresh(prefix + lname, reserved)
-                                 for t in range(count[(lname, c)])]
+            own[(lname, c)] = [self.fresh(prefix + lname, reserved) for _ in range(count[(lname, c)])]
+            names[(lname, c)] = [wanted.get((lname, c, t)) or own[(lname, c)][t] for t in range(count[(lname, c)])]
         pending = calls
         while pending:
             waiting = []
             for layer, c, refs in pending:
                 if all(r in tensors for r in refs):
                     lname = layer_name(layer)
-                    written = self.call(layer, prefix, path, c, [tensors[r] for r in refs], names[(lname, c)],
-                                        infos[(lname, c)])
+                    written = self.call(layer, own[(lname, c)][0], path, c, [tensors[r] for r in refs],
+                                        names[(lname, c)], infos[(lname, c)])
                     for t, name in enumerate(written):
                         tensors[(lname, c, t)] = name
                 else:
