@@ -17,6 +17,7 @@ not). TorchScript keeps no input shapes: ``--input-size-list`` gives them.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ def _load(path: Path):
     import torch
 
     try:
-        module = torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # torch 2.13 calls TorchScript deprecated; it is what users have
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError with a multi-line message for a bad archive
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PegasusError(f"not a loadable TorchScript archive ({first})", where=str(path)) from None
@@ -87,7 +90,9 @@ def _check_ops(module, path: Path) -> None:
 def _frozen_graph(module):
     import torch
 
-    frozen = torch.jit.freeze(module, optimize_numerics=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        frozen = torch.jit.freeze(module, optimize_numerics=False)
     graph = frozen.forward.graph
     torch._C._jit_pass_inline(graph)
     torch._C._jit_pass_remove_mutation(graph)
@@ -161,7 +166,12 @@ class _Walker:
             attrs = {"inputs": values}
         for attribute in node.attributeNames():  # prim ops keep parameters as attributes (ConstantChunk's)
             attrs[attribute] = getattr(node, node.kindOf(attribute))(attribute)
-        if kind == "prim::If":
+        if kind in ("prim::If", "prim::Loop"):
+            attrs["params"] = []
+            for block in node.blocks():  # a loop's block reads the iteration number and the carried values
+                for index, param in enumerate(block.inputs()):
+                    self.names[param.debugName()] = Ref(self.namer.unique(f"{name}#param{index}"))
+                    attrs["params"].append(self.names[param.debugName()])
             attrs["blocks"] = [(self.nodes(b), [self.ref(v) for v in b.outputs()]) for b in node.blocks()]
         tensors = [self.names[v.debugName()].name for v in node.inputs()
                    if _is_tensor_type(v.type()) and isinstance(self.names[v.debugName()], Ref)]

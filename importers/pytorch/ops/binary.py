@@ -19,7 +19,8 @@ from pegasus.importers.pytorch.ops.plumbing import fold_python
 BINARY = {"add": ("Add", operator.add, False), "sub": ("Sub", operator.sub, False), "mul": ("Mul", operator.mul, False),
           "div": ("Div", operator.truediv, False), "rsub": ("Sub", operator.sub, True),
           "pow": ("Pow", operator.pow, False), "maximum": ("Max", max, False), "minimum": ("Min", min, False),
-          "true_divide": ("Div", operator.truediv, False), "multiply": ("Mul", operator.mul, False)}
+          "true_divide": ("Div", operator.truediv, False), "multiply": ("Mul", operator.mul, False),
+          "floor_divide": ("Div", operator.truediv, False)}
 
 
 @converter(*[f"aten::{op}{inplace}" for op in BINARY for inplace in ("", "_")])
@@ -29,7 +30,7 @@ def binary(ctx: TorchContext, node: SourceNode) -> None:
     a = args.get("self", args.get("a"))
     b = args.get("other", args.get("exponent", args.get("b")))
     alpha = args.get("alpha", 1)
-    mode = args.get("rounding_mode")
+    mode = "floor" if node.op_type.startswith("aten::floor_divide") else args.get("rounding_mode")
     if fold_python(ctx, node, lambda *_: _python(python, a, b, alpha, mode, swapped)):
         return
     like = a if ctx.is_tensor(a) else b

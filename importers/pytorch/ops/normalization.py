@@ -70,7 +70,8 @@ def group_norm(ctx: TorchContext, node: SourceNode) -> None:
     x, groups = args["input"], int(args["num_groups"])
     shape = ctx.shape(x)
     dtype = ctx.type_of(x).dtype.numpy
-    grouped = ctx.emit("Reshape", [x], {"shape": (shape[0], groups, -1)}, node=node, suffix="/group")[0]
+    grouped_shape = (shape[0], groups, int(np.prod(shape[1:])) // groups)
+    grouped = ctx.emit("Reshape", [x], {"shape": grouped_shape}, node=node, suffix="/group")[0]
     ones = ctx.add_constant(f"{node.name}/ones", np.ones(groups, dtype))
     zeros = ctx.add_constant(f"{node.name}/zeros", np.zeros(groups, dtype))
     normed = ctx.emit("InstanceNormalization", [grouped, ones, zeros], {"epsilon": float(args.get("eps", 1e-5))},

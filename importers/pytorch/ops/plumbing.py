@@ -17,7 +17,7 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode, convert_nodes
-from pegasus.importers.pytorch.context import TABLE, TorchContext, converter, dim
+from pegasus.importers.pytorch.context import TABLE, Ref, TorchContext, converter, dim
 
 #: torch ScalarType numbers (TorchScript's dtype arguments) -> NumPy
 SCALAR_TYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
@@ -41,6 +41,24 @@ def inputs(ctx: TorchContext, node: SourceNode) -> list:
 @converter("prim::ListConstruct", "prim::TupleConstruct")
 def construct(ctx: TorchContext, node: SourceNode) -> None:
     ctx.set_value(node, list(inputs(ctx, node)))
+
+
+@converter("aten::list", "aten::copy")
+def copy_list(ctx: TorchContext, node: SourceNode) -> None:
+    """A copy of a Python list (``list(x.size())``); a tensor copy is the tensor."""
+    value = next(iter(ctx.args(node).values()))
+    if ctx.is_tensor(value):
+        ctx.alias(node, value)
+    else:
+        ctx.set_value(node, list(value))
+
+
+@converter("aten::append")
+def append(ctx: TorchContext, node: SourceNode) -> None:
+    """list.append, in place: the list value is the same Python object wherever it is read."""
+    args = ctx.args(node)
+    args["self"].append(args["el"])
+    ctx.set_value(node, args["self"])
 
 
 @converter("prim::ListUnpack", "prim::TupleUnpack")
@@ -115,7 +133,9 @@ _PYTHON_OPS = {"aten::gt": operator.gt, "aten::lt": operator.lt, "aten::ge": ope
                "aten::eq": operator.eq, "aten::ne": operator.ne, "aten::floordiv": operator.floordiv,
                "aten::remainder": operator.mod, "aten::__and__": operator.and_, "aten::__or__": operator.or_,
                "aten::__is__": operator.is_, "aten::__isnot__": operator.is_not, "aten::__not__": operator.not_,
-               "aten::__contains__": operator.contains}
+               "aten::__contains__": operator.contains,
+               "aten::__range_length": lambda lo, hi, step: len(range(lo, hi, step)),  # a for loop's trip count
+               "aten::__derive_index": lambda index, start, step: start + index * step}
 
 
 def python_operands(ctx: TorchContext, node: SourceNode) -> list | None:
@@ -128,6 +148,8 @@ def python_operands(ctx: TorchContext, node: SourceNode) -> list | None:
 @converter(*_PYTHON_OPS)
 def python_op(ctx: TorchContext, node: SourceNode) -> None:
     operands = python_operands(ctx, node)
+    if operands is None and node.op_type in ("aten::__is__", "aten::__isnot__"):  # `hx is None` on a tensor
+        operands = list(ctx.args(node).values())
     if operands is None:
         raise PegasusError(f"{node.describe()}: {node.op_type} on tensors is not supported")
     ctx.set_value(node, _PYTHON_OPS[node.op_type](*operands))
@@ -156,6 +178,68 @@ def if_(ctx: TorchContext, node: SourceNode) -> None:
         _bind(ctx, node, index, ctx.resolve(result))
 
 
+#: the most iterations a loop is unrolled for
+MAX_UNROLL = 4096
+
+
+def _renamed(nodes: list[SourceNode], results: list, params: list, suffix: str):
+    """A copy of a block (its nodes, results and parameters) whose own values carry ``suffix``, so that a loop
+    body can be converted once per iteration."""
+    own = {ref.name for ref in params}
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        own.update(node.outputs)
+        for block, _ in node.attrs.get("blocks", ()):
+            pending.extend(block)
+        own.update(ref.name for ref in node.attrs.get("params", ()))
+
+    def rename(value):
+        if isinstance(value, Ref):
+            return Ref(value.name + suffix) if value.name in own else value
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        if isinstance(value, tuple):  # a nested block: (nodes, results)
+            return (copy(value[0]), rename(value[1]))
+        return value
+
+    def copy(block: list[SourceNode]) -> list[SourceNode]:
+        return [SourceNode(n.name, n.op_type, [i + suffix if i in own else i for i in n.inputs],
+                           [o + suffix for o in n.outputs], {k: rename(v) for k, v in n.attrs.items()}, n.domain,
+                           n.where) for n in block]
+
+    return copy(nodes), rename(results), rename(params)
+
+
+def _set(ctx: TorchContext, node: SourceNode, name: str, value) -> None:
+    """Value ``name`` is ``value``: a tensor through an Identity (so nodes reading it find it), else a value."""
+    if ctx.is_tensor(value):
+        ctx.emit("Identity", [value], node=node, outputs=[name], suffix="/carried")
+    else:
+        ctx.values[name] = value
+
+
+@converter("prim::Loop")
+def loop(ctx: TorchContext, node: SourceNode) -> None:
+    """A loop whose trip count and condition are known at import, unrolled: the body converted once per
+    iteration under fresh names, the carried values passed along."""
+    trip, condition, *carried = [ctx.resolve(v) for v in node.attrs["inputs"]]
+    nodes, results = node.attrs["blocks"][0]
+    iteration = 0
+    while condition and iteration < trip:
+        if iteration == MAX_UNROLL or not isinstance(condition, (bool, np.bool_)):
+            raise PegasusError(f"{node.describe()}: a loop pegasus cannot unroll (its condition depends on tensor "
+                               f"values, or it runs more than {MAX_UNROLL} times)")
+        body, outs, params = _renamed(nodes, results, node.attrs["params"], f"~{iteration}")
+        for param, value in zip(params, [iteration, *carried]):
+            _set(ctx, node, param.name, value)
+        convert_nodes(TABLE, ctx, body)
+        condition, *carried = [ctx.resolve(v) for v in outs]
+        iteration += 1
+    for index, value in enumerate(carried):
+        _bind(ctx, node, index, value)
+
+
 @converter("prim::RaiseException")
 def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
     message = next((v for v in inputs(ctx, node) if isinstance(v, str)), "")
@@ -164,7 +248,7 @@ def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
 
 @converter("aten::warn", "prim::Uninitialized", "aten::format", "aten::str", "prim::device", "prim::dtype",
            "aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
-           "prim::requires_grad", "prim::is_cuda", "aten::__range_length", "aten::__derive_index")
+           "prim::requires_grad", "prim::is_cuda")
 def nothing(ctx: TorchContext, node: SourceNode) -> None:
     """Values only checks and messages use."""
     for out in node.outputs:

@@ -24,11 +24,11 @@ _MODES = {"upsample_nearest": ("nearest", "asymmetric", "floor"),
           "upsample_bicubic": ("cubic", "pytorch_half_pixel", "floor")}
 
 
-@converter(*[f"aten::{op}{n}d" for op in _MODES for n in (1, 2, 3)])
+@converter(*[f"aten::{prefix}{op}{n}d" for op in _MODES for n in (1, 2, 3) for prefix in ("", "_")])
 def upsample(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     x = args.get("input", args.get("self"))
-    mode, coordinates, nearest = _MODES[node.op_type.split("::")[1][:-2]]
+    mode, coordinates, nearest = _MODES[node.op_type.split("::")[1].lstrip("_")[:-2]]
     if args.get("align_corners"):
         coordinates = "align_corners"
     shape = ctx.shape(x)
@@ -50,6 +50,13 @@ def upsample(ctx: TorchContext, node: SourceNode) -> None:
     else:
         raise PegasusError(f"{node.describe()}: neither an output size nor a scale factor")
     ctx.emit("Resize", [x], attrs, node=node)
+
+
+@converter("aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa", "aten::_upsample_lanczos2d_aa")
+def antialiased(ctx: TorchContext, node: SourceNode) -> None:
+    """Anti-aliased resizing (interpolate(..., antialias=True)): refused when a model uses it; registered so that
+    a scripted interpolate, whose code holds every mode in branches the shapes do not select, imports."""
+    raise PegasusError(f"{node.describe()}: anti-aliased resizing is not supported")
 
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}

@@ -123,7 +123,7 @@ def split(ctx: TorchContext, node: SourceNode) -> None:
 @converter("aten::slice")
 def slice_(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
-    x = args["self"]
+    x = args.get("self", args.get("l"))
     if not ctx.is_tensor(x):  # a slice of a Python list (shape arithmetic)
         start, end, step = (args.get(k) for k in ("start", "end", "step"))
         ctx.set_value(node, list(x)[slice(start, end, step)])
