@@ -2,7 +2,8 @@
 (importers/common/converters.py) plus the weights file, read in cfg order.
 
 Darknet's arithmetic, as the converters reproduce it:
-- [convolutional]: padding is size // 2 when ``pad=1`` (else ``padding``, default 0); the weights file holds
+- [convolutional]: padding is size // 2 when ``pad=1`` (else ``padding``, default 0), times the dilation (which a
+  1 x 1 kernel ignores); the weights file holds
   biases, then with ``batch_normalize`` scales, rolling mean and rolling variance, then the (filters, C/groups,
   size, size) kernel. Batch normalisation is y = scale * (x - mean) / sqrt(var + 1e-6) + bias, folded into the
   convolution by the import passes.
@@ -137,8 +138,13 @@ def convolutional(ctx: DarknetContext, node: SourceNode) -> None:
     filters, size = s.int("filters", 1, minimum=1), s.int("size", 1, minimum=1)
     stride = s.int("stride", 1, minimum=1)
     strides = (s.int("stride_y", stride, minimum=1), s.int("stride_x", stride, minimum=1))
-    groups, dilation = s.int("groups", 1, minimum=1), s.int("dilation", 1, minimum=1)
+    groups, dilation = s.int("groups", 1, minimum=1), s.int("dilation", 1, minimum=1) if size > 1 else 1
     padding = size // 2 if s.int("pad", 0) else s.int("padding", 0, minimum=0)
+    for axis, (extent, step) in enumerate(zip(ctx.type_of(x).shape[2:], strides)):
+        darknet = (extent + 2 * padding - size) // step + 1   # Darknet sizes the output without the dilation
+        if (extent + 2 * padding * dilation - (size - 1) * dilation - 1) // step + 1 != darknet:
+            raise s.error(f"with size {size} and padding {padding} gives a {'height' if axis == 0 else 'width'} "
+                          "Darknet computes inconsistently (use an odd size with pad=1)", "dilation")
     if channels % groups or filters % groups:
         raise s.error(f"does not divide the {channels} input channels and {filters} filters", "groups")
     normalize = bool(s.int("batch_normalize", 0))
@@ -150,8 +156,8 @@ def convolutional(ctx: DarknetContext, node: SourceNode) -> None:
     inputs = [x, ctx.add_constant(f"{node.name}/weights", kernel)]
     if not normalize:
         inputs.append(ctx.add_constant(f"{node.name}/bias", bias))
-    attrs = {"kernel_shape": (size, size), "strides": strides, "pads": (padding,) * 4, "dilations": (dilation,) * 2,
-             "group": groups}
+    attrs = {"kernel_shape": (size, size), "strides": strides, "pads": (padding * dilation,) * 4,
+             "dilations": (dilation,) * 2, "group": groups}
     _emit_layers(ctx, node, _with_activation([("Conv", inputs, attrs, "")] + ([bn] if bn else []), activation))
 
 

@@ -3,7 +3,7 @@ imported by pegasus and compared with OpenCV's dnn module on random inputs (rtol
 
 Each case is one or a few layers after an input; geometry cases stress Caffe's own rules (pooling's ceil
 rounding and the clipping of the last window, AVE pooling's divisor with padding, per-axis kernels, grouped
-and dilated windows). Where OpenCV lacks a layer (Upsample, Bias, Interp's shrink, crop and
+and dilated windows). Where OpenCV lacks a layer (Upsample, Bias, Clip, Interp's shrink, crop and
 second bottom, an equal Slice) or departs from Caffe (it ignores InnerProduct's ``transpose``, Log's base,
 scale and shift, LRN's ``k`` and Concat's ``concat_dim``), the case is checked against NumPy formulas of
 Caffe's kernels written in the test.
@@ -285,3 +285,10 @@ def test_slice_into_equal_parts(tmp_path):
     got = run_pegasus(tmp_path, text, None, {"data": x})
     for index, top in enumerate(("s1", "s2", "s3")):
         np.testing.assert_array_equal(got[top], x[:, :, 2 * index:2 * index + 2].astype(np.float32))
+
+
+def test_clip(tmp_path):
+    x = rand(1, 3, 4, 4)
+    text = net((1, 3, 4, 4), layer("c", "Clip", body="clip_param { min: -0.5 max: 0.75 }"))
+    np.testing.assert_array_equal(run_pegasus(tmp_path, text, None, {"data": x})["c"],
+                                  np.clip(x.astype(np.float32), -0.5, 0.75))

@@ -134,6 +134,22 @@ layers { name: "prob" type: SOFTMAX bottom: "fc1" top: "prob" }
 """
 
 
+def test_lstm_caffe_proto_flag(tmp_path):
+    """Acuity's ``--proto lstm_caffe`` reads the same messages: the same model files import the same way."""
+    rng = np.random.default_rng(6)
+    blobs = {"conv1": [rng.normal(size=(4, 3, 3, 3)), rng.normal(size=4)], "fc1": [rng.normal(size=(5, 64)),
+                                                                                   rng.normal(size=5)]}
+    prototxt, caffemodel = caffe_model(tmp_path, V1_TEXT, blobs)
+    files = []
+    for proto in ("caffe", "lstm_caffe"):
+        out = tmp_path / proto
+        result = run_cli("import", "caffe", "--model", prototxt, "--weights", caffemodel, "--proto", proto,
+                         "--output-model", out / "m.json", "--output-data", out / "m.data")
+        assert result.code == 0, result.stderr
+        files.append((out / "m.data").read_bytes())
+    assert files[0] == files[1]
+
+
 def test_v1_layers_with_legacy_blob_shapes(tmp_path):
     rng = np.random.default_rng(2)
     blobs = {"conv1": [rng.normal(size=(4, 3, 3, 3)), rng.normal(size=4)],

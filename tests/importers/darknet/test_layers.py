@@ -10,6 +10,7 @@ import pytest
 
 from pegasus.importers.darknet.loader import import_darknet
 from pegasus.runtime.interpreter import run
+from tests.importers.caffe.harness import caffe_model, opencv_net
 from tests.importers.darknet.harness import check_against_opencv, darknet_model, opencv_outputs
 
 
@@ -90,6 +91,61 @@ def test_connected_on_maps(tmp_path):
 @pytest.mark.parametrize("stride", [2, 3])
 def test_upsample(tmp_path, stride):
     check_against_opencv(*darknet_model(tmp_path, cfg(conv(4, stride=2), f"[upsample]\nstride={stride}\n")))
+
+
+@pytest.mark.parametrize("extra, caffe", [("dilation=2", "pad: 2 dilation: 2 stride: 1"),
+                                          ("stride_x=2\nstride_y=1", "pad: 1 stride_h: 1 stride_w: 2")],
+                         ids=["dilation", "stride_xy"])
+def test_convolution_options_opencv_ignores(tmp_path, extra, caffe):
+    """OpenCV's Darknet reader ignores dilation and stride_x/stride_y: the same convolution (weights taken from
+    the file: biases, then the kernel) runs in OpenCV's Caffe reader instead."""
+    cfg_path, weights = darknet_model(tmp_path, cfg(conv(4, bn=0, activation="linear", extra=extra), width=11,
+                                                    height=9))
+    values = np.frombuffer(weights.read_bytes()[20:], "<f4")
+    prototxt, caffemodel = caffe_model(tmp_path, 'input: "data"\ninput_shape { dim: 1 dim: 3 dim: 9 dim: 11 }\n'
+                                       'layer { name: "c" type: "Convolution" bottom: "data" top: "c" '
+                                       f'convolution_param {{ num_output: 4 kernel_size: 3 {caffe} }} }}',
+                                       {"c": [values[4:].reshape(4, 3, 3, 3), values[:4]]})
+    x = np.random.default_rng(5).uniform(0, 1, (1, 3, 9, 11)).astype(np.float32)
+    net = opencv_net(prototxt, caffemodel)
+    net.setInput(x)
+    graph = import_darknet(cfg_path, weights)
+    np.testing.assert_allclose(run(graph, {"data": x})["conv_0"], net.forward(), rtol=1e-4, atol=1e-4)
+
+
+def _opencv_last(tmp_path, text: str, x: np.ndarray, name: str) -> np.ndarray:
+    cfg_path, weights = darknet_model(tmp_path, text, name=name)
+    return opencv_outputs(cfg_path, weights, x, 0)[0]
+
+
+def test_upsample_scale_and_softmax_temperature(tmp_path):
+    """OpenCV ignores upsample's scale and softmax's temperature: the layers without them, then the formulas."""
+    x = np.random.default_rng(6).uniform(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    plain = cfg(conv(4, stride=2), "[upsample]\nstride=2\n")
+    cfg_path, weights = darknet_model(tmp_path, plain + "scale=0.5\n", name="scaled")   # the last section's option
+    np.testing.assert_allclose(run(import_darknet(cfg_path, weights), {"data": x})["upsample_1"],
+                               0.5 * _opencv_last(tmp_path, plain, x, "plain"), rtol=1e-4, atol=1e-5)
+    pooled = cfg(conv(4, stride=2), "[avgpool]\n")
+    cfg_path, weights = darknet_model(tmp_path, pooled + "[softmax]\ntemperature=2\n", name="tempered")
+    logits = _opencv_last(tmp_path, pooled, x, "pooled").reshape(1, 4) / 2
+    expected = np.exp(logits) / np.exp(logits).sum()
+    np.testing.assert_allclose(run(import_darknet(cfg_path, weights), {"data": x})["softmax_2"].reshape(1, 4),
+                               expected, rtol=1e-4, atol=1e-6)
+
+
+def test_shortcut_from_several_layers(tmp_path):
+    """The previous layer plus every layer in ``from`` (OpenCV adds only the first): the sum of OpenCV's outputs."""
+    linear = conv(4, bn=0, activation="linear")
+    cfg_path, weights = darknet_model(tmp_path, cfg(linear, linear, linear, "[shortcut]\nfrom=-2,-3\n"))
+    x = np.random.default_rng(7).uniform(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    import cv2
+
+    net = cv2.dnn.readNetFromDarknet(str(cfg_path), str(weights))
+    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+    net.setInput(x)
+    convs = net.forward(["conv_0", "conv_1", "conv_2"])
+    np.testing.assert_allclose(run(import_darknet(cfg_path, weights), {"data": x})["shortcut_3"], sum(convs),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_route_and_shortcut(tmp_path):
