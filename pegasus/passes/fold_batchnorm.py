@@ -34,6 +34,8 @@ def _replace_constant(graph: Graph, node: Node, index: int, value: np.ndarray, d
 
 
 def _fold_into_conv(graph: Graph, conv: Node, k: np.ndarray, shift: np.ndarray) -> bool:
+    if conv.attrs.channels_last:   # BN's axis 1 is then a spatial axis, not the output channels
+        return False
     weight = graph.value_of(conv.inputs[1])
     if weight is None or weight.shape[0] != k.size:
         return False
