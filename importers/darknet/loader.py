@@ -49,18 +49,29 @@ def _source(s: Section, layer: int, key: str, tensors: list[str | None]) -> str:
     return tensors[index]
 
 
+def _route_reads(s: Section, tensors: list[str | None], previous: str | None) -> list[str]:
+    inputs = [_source(s, i, "layers", tensors) for i in s.ints("layers")]
+    if not inputs:
+        raise s.error("names no layer", "layers")
+    return inputs
+
+
+def _shortcut_reads(s: Section, tensors: list[str | None], previous: str | None) -> list[str]:
+    return [_source(s, -1, "from", tensors)] + [_source(s, i, "from", tensors) for i in s.ints("from")]
+
+
+#: the sections that read other layers than the one before them: kind -> their input tensors
+_READS = {"route": _route_reads, "shortcut": _shortcut_reads}
+
+
 def source_nodes(layers: list[Section]) -> tuple[list[SourceNode], list[str]]:
     """One SourceNode per layer with its input tensors resolved, and the graph outputs."""
     tensors: list[str | None] = []
     nodes, heads = [], []
     previous: str | None = INPUT
     for s in layers:
-        if s.kind == "route":
-            inputs = [_source(s, i, "layers", tensors) for i in s.ints("layers")]
-            if not inputs:
-                raise s.error("names no layer", "layers")
-        elif s.kind == "shortcut":
-            inputs = [_source(s, -1, "from", tensors)] + [_source(s, i, "from", tensors) for i in s.ints("from")]
+        if s.kind in _READS:
+            inputs = _READS[s.kind](s, tensors, previous)
         elif previous is None:
             raise s.error(f"reads the output of [{layers[s.index - 1].kind}] layer {s.index - 1}, which pegasus "
                           "does not compute (it is post-processing)")
