@@ -7,7 +7,8 @@ function calls the outputs need; take the nodes the outputs depend on, not looki
 unsupported op of them in one error, and every placeholder they need that is neither an input nor predefined;
 fix each input's static shape (an unknown batch is 1, with a note; other unknown dimensions need
 ``--input-size-list``); then convert node by node through the converter table, constants folding as they go,
-nodes that read the dead side of a resolved Switch skipped; and run the import passes.
+nodes on the dead side of a resolved Switch skipped (control_flow.py: those known before conversion are not
+even checked, so a training branch may hold any op); and run the import passes.
 
 Names: tensors are named after their nodes (output k > 0 of node ``n`` is ``n:k``); a SavedModel imported
 through its signature names its inputs and outputs by the signature's keys (``img``, ``output_0``). The graph
@@ -33,6 +34,7 @@ from pegasus.fileio import require_file
 from pegasus.importers.common.converters import SourceNode, convert_node
 from pegasus.importers.tensorflow import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.tensorflow.context import TABLE, TfContext
+from pegasus.importers.tensorflow.control_flow import Deadness, known_values
 from pegasus.importers.tensorflow.reader import TfModel, read_tensorflow
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
@@ -243,11 +245,16 @@ def _check_placeholders(nodes: Sequence[SourceNode]) -> None:
                            "value in --predef-file")
 
 
-def _convert(ctx: TfContext, nodes: Sequence[SourceNode]) -> None:
-    """Convert in order; a node reading a dead tensor is dead too, except a Merge, which takes its live input."""
+def _convert(ctx: TfContext, nodes: Sequence[SourceNode], control: dict[str, list[str]], deadness: Deadness) -> None:
+    """Convert in order (nodes known to be dead before conversion are already left out); a node reading a
+    tensor that a Switch resolved during conversion leaves dead (by data or control input) is dead too, except a
+    Merge, which takes its live input."""
+    def dead(name: str) -> bool:
+        return name in ctx.dead or deadness.dead(name)
+
     for node in nodes:
-        if any(name in ctx.dead for name in node.inputs):
-            live = [(k, name) for k, name in enumerate(node.inputs) if name not in ctx.dead]
+        if any(dead(name) for name in node.inputs if name) or any(dead(name) for name in control.get(node.name, [])):
+            live = [(k, name) for k, name in enumerate(node.inputs) if not dead(name)]
             if node.op_type != "Merge" or not live:
                 ctx.dead.update(node.outputs)
                 continue
@@ -287,8 +294,10 @@ def import_tensorflow(model: str | Path | TfModel, *, inputs: Sequence[str] | No
     predef = {_tensor(model, key, "--predef-file", {}): value for key, value in (predef or {}).items()}
 
     stop = {tensor for _, tensor in ins} | set(predef)
-    model.expand([tensor for _, tensor in outs], stop)
-    nodes = needed_nodes(model, [tensor for _, tensor in outs], stop)
+    value_of = known_values(model, predef, stop)
+    model.expand([tensor for _, tensor in outs], stop, value_of)
+    deadness = Deadness(model, value_of, stop)
+    nodes = [n for n in needed_nodes(model, [tensor for _, tensor in outs], stop) if not deadness.node_dead(n)]
     TABLE.check_supported([n for n in nodes if n.op_type not in _PLACEHOLDERS])
     _check_placeholders(nodes)
 
@@ -313,7 +322,7 @@ def import_tensorflow(model: str | Path | TfModel, *, inputs: Sequence[str] | No
     nodes = [dataclasses.replace(n, inputs=[renamed.get(t, t) for t in n.inputs]) if renamed.keys() & set(n.inputs)
              else n for n in nodes]
     ctx = TfContext(builder, model.dtypes)
-    _convert(ctx, nodes)
+    _convert(ctx, nodes, model.control, deadness)
 
     for out_name, tensor in outs:
         tensor = renamed.get(tensor, tensor)

@@ -4,7 +4,8 @@ Tensor names: output k of node ``n`` is ``n`` for k = 0 and ``n:k`` otherwise (T
 so the names users pass (``--outputs InceptionV1/Logits/Predictions/Reshape_1``) are tensor names.
 Attributes are decoded to plain values (strings, ints, floats, bools, dtype names, shapes as lists with None
 for an unknown dimension, tensors as NumPy arrays, functions by name). ``Const`` nodes become constants, not
-nodes. Control inputs (``^name``) are dropped: a converted graph only has data dependencies.
+nodes. Control inputs (``^name``) are kept aside (``ReadGraph.control``): a converted graph only has data
+dependencies, but a node that waits on the untaken side of a Switch is dead too (control_flow.py).
 
 Functions (TF2's ``tf.function`` plumbing: a SavedModel's signature calls a ``StatefulPartitionedCall`` of a
 function that calls others) are inlined as data: each FunctionDef's nodes are added with the call's inputs
@@ -17,7 +18,7 @@ Conv2D``), else they get the call's name as a prefix, as TensorFlow's own inline
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "in
           22: "uint32", 23: "uint64"}
 #: ops that call a function named by their attribute ``f``
 CALL_OPS = ("StatefulPartitionedCall", "PartitionedCall")
+#: ops that call then_branch or else_branch on inputs 1.. as input 0 says
+IF_OPS = ("If", "StatelessIf")
 
 
 def dtype_name(enum: int) -> str:
@@ -96,6 +99,7 @@ class ReadGraph:
     dtypes: dict[str, str] = field(default_factory=dict)
     shapes: dict[str, list[int | None] | None] = field(default_factory=dict)
     producer: dict[str, SourceNode] = field(default_factory=dict)
+    control: dict[str, list[str]] = field(default_factory=dict)   # node name -> its control inputs' node names
 
 
 @dataclass
@@ -103,6 +107,7 @@ class _Call:
     function: str
     attrs: dict[str, Any]
     chain: tuple[str, ...]      # the functions being inlined around this call (a function calling itself stops)
+    branches: tuple[str, str] | None = None     # an If's (then, else) functions: which one depends on input 0
 
 
 class GraphReader:
@@ -149,11 +154,14 @@ class GraphReader:
         self._taken.update(node.name for node in graph_def.node)
         for node_def in graph_def.node:
             inputs = [graph_ref(ref) for ref in node_def.input if not ref.startswith("^")]
-            self._add(node_def.op, decode_attrs(node_def, self.api), node_def.name, inputs, "", ())
+            control = [ref[1:] for ref in node_def.input if ref.startswith("^")]
+            self._add(node_def.op, decode_attrs(node_def, self.api), node_def.name, inputs, control, "", ())
         return self.out
 
-    def _add(self, op: str, attrs: dict[str, Any], name: str, inputs: list[str], where: str,
+    def _add(self, op: str, attrs: dict[str, Any], name: str, inputs: list[str], control: list[str], where: str,
              chain: tuple[str, ...]) -> None:
+        if control:
+            self.out.control[name] = control
         types = [t for _, ts in self._output_args(op, attrs) for t in ts]
         for index, dtype in enumerate(types):
             if dtype:
@@ -166,14 +174,18 @@ class GraphReader:
         function = attrs.get("f") if op in CALL_OPS else op if op in self.functions else None
         if function is not None:
             self._calls[name] = _Call(str(function), attrs, chain)
+        elif op in IF_OPS:
+            self._calls[name] = _Call("", attrs, chain, (str(attrs.get("then_branch")), str(attrs.get("else_branch"))))
         node = SourceNode(name, op, inputs, [tensor_name(name, index) for index in range(max(1, len(types)))],
                           attrs, where=where)
         self.out.nodes.append(node)
         for output in node.outputs:
             self.out.producer[output] = node
 
-    def expand(self, tensors: Iterable[str], stop: Iterable[str] = ()) -> None:
-        """Inline, recursively, every function call that ``tensors`` depend on, not looking past ``stop``."""
+    def expand(self, tensors: Iterable[str], stop: Iterable[str] = (),
+               value_of: Callable[[str], np.ndarray | None] | None = None) -> None:
+        """Inline, recursively, every function call that ``tensors`` depend on, not looking past ``stop``; an If
+        whose predicate ``value_of`` knows becomes a call of the branch it takes (else it stays an If)."""
         stop = set(stop)
         stack, seen, inlined = [t for t in tensors if t not in stop], set(), set()
         while stack:
@@ -182,18 +194,28 @@ class GraphReader:
             if node is None or tensor in seen:
                 continue
             seen.add(tensor)
-            if node.name in self._calls:
-                self._inline(node, self._calls.pop(node.name))
-                inlined.add(id(node))
-                seen.discard(tensor)
-                stack.append(tensor)
-            else:
+            call = self._calls.get(node.name)
+            args = node.inputs
+            if call is not None and call.branches is not None:
+                predicate = value_of(node.inputs[0]) if value_of else None
+                if predicate is None:
+                    call = None
+                else:
+                    call.function = call.branches[0 if np.asarray(predicate).reshape(-1)[0] else 1]
+                    args = node.inputs[1:]
+            if call is None:
                 stack.extend(t for t in node.inputs if t and t not in stop)
+                continue
+            del self._calls[node.name]
+            self._inline(node, call, args)
+            inlined.add(id(node))
+            seen.discard(tensor)
+            stack.append(tensor)
         if inlined:
             self.out.nodes = [node for node in self.out.nodes if id(node) not in inlined]
 
-    def _inline(self, node: SourceNode, call: _Call) -> None:
-        function, args = call.function, node.inputs
+    def _inline(self, node: SourceNode, call: _Call, args: list[str]) -> None:
+        function = call.function
         if function not in self.functions:
             raise PegasusError(f"node '{node.name}' calls function '{function}', which the graph's library lacks")
         if function in call.chain:
@@ -226,7 +248,8 @@ class GraphReader:
         where, chain = f"in function {function}", call.chain + (function,)
         for node_def in fdef.node_def:
             inputs = [resolve(ref) for ref in node_def.input if not ref.startswith("^")]
-            self._add(node_def.op, decoded[node_def.name], renamed[node_def.name], inputs, where, chain)
+            control = [renamed.get(ref[1:], ref[1:]) for ref in node_def.input if ref.startswith("^")]
+            self._add(node_def.op, decoded[node_def.name], renamed[node_def.name], inputs, control, where, chain)
         for index, arg in enumerate(signature.output_arg):
             output = tensor_name(node.name, index)
             identity = SourceNode(f"{node.name}/output_{index}" if index else node.name, "Identity",

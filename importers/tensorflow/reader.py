@@ -62,6 +62,10 @@ class TfModel:
     def shapes(self) -> dict[str, list[int | None] | None]:
         return self.graph.out.shapes
 
+    @property
+    def control(self) -> dict[str, list[str]]:
+        return self.graph.out.control
+
     def producer(self, tensor: str) -> SourceNode | None:
         return self.graph.out.producer.get(tensor)
 
@@ -72,8 +76,8 @@ class TfModel:
         node = self.producer(tensor)
         return node is not None and node.op_type in VARIABLE_OPS and tensor in self._variable_keys()
 
-    def expand(self, tensors, stop=()) -> None:
-        self.graph.expand(tensors, stop)
+    def expand(self, tensors, stop=(), value_of=None) -> None:
+        self.graph.expand(tensors, stop, value_of)
 
     def value(self, tensor: str) -> np.ndarray | None:
         constants = self.graph.out.constants

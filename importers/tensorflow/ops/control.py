@@ -3,7 +3,8 @@ remove: Identity, IdentityN, Snapshot, StopGradient, PreventGradient, CheckNumer
 ReadVariableOp (a variable's value is a constant read from the checkpoint), PlaceholderWithDefault that is not
 an input (its default), and Switch/Merge on a predicate known at compile time (TF1's ``tf.cond``: the taken
 side of the Switch passes its input, the other is dead, and a Merge passes its one live input; the loader
-skips every node that reads a dead tensor).
+skips every node that reads a dead tensor, control_flow.py). An If whose predicate is known is a call of
+its branch, inlined by the reader.
 
 Placeholders that are inputs, or take a value from ``--predef-file``, never reach a converter; one that gets
 here has neither, and neither has a variable missing from the checkpoint: both are errors naming the node.

@@ -367,3 +367,26 @@ def dynamic_shape(folder: Path) -> None:
     """An input whose height is unknown (None): it needs --input-size-list."""
     tf = tensorflow()
     _freeze(folder, lambda x: tf.reduce_sum(x * 2.0, 1), [(1, None, 3)], shapes_fed=[(1, 5, 3)])
+
+
+def training_flag(folder: Path) -> None:
+    """A tf.function taking a bool ``training`` input that a tf.cond reads, frozen twice: with control flow
+    lowered to Switch/Merge (model.pb) and kept as StatelessIf with branch functions (model_if.pb)."""
+    tf = tensorflow()
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    w = _weights(4, 3)
+
+    def fn(x, training):
+        y = tf.cond(training, lambda: tf.nn.dropout(x, 0.5, seed=1), lambda: tf.nn.relu(x) * 2.0)
+        return tf.matmul(y, w)
+
+    concrete = tf.function(fn).get_concrete_function(tf.TensorSpec((2, 4), tf.float32, name="x"),
+                                                     tf.TensorSpec((), tf.bool, name="training"))
+    for name, lower in (("model.pb", True), ("model_if.pb", False)):
+        frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=lower)
+        (folder / name).write_bytes(frozen.graph.as_graph_def().SerializeToString())
+    x = np.random.default_rng(10).uniform(-2, 2, (2, 4)).astype(np.float32)
+    expected = frozen(tf.constant(x), tf.constant(False))[0].numpy()
+    np.savez(folder / "prd.npz", training=False)
+    save_case(folder, "model.pb", {"inputs": ["x"], "outputs": ["Identity"]}, {"x": x}, {"Identity": expected})

@@ -83,3 +83,14 @@ def test_command_line_with_input_size_list(tmp_path, capfd):
     got = run(graph, {key: images})["output_0"]
     np.testing.assert_allclose(got[:1], case.expected["output_0"], rtol=1e-4, atol=1e-5)
     check_case(case, inputs=[key], outputs=["output_0"])
+
+
+@pytest.mark.parametrize("model", ["model.pb", "model_if.pb"])
+def test_training_flag_decided_by_predef(model):
+    """tf.cond on a bool input given by --predef-file: as Switch/Merge, or as StatelessIf whose branch function
+    is inlined; the training branch (dropout, which pegasus does not convert) is left out."""
+    case = cached_case(models.training_flag)
+    predef = load_predef(case.folder / "prd.npz")
+    graph = import_tensorflow(case.folder / model, **case.options, predef=predef)
+    assert [n.op for n in graph.nodes] == ["Relu", "Mul", "Gemm"]                 # relu(x) * 2.0 @ w
+    check_case(case, model=case.folder / model, predef=predef)
