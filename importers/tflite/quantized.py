@@ -47,7 +47,7 @@ _CARRY_BACKWARD = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _WEIGHT_INPUTS = {"CONV_2D": ((1, 1, 0), (2, 2, 0)), "DEPTHWISE_CONV_2D": ((1, 1, 0), (2, 2, 0)),
                   "FULLY_CONNECTED": ((1, 1, 0), (2, 2, 0)), "TRANSPOSE_CONV": ((1, 1, 1), (2, 3, 0))}
 #: a bias whose integer magnitude reaches this is not held exactly by a float32 real value
-_BIAS_EXACT = 2 ** 22
+_BIAS_EXACT = 2 ** 23
 
 
 def _is_activation(tensor: TfliteTensor | None) -> bool:
@@ -152,8 +152,8 @@ def _build_view(model: TfliteSubgraph, inputs: Sequence[str] | None,
     large = [t.name for t in model.tensors if t.data is not None and t.quantized and t.dtype in ("int32", "int64")
              and np.abs(t.data.astype(np.int64)).max(initial=0) >= _BIAS_EXACT]
     if large:
-        notes.append(f"{len(large)} bias tensor(s) ({', '.join(large[:3])}) hold integers of 2^22 or more, which "
-                     "their float32 real values do not keep exactly")
+        notes.append(f"{len(large)} bias tensor(s) ({', '.join(large[:3])}) hold integers of 2^23 or more, which "
+                     "their float32 real values do not keep exactly (their layers may differ from TFLite by 1 LSB)")
     return dataclasses.replace(model, tensors=list(view.tensors.values()), nodes=head + view.nodes + tail,
                                notes=notes), view.stored
 

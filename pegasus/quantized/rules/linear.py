@@ -37,6 +37,17 @@ def accumulator_rounding(rounding: str, x: TensorQuant) -> str:
     return "tflite_wide" if rounding == "tflite" and x.numpy_dtype == "int16" else rounding
 
 
+def bias_steps(ctx: LoweringContext, bias: str, real_in: np.ndarray) -> np.ndarray:
+    """The real value of one integer bias step: s_x * s_w[c]; under the tflite rounding the file's own bias
+    scale, of which the float32 bias holds an exact multiple up to 2**23 steps (s_x * s_w[c] in double is one
+    float32 rounding away from it)."""
+    entry = ctx.table.get(bias) if bias else None
+    if ctx.table.rounding != "tflite" or entry is None or not entry.is_integer:
+        return real_in
+    scales = entry.scales()
+    return np.broadcast_to(scales if scales.size > 1 else scales.reshape(1), real_in.shape).astype(np.float64)
+
+
 def _channel_scales(q: TensorQuant, channels: int) -> np.ndarray:
     scales = q.scales()
     return np.broadcast_to(scales if scales.size > 1 else scales.reshape(1), (channels,)).astype(np.float64)
@@ -131,7 +142,7 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     weights = ctx.as_int(w, _weight_grid(wq, w_scales, 0))
     w_int = ctx.graph.value_of(weights)
     real_in = float(xq.scale[0]) * w_scales
-    bias = integer_bias(ctx, node, bias_real, real_in, limit)
+    bias = integer_bias(ctx, node, bias_real, bias_steps(ctx, b, real_in), limit)
     w_zero = int(wq.zero_point[0])
     acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
@@ -168,7 +179,7 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
     if trans_b:
         b_int_name = ctx.constant(f"{b}_q_t", ctx.graph.value_of(b_int_name).T.copy())
     real_in = a_scale * b_scales
-    bias = integer_bias(ctx, node, bias_real, real_in, limit)
+    bias = integer_bias(ctx, node, bias_real, bias_steps(ctx, bias_name, real_in), limit)
     if ctx.table.rounding == "tflite" and not bq.per_channel:  # TFLite's FULLY_CONNECTED: s_a * s_b in float32
         real_in = np.full_like(real_in, float(np.float32(a_scale) * np.float32(b_scales[0])))
     b_val = ctx.graph.value_of(b_int_name)
