@@ -101,12 +101,14 @@ def int8_requantize() -> bytes:
 
 
 def int8_activations() -> bytes:
-    """Stand-alone RELU, RELU6 and RELU_N1_TO_1 onto other grids than their input's (a requantisation then a
-    clamp at zero_point + round(bound / scale)), and MAX_POOL_2D / AVERAGE_POOL_2D with fused RELU6 / RELU."""
+    """Stand-alone RELU, RELU6, RELU_N1_TO_1 and RELU_0_TO_1 onto other grids than their input's (a
+    requantisation then a clamp at zero_point + round(bound / scale)), and MAX_POOL_2D / AVERAGE_POOL_2D with
+    fused RELU6 / RELU."""
     m = ModelBuilder()
     x = m.tensor("x", (1, 4, 6, 3), "int8", scale=0.05, zero_point=-3)
     outputs = []
-    for op, scale, zero in (("RELU", 0.031, -128), ("RELU6", 0.0247, -128), ("RELU_N1_TO_1", 0.0081, 1)):
+    for op, scale, zero in (("RELU", 0.031, -128), ("RELU6", 0.0247, -128), ("RELU_N1_TO_1", 0.0081, 1),
+                            ("RELU_0_TO_1", 0.0043, -128)):
         outputs.append(m.tensor(op.lower(), (1, 4, 6, 3), "int8", scale=scale, zero_point=zero))
         m.op(op, [x], [outputs[-1]])
     for op, activation in (("MAX_POOL_2D", 3), ("AVERAGE_POOL_2D", 1)):
