@@ -5,8 +5,9 @@ Each float tensor gets a *home* representation: integer (its table entry's grid)
 runs in integer, float when its producer runs in float (a float32 layer of a hybrid model, qbfloat16,
 or an op without an integer kernel). Consumers ask the context for the representation they need
 (``as_int``/``as_float``) and conversions (QuantizeLinear, DequantizeLinear, Requantize) are inserted
-once per tensor. Graph inputs and outputs stay float, as in Glow's bundles: the graph quantizes its
-inputs and dequantizes its outputs itself.
+once per tensor. Graph inputs and outputs keep the float graph's types, as in Glow's bundles: a float input is
+quantized and a float output dequantized by the graph itself (an imported pre-quantized TFLite model's graph
+already has integer inputs and outputs, behind its own DequantizeLinear/QuantizeLinear).
 
 How each op becomes integer code is its *rule*, registered per op name (``@integer_rule("Conv")``) in
 ``pegasus.quantized.rules``. A rule returns None when it lowered the node, or a reason string when it

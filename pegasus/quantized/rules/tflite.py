@@ -28,8 +28,12 @@ import math
 import numpy as np
 
 from pegasus.ir.graph import Node
-from pegasus.ops.fixedpoint import exp_on_negative_values, integer_range, multiply_by_quantized_multiplier
-from pegasus.ops.fixedpoint import tflite_multiplier as quantize_multiplier
+from pegasus.ops.fixedpoint import (
+    exp_on_negative_values,
+    integer_range,
+    multiply_by_quantized_multiplier,
+    tflite_multiplier,
+)
 from pegasus.ops.integer import QAveragePool
 from pegasus.ops.registry import make_attrs
 from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
@@ -58,7 +62,7 @@ def clamp(ctx: LoweringContext, node: Node) -> str | None:
         return "per-channel grid"
     lo, hi = quantized_bounds(yq, *clamp_of(node), TFLITE)
     attrs = requantize_attrs(xq, yq, lo, hi, TFLITE)
-    m = quantize_multiplier(float(_f32(_scale(xq)) / _f32(_scale(yq))))   # ReluPrepare: float / float
+    m = tflite_multiplier(float(_f32(_scale(xq)) / _f32(_scale(yq))))   # ReluPrepare: float / float
     attrs.update(multiplier=(m.multiplier,), shift=(m.shift,))
     result = ctx.emit("Requantize", [ctx.as_int(x)], attrs, name=node.name, outputs=[y], quant=[yq])[0]
     ctx.set_home(y, result, yq)
@@ -79,8 +83,8 @@ def add(ctx: LoweringContext, node: Node) -> str | None:
         return "per-channel operand"
     left_shift = 15 if yq.numpy_dtype == "int16" else 20
     twice_max = 2.0 * max(_scale(aq), _scale(bq))
-    ma, mb = quantize_multiplier(_scale(aq) / twice_max), quantize_multiplier(_scale(bq) / twice_max)
-    mo = quantize_multiplier(twice_max / float(_f32((1 << left_shift) * _f32(_scale(yq)))))
+    ma, mb = tflite_multiplier(_scale(aq) / twice_max), tflite_multiplier(_scale(bq) / twice_max)
+    mo = tflite_multiplier(twice_max / float(_f32((1 << left_shift) * _f32(_scale(yq)))))
     attrs = {"a_zero_point": int(aq.zero_point[0]), "b_zero_point": int(bq.zero_point[0]), "left_shift": left_shift,
              "a_multiplier": ma.multiplier, "a_shift": ma.shift, "b_multiplier": mb.multiplier, "b_shift": mb.shift,
              "multiplier": (mo.multiplier,), "shift": (mo.shift,), "out_zero_point": int(yq.zero_point[0]),
@@ -121,7 +125,7 @@ def softmax_table(input_scale: float, beta: float = 1.0) -> np.ndarray:
     """exp(-beta * s_x * d) in Q0.31 for d = 0..255 as TFLite's reference computes it (PreprocessSoftmaxScaling,
     MultiplyByQuantizedMultiplierGreaterThanOne, gemmlowp's exp_on_negative_values); 0 past diff_min."""
     real = min(beta * input_scale * (1 << (31 - SOFTMAX_DIFF_BITS)), (1 << 31) - 1.0)
-    m = quantize_multiplier(real)
+    m = tflite_multiplier(real)
     left_shift = 31 - m.shift
     radius = math.floor(((1 << SOFTMAX_DIFF_BITS) - 1) * (1 << (31 - SOFTMAX_DIFF_BITS)) / (1 << left_shift))
     diff = -np.arange(256, dtype=np.int64)
@@ -150,7 +154,7 @@ def softmax(ctx: LoweringContext, node: Node) -> str | None:
     sixteen = xq.numpy_dtype == "int16"
     if int(yq.zero_point[0]) != (0 if sixteen else integer_range(yq.numpy_dtype)[0]):
         return f"output zero point {yq.zero_point[0]} (TFLite's softmax outputs from the type's minimum, int16 from 0)"
-    m = quantize_multiplier(float(_f32(_scale(xq))) / (10.0 / 65535.0)) if sixteen else quantize_multiplier(0.0)
+    m = tflite_multiplier(float(_f32(_scale(xq))) / (10.0 / 65535.0)) if sixteen else tflite_multiplier(0.0)
     attrs = {"multiplier": (m.multiplier,), "shift": (m.shift,), "out_zero_point": int(yq.zero_point[0]),
              "out_dtype": yq.numpy_dtype, "axis": node.attrs.axis, "rounding": TFLITE}
     values = softmax16_tables() if sixteen else softmax_table(_scale(xq))
@@ -187,7 +191,7 @@ def lut_populate_int16(function, input_scale: float, input_zero_point: int, outp
 def mean_multiplier(input_scale: float, output_scale: float, count: int) -> tuple[int, int]:
     """TFLite's MEAN: QuantizeMultiplier(s_x / s_y), then 1/count folded into it (QuantizedMeanOrSum); as
     (multiplier, pegasus shift)."""
-    m = quantize_multiplier(input_scale / output_scale)
+    m = tflite_multiplier(input_scale / output_scale)
     exponent = 31 - m.shift
     shift = min(count.bit_length() - 1, 32, 31 + exponent)
     multiplier = (m.multiplier << shift) // count
