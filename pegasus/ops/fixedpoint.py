@@ -24,14 +24,15 @@ Micro and CMSIS-NN match), with the same ``M * 2**-S`` meaning of a multiplier a
     t = 31 - S (TFLite's shift: > 0 shifts left)
     y = RoundingDivideByPOT(SRDHM(acc << max(t, 0), M), max(-t, 0))    (MultiplyByQuantizedMultiplier)
 
-where SRDHM(a, b) = (a * b + nudge) / 2**31 truncated toward zero (C division), nudge = 2**30 when
-a * b >= 0 else 1 - 2**30, saturating the one overflow (a = b = -2**31) -- that is floor(a * b / 2**31 + 1/2),
-ties up for either sign; and RoundingDivideByPOT rounds half away from zero. TFLite derives ``r`` in double from float32 scales, in each kernel's own order
-(the rules in pegasus/quantized/rules do so). ``tflite_wide`` is TFLite's scaling of the int64 accumulators
-of 16x8 kernels: a 16-bit multiplier ``(M + 2**15) >> 16`` (0x7FFF past 0x7FFF0000) and one rounding half
-up: ``(acc * M16 + 2**(S-17)) >> (S - 16)``. The gemmlowp fixed-point functions TFLite's int8 SOFTMAX
-uses (exp on negative values, 1 / (1 + x), the reciprocal of a sum) are here too, on int64 arrays holding
-int32 values.
+where SRDHM(a, b) = (a * b + nudge) / 2**31 truncated toward zero (C division), nudge = 2**30 when a * b >= 0
+else 1 - 2**30, saturating the one overflow (a = b = -2**31) -- that is floor(a * b / 2**31 + 1/2), ties up
+for either sign; and RoundingDivideByPOT rounds half away from zero. TFLite derives ``r`` in double from
+float32 scales, in each kernel's own order (the rules in pegasus/quantized/rules do so); a kernel that rounds
+once (TF 2.21's FULLY_CONNECTED) is ``half_up`` with TFLite's multiplier. ``tflite_wide`` is TFLite's scaling
+of the int64 accumulators of 16x8 kernels: a 16-bit multiplier ``(M + 2**15) >> 16`` (0x7FFF past 0x7FFF0000)
+and one rounding half up: ``(acc * M16 + 2**(S-17)) >> (S - 16)``. The gemmlowp fixed-point functions TFLite's
+int8 SOFTMAX uses (exp on negative values, 1 / (1 + x), the reciprocal of a sum) are here too, on int64 arrays
+holding int32 values.
 """
 
 from __future__ import annotations
