@@ -326,8 +326,8 @@ def import_tensorflow(model: str | Path | TfModel, *, inputs: Sequence[str] | No
 
     for out_name, tensor in outs:
         tensor = renamed.get(tensor, tensor)
-        if tensor in ctx.dead:
-            raise PegasusError(f"output '{out_name}' is on the untaken side of a Switch")
+        if tensor in ctx.dead or deadness.dead(tensor):
+            raise PegasusError(f"output '{out_name}' is on the untaken side of a tf.cond (Switch)")
         if not builder.has(tensor):
             raise PegasusError(f"output '{out_name}' was not produced by the converted graph")
         if out_name != tensor:

@@ -104,7 +104,9 @@ def _other_format(data: bytes) -> str:
         return " (it is an HDF5 file, e.g. a Keras .h5 model: use 'pegasus import keras')"
     if data[:4] == b"PK\x03\x04":
         return " (it is a zip file, e.g. a .keras model: use 'pegasus import keras')"
-    if data[:1] == b"\x08" and b"onnx" in data[:64].lower() or data[:2] == b"\x08\x07" or data[:2] == b"\x08\x08":
+    # an ONNX ModelProto starts with its ir_version (field 1, a varint: 0x08), then names its producer; a GraphDef
+    # or MetaGraphDef starts with a message field (0x0a)
+    if data[:1] == b"\x08" and any(tag in data[:256].lower() for tag in (b"onnx", b"pytorch", b"tf2onnx", b"keras")):
         return " (it looks like an ONNX model: use 'pegasus import onnx')"
     return ""
 

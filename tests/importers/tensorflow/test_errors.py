@@ -100,3 +100,10 @@ def test_unknown_dimension_needs_input_size_list(capfd, tmp_path):
     result = import_tf(capfd, tmp_path, case.model, "--inputs", "x0", "--outputs", "Identity")
     assert_one_line_error(result, "input 'x0' has an unknown dimension at axis 1", "--input-size-list")
     check_case(case, input_shapes=[[1, 5, 3]])
+
+
+def test_output_on_the_untaken_branch(capfd, tmp_path):
+    case = cached_case(models.training_flag)
+    result = import_tf(capfd, tmp_path, case.model, "--inputs", "x", "--outputs", "cond/then/_0/cond/dropout/Mul",
+                       "--predef-file", case.folder / "prd.npz")
+    assert_one_line_error(result, "output 'cond/then/_0/cond/dropout/Mul' is on the untaken side")
