@@ -300,6 +300,8 @@ def test_objects_need_no_libm(arch: str, mcpu: str | None, float_abi: str | None
     module.triple = target.triple
     _build(module, target)
     missing = undefined_symbols(compile_object(module, target))
+    if arch == "i386":  # position-independent i386 code names the GOT base, which every linker defines
+        missing.discard("_GLOBAL_OFFSET_TABLE_")
     assert not missing & LIBM
     assert all(name.startswith("__") for name in missing), sorted(missing)
     if target.float_abi == "hard" or not target.is_cortex_m:

@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 from pegasus.errors import PegasusError
 from pegasus.ops.fixedpoint import integer_range, quantize_values
 from pegasus.quantized.lower import broadcast_params
-from pegasus.quantizers.schemes import VALID, Scheme, asymmetric, check_pair, dynamic_fixed_point
+from pegasus.quantizers.schemes import SCALE_FLOOR, VALID, Scheme, asymmetric, check_pair, dynamic_fixed_point
 
 TIE = 1e-9  # of a step: float64 rounding of x / scale at an exact tie
 
@@ -113,7 +113,7 @@ def test_per_channel_symmetric_weights(weights, axis):
     reduce = tuple(i for i in range(weights.ndim) if i != axis)
     top = np.abs(weights.astype(np.float64)).max(axis=reduce)
     alive = top > top.max() * 2.0 ** -24  # the others are zero at float32 precision: the largest channel's grid
-    np.testing.assert_allclose(np.asarray(q.scale)[alive], top[alive] / 127, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(q.scale)[alive], np.maximum(top[alive] / 127, SCALE_FLOOR), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(q.scale)[~alive], top.max() / 127 if top.max() > 0 else 1.0, rtol=1e-12)
 
 
