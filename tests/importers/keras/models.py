@@ -98,6 +98,36 @@ def convolutions(K):
     return model
 
 
+def channels_first(K):
+    """Layers with data_format="channels_first" (TensorFlow runs them on the CPU only through XLA)."""
+    L = K.layers
+    img = K.Input((3, 9, 8), name="img")
+    sig = K.Input((4, 10), name="sig")
+    first = {"data_format": "channels_first"}
+    # (Keras 3.15 under XLA computes a strided "same" channels-first Conv2D with a bias unlike its channels-last
+    # twin, so the strided one here is "valid")
+    outs = [L.Conv2D(4, 3, strides=2, activation="relu", name="conv", **first)(img),
+            L.Conv2D(3, 3, padding="same", activation="tanh", name="conv_same", **first)(img),
+            L.BatchNormalization(axis=1, name="bn")(L.Conv2D(4, 3, name="conv_bn", **first)(img)),
+            L.SeparableConv2D(5, 3, name="sep", **first)(img),
+            L.Conv2DTranspose(2, 3, strides=2, padding="same", name="deconv", **first)(img),
+            L.Conv1D(3, 3, padding="same", name="conv1d", **first)(sig),
+            L.AveragePooling2D(2, padding="same", name="avg", **first)(img),
+            L.MaxPooling2D(3, 2, name="max", **first)(img), L.GlobalMaxPooling2D(name="gmp", **first)(img),
+            L.GlobalAveragePooling2D(keepdims=True, name="gap", **first)(img),
+            L.ZeroPadding2D(((1, 0), (2, 1)), name="pad", **first)(img),
+            L.Cropping2D((1, 2), name="crop", **first)(img), L.UpSampling2D(2, name="up", **first)(img),
+            L.UpSampling2D(2, interpolation="bilinear", name="up_bilinear", **first)(img),
+            L.Resizing(5, 7, name="resize", **first)(img), L.Flatten(name="flat", **first)(img)]
+    model = K.Model([img, sig], outs)
+    _randomize(model)
+    model.compile(jit_compile=True)
+    return model
+
+
+channels_first.libraries = ("keras",)
+
+
 def pooling(K):
     img = K.Input((9, 8, 3), name="img")
     sig = K.Input((11, 4), name="sig")
@@ -218,14 +248,14 @@ def nested_shared(K):
                         name="head")
     left, right = K.Input((8, 8, 3), name="left"), K.Input((8, 8, 3), name="right")
     shared_conv = L.Conv2D(4, 1, name="conv")   # the same name as the backbone's layer, on purpose
-    a, b = backbone(left), backbone(right)
-    a, b = shared_conv(a), shared_conv(b)
+    backbone_left, backbone_right = backbone(left), backbone(right)   # outputs too: their node indices
+    a, b = shared_conv(backbone_left), shared_conv(backbone_right)
     merged = L.Add(name="merge")([a, L.Multiply(name="gate")([b, a])])
     pooled = L.GlobalAveragePooling2D(name="pool")(merged)
     shared_dense = L.Dense(4, name="shared_dense")
     y1 = head(shared_dense(pooled))
     y2 = head(shared_dense(L.GlobalMaxPooling2D(name="maxpool")(b)))
-    model = K.Model([left, right], [y1, y2, a])
+    model = K.Model([left, right], [y1, y2, a, backbone_left, backbone_right])
     _randomize(model)
     return model
 
@@ -268,8 +298,8 @@ def keras_ops(K):
 
 keras_ops.libraries = ("keras",)
 
-BUILDERS = [activations, convolutions, pooling, normalizations, reshaping, recurrent, nested_shared, sequential,
-            mobilenet, keras_ops]
+BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
+            sequential, mobilenet, keras_ops]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------

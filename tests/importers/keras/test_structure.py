@@ -23,7 +23,8 @@ def test_names_of_nested_and_shared_layers(keras_model, library, suffix):
     built = keras_model(models.nested_shared, library)
     graph = check_import(built.files[suffix], built)
     assert graph.inputs == ["left", "right"]
-    assert graph.outputs == ["head", "head_1", "conv"]        # the head's two calls, the shared conv's first
+    # the head's two calls, the shared conv's first, the backbone's two calls
+    assert graph.outputs == ["head", "head_1", "conv", "backbone", "backbone_1"]
     layers = {node.name: node for node in graph.nodes}
     for name in ("backbone/conv", "backbone_1/conv", "conv", "conv_1", "shared_dense", "shared_dense_1",
                  "head/hidden", "head/logits", "head_1/logits", "gate", "merge"):
