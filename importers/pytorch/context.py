@@ -24,13 +24,17 @@ from pegasus.importers.common.converters import ConverterTable, ConvertFn, Impor
 from pegasus.ir.builder import GraphBuilder
 
 TABLE = ConverterTable("PyTorch")
+#: op types that are plumbing (folded at import, or an alias), which never take a module's name from its layer
+PLUMBING: set[str] = set()
 
 
-def converter(*op_types: str) -> Callable[[ConvertFn], ConvertFn]:
+def converter(*op_types: str, plumbing: bool = False) -> Callable[[ConvertFn], ConvertFn]:
     """Register ``fn`` for each op type (``aten::relu``, ``prim::ListConstruct``, ...)."""
     def decorate(fn: ConvertFn) -> ConvertFn:
         for op_type in op_types:
             TABLE.register(op_type)(fn)
+        if plumbing:
+            PLUMBING.update(op_types)
         return fn
     return decorate
 
@@ -159,9 +163,11 @@ class Namer:
         self.taken.add(name)
         return name
 
-    def layer(self, path: str, module_type: str, op_type: str) -> str:
+    def layer(self, path: str, module_type: str, op_type: str, computes_tensors: bool = True) -> str:
+        """The name of an op of module ``path``; only an op that computes tensors and is not plumbing takes
+        the torch.nn module's own name."""
         op = op_type.split("::")[-1].strip("_")
-        if path and module_type in self.torch_modules:
+        if path and module_type in self.torch_modules and computes_tensors and op_type not in PLUMBING:
             return self.unique(path)
         return self.unique(f"{path}/{op}" if path else op)
 

@@ -133,7 +133,9 @@ def read_exported(path: Path) -> SourceGraph:
 def _source_node(node, namer: Namer, names: dict[str, str]) -> SourceNode:
     op_type, attrs = _named_args(node)
     path, module_type = _module_of(node)
-    name = namer.layer(path, module_type, op_type)
+    val = node.meta.get("val")
+    tensors_out = _is_tensor(node) or (isinstance(val, (list, tuple)) and any(hasattr(v, "shape") for v in val))
+    name = namer.layer(path, module_type, op_type, tensors_out)
     out = name if _is_tensor(node) else namer.unique(f"{name}#0")
     names[node.name] = out
 

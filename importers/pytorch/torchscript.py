@@ -145,19 +145,22 @@ class _Walker:
         self.constants[name] = to_numpy(tensor)
         return name
 
-    def nodes(self, block) -> list[SourceNode]:
+    def nodes(self, block, nested: bool = False) -> list[SourceNode]:
+        """The block's nodes; inside an If or a Loop (``nested``) no node takes a module's bare name, which goes
+        to the module's own layer outside (a scripted LSTM's unbatched-input branch must not take ``rnn``)."""
         found = []
         for node in block.nodes():
             if node.kind() == "prim::Constant":
                 self.constant(node)
             else:
-                found.append(self.source_node(node))
+                found.append(self.source_node(node, nested))
         return found
 
-    def source_node(self, node) -> SourceNode:
+    def source_node(self, node, nested: bool = False) -> SourceNode:
         kind = node.kind()
         path, module_type = module_of(node)
-        name = self.namer.layer(path, module_type, kind)
+        layer = not nested and any(_is_tensor_type(o.type()) for o in node.outputs())
+        name = self.namer.layer(path, module_type, kind, layer)
         arg_names = _argument_names(node)
         values = [self.ref(v) for v in node.inputs()]
         if arg_names is not None and len(arg_names) == len(values):
@@ -172,7 +175,7 @@ class _Walker:
                 for index, param in enumerate(block.inputs()):
                     self.names[param.debugName()] = Ref(self.namer.unique(f"{name}#param{index}"))
                     attrs["params"].append(self.names[param.debugName()])
-            attrs["blocks"] = [(self.nodes(b), [self.ref(v) for v in b.outputs()]) for b in node.blocks()]
+            attrs["blocks"] = [(self.nodes(b, nested=True), [self.ref(v) for v in b.outputs()]) for b in node.blocks()]
         tensors = [self.names[v.debugName()].name for v in node.inputs()
                    if _is_tensor_type(v.type()) and isinstance(self.names[v.debugName()], Ref)]
         outputs = []

@@ -34,8 +34,8 @@ def _pads(node: SourceNode, padding, kernel: tuple[int, ...], dilations: tuple[i
     return pads + pads
 
 
-@converter("aten::_convolution", "aten::_convolution_mode", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-           "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d")
+@converter("aten::_convolution", "aten::_convolution_mode", "aten::convolution", "aten::conv1d", "aten::conv2d",
+           "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d")
 def convolution(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     x, w, bias = args["input"], args["weight"], args.get("bias")

@@ -38,12 +38,12 @@ def inputs(ctx: TorchContext, node: SourceNode) -> list:
     return ctx.args(node)["inputs"]
 
 
-@converter("prim::ListConstruct", "prim::TupleConstruct")
+@converter("prim::ListConstruct", "prim::TupleConstruct", plumbing=True)
 def construct(ctx: TorchContext, node: SourceNode) -> None:
     ctx.set_value(node, list(inputs(ctx, node)))
 
 
-@converter("aten::list", "aten::copy")
+@converter("aten::list", "aten::copy", plumbing=True)
 def copy_list(ctx: TorchContext, node: SourceNode) -> None:
     """A copy of a Python list (``list(x.size())``); a tensor copy is the tensor."""
     value = next(iter(ctx.args(node).values()))
@@ -53,7 +53,7 @@ def copy_list(ctx: TorchContext, node: SourceNode) -> None:
         ctx.set_value(node, list(value))
 
 
-@converter("aten::append")
+@converter("aten::append", plumbing=True)
 def append(ctx: TorchContext, node: SourceNode) -> None:
     """list.append, in place: the list value is the same Python object wherever it is read."""
     args = ctx.args(node)
@@ -61,7 +61,7 @@ def append(ctx: TorchContext, node: SourceNode) -> None:
     ctx.set_value(node, args["self"])
 
 
-@converter("prim::ListUnpack", "prim::TupleUnpack")
+@converter("prim::ListUnpack", "prim::TupleUnpack", plumbing=True)
 def unpack(ctx: TorchContext, node: SourceNode) -> None:
     items = inputs(ctx, node)[0]
     if not isinstance(items, (list, tuple)) or len(items) != len(node.outputs):
@@ -77,36 +77,36 @@ def _bind(ctx: TorchContext, node: SourceNode, index: int, item) -> None:
         ctx.values[node.outputs[index]] = item
 
 
-@converter("prim::TupleIndex", "aten::__getitem__", "getitem")
+@converter("prim::TupleIndex", "aten::__getitem__", "getitem", plumbing=True)
 def getitem(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     items, index = args.get("inputs") or [args.get("list"), args.get("idx")]
     _bind(ctx, node, 0, items[int(index)])
 
 
-@converter("aten::size", "aten::sym_size")
+@converter("aten::size", "aten::sym_size", plumbing=True)
 def size(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     shape = list(ctx.shape(args["self"]))
     ctx.set_value(node, shape[dim(int(args["dim"]), len(shape))] if args.get("dim") is not None else shape)
 
 
-@converter("aten::dim")
+@converter("aten::dim", plumbing=True)
 def rank(ctx: TorchContext, node: SourceNode) -> None:
     ctx.set_value(node, ctx.rank(ctx.args(node)["self"]))
 
 
-@converter("aten::numel")
+@converter("aten::numel", plumbing=True)
 def numel(ctx: TorchContext, node: SourceNode) -> None:
     ctx.set_value(node, math.prod(ctx.shape(ctx.args(node)["self"])))
 
 
-@converter("aten::len")
+@converter("aten::len", plumbing=True)
 def length(ctx: TorchContext, node: SourceNode) -> None:
     ctx.set_value(node, len(next(iter(ctx.args(node).values()))))
 
 
-@converter("prim::NumToTensor", "aten::scalar_tensor")
+@converter("prim::NumToTensor", "aten::scalar_tensor", plumbing=True)
 def num_to_tensor(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     value = args.get("s", next(iter(args.values())))
@@ -114,7 +114,7 @@ def num_to_tensor(ctx: TorchContext, node: SourceNode) -> None:
 
 
 @converter("aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit", "aten::item", "prim::unchecked_cast",
-           "aten::IntImplicit", "aten::FloatImplicit")
+           "aten::IntImplicit", "aten::FloatImplicit", plumbing=True)
 def to_scalar(ctx: TorchContext, node: SourceNode) -> None:
     value = next(iter(ctx.args(node).values()))
     if isinstance(value, list) and len(value) == 1 and node.op_type == "prim::unchecked_cast":
@@ -145,7 +145,7 @@ def python_operands(ctx: TorchContext, node: SourceNode) -> list | None:
     return None if any(ctx.is_tensor(v) for v in values) else values
 
 
-@converter(*_PYTHON_OPS)
+@converter(*_PYTHON_OPS, plumbing=True)
 def python_op(ctx: TorchContext, node: SourceNode) -> None:
     operands = python_operands(ctx, node)
     if operands is None and node.op_type in ("aten::__is__", "aten::__isnot__"):  # `hx is None` on a tensor
@@ -165,7 +165,7 @@ def fold_python(ctx: TorchContext, node: SourceNode, fn) -> bool:
     return True
 
 
-@converter("prim::If")
+@converter("prim::If", plumbing=True)
 def if_(ctx: TorchContext, node: SourceNode) -> None:
     """Convert the branch the (import-time) condition selects; its results become the If's outputs."""
     condition = ctx.resolve(node.attrs["inputs"][0])
@@ -219,7 +219,7 @@ def _set(ctx: TorchContext, node: SourceNode, name: str, value) -> None:
         ctx.values[name] = value
 
 
-@converter("prim::Loop")
+@converter("prim::Loop", plumbing=True)
 def loop(ctx: TorchContext, node: SourceNode) -> None:
     """A loop whose trip count and condition are known at import, unrolled: the body converted once per
     iteration under fresh names, the carried values passed along."""
@@ -240,7 +240,7 @@ def loop(ctx: TorchContext, node: SourceNode) -> None:
         _bind(ctx, node, index, value)
 
 
-@converter("prim::RaiseException")
+@converter("prim::RaiseException", plumbing=True)
 def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
     message = next((v for v in inputs(ctx, node) if isinstance(v, str)), "")
     raise PegasusError(f"{node.describe()}: the model raises for these input shapes: {message}".rstrip(": "))
@@ -248,7 +248,7 @@ def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
 
 @converter("aten::warn", "prim::Uninitialized", "aten::format", "aten::str", "prim::device", "prim::dtype",
            "aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
-           "prim::requires_grad", "prim::is_cuda")
+           "prim::requires_grad", "prim::is_cuda", plumbing=True)
 def nothing(ctx: TorchContext, node: SourceNode) -> None:
     """Values only checks and messages use."""
     for out in node.outputs:
@@ -285,7 +285,7 @@ def to(ctx: TorchContext, node: SourceNode) -> None:
 
 
 @converter("aten::zeros", "aten::ones", "aten::full", "aten::zeros_like", "aten::ones_like", "aten::full_like",
-           "aten::new_zeros", "aten::new_ones", "aten::empty", "aten::new_full")
+           "aten::new_zeros", "aten::new_ones", "aten::empty", "aten::new_full", plumbing=True)
 def filled(ctx: TorchContext, node: SourceNode) -> None:
     """A tensor of one value, as a constant (recurrent layers' initial states, masks)."""
     args = ctx.args(node)

@@ -79,7 +79,8 @@ def recurrent(ctx: TorchContext, node: SourceNode) -> None:
         inputs = [sequence, *_weights(ctx, node, params, layer, directions, has_biases, order), "", *initial]
         suffix = f"/l{layer}" if layers > 1 else ""
         names = [ctx.graph.unique_tensor_name(f"{node.name}{suffix}/{what}") for what in ("Y", "Y_h", "Y_c")]
-        results = ctx.emit(op, inputs, attrs, node=node, outputs=names[:1 + len(states)])
+        results = ctx.emit(op, inputs, attrs, node=node, outputs=names[:1 + len(states)],
+                           suffix=f"/l{layer}" if layer else "")
         y = results[0]
         if not batch_first:  # (T, D, B, H) -> (T, B, D, H)
             y = ctx.emit("Transpose", [y], {"perm": (0, 2, 1, 3)}, node=node, suffix=f"{suffix}/tbdh")[0]

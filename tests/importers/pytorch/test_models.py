@@ -22,3 +22,23 @@ def test_matches_torch(torch_model, tmp_path, name, fmt):
     for index, (got, want) in enumerate(zip(outputs, expected)):
         assert got.shape == want.shape, f"output {index}"
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {fmt} output {index}")
+
+
+#: layers named after module paths, whatever the format: torch.nn modules by their path, ops in a user
+#: module's forward by the path and the op, ops at the top by the op
+NAMES = {"resnet18": {"conv1": "Conv", "layer1.0.conv2": "Conv", "layer1.0/add": "Add", "layer1.0.relu_1": "Relu",
+                      "layer2.0.downsample.0": "Conv", "avgpool": "GlobalAveragePool", "flatten": "Reshape",
+                      "fc": "Gemm"},
+         "mobilenet_v2": {"features.0.0": "Conv", "features.0.2": "Clip", "features.1.conv.1": "Conv",
+                          "features.3/add": "Add", "classifier.1": "Gemm"},
+         "lstm": {"rnn": "LSTM", "rnn/l1": "LSTM", "head": "Add"}}
+
+
+@pytest.mark.parametrize("name", list(NAMES))
+def test_layers_are_named_after_module_paths(torch_model, tmp_path, name):
+    folder = torch_model(name)
+    inputs, _ = reference(folder)
+    for fmt in FORMATS:
+        graph, _ = import_and_run(folder / FORMATS[fmt], tmp_path / fmt, inputs)
+        ops = {node.name: node.op for node in graph.nodes}
+        assert {n: ops.get(n) for n in NAMES[name]} == NAMES[name], fmt
