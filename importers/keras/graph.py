@@ -174,8 +174,6 @@ class _Flattener:
         full = "/".join(path + (layer_name(layer),))
         where = "" if node_name == full and not call else f"Keras layer '{full}'" + (f", call {call + 1}"
                                                                                       if call else "")
-        if is_model(layer):
-            raise AssertionError("nested models are inlined")
         attrs = dict(layer.get("config", {}))
         if domain(layer) and info is not None and info.args is not None:
             attrs["args"] = info.args
@@ -208,8 +206,7 @@ class _Flattener:
 
     def alias(self, source: str, name: str, path: LayerPath) -> str:
         """An Identity writing ``name`` (a nested model output that is its input, or an output listed twice)."""
-        self.nodes.append(KerasNode(name, "Identity", [source], [name], {}, where="/".join(path) or "",
-                                    layer=name))
+        self.nodes.append(KerasNode(name, "Identity", [source], [name], {}, where="/".join(path), layer=name))
         return name
 
     # ---- Sequential -------------------------------------------------------------------------------

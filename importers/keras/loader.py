@@ -1,12 +1,12 @@
 """Import a Keras model (.h5/.hdf5/.keras) into the pegasus IR without running anything from the file.
 
 Steps: read the config and weights as data (reader.py); turn the layer calls into nodes, nested models
-inlined and shared layers called once per use (graph.py); refuse Lambda layers and custom objects, all
-named in one error, unless ``allow_unsafe`` (even then nothing is run: a Lambda converts only when its
-config maps onto registry ops); list every unsupported layer class at once (the shared mechanism), those a
-TimeDistributed or Bidirectional wraps included; fix each input's static shape (a dynamic batch becomes 1
-and says so; other dynamic dimensions need ``--input-size-list``); convert node by node; run the import
-passes (a BatchNormalization after a convolution folds into it there).
+inlined and shared layers called once per use (graph.py); among the layers the outputs need, refuse Lambda
+layers and custom objects, all named in one error, unless ``allow_unsafe`` (even then nothing is run: a
+Lambda converts only when its config maps onto registry ops), and list every unsupported layer class at once
+(the shared mechanism), those a TimeDistributed or Bidirectional wraps included; fix each input's static
+shape (a dynamic batch becomes 1 and says so; other dynamic dimensions need ``--input-size-list``); convert
+node by node; run the import passes (a BatchNormalization after a convolution folds into it there).
 
 ``inputs``/``outputs`` cut the model at tensor names, which are layer names (graph.py). A cut input's shape
 is the tensor's in the full model unless given.
@@ -46,20 +46,27 @@ def unsafe_reason(layer: dict) -> str | None:
     return None
 
 
-def refuse_unsafe(model: KerasGraph, allow_unsafe: bool) -> None:
-    found = [f"layer '{where}' ({reason})" for where, layer in model.layers if (reason := unsafe_reason(layer))]
+def layers_of(model: KerasGraph, nodes: Sequence[KerasNode]) -> list[tuple[str, dict]]:
+    """The layer configs behind ``nodes``: their own, the nested models around them, the layers they wrap."""
+    paths = {node.layer for node in nodes}
+    return [(where, layer) for where, layer in model.layers
+            if where in paths or any(p.startswith(where + "/") or where.startswith(p + "/") for p in paths)]
+
+
+def refuse_unsafe(layers: Sequence[tuple[str, dict]], allow_unsafe: bool) -> None:
+    found = [f"layer '{where}' ({reason})" for where, layer in layers if (reason := unsafe_reason(layer))]
     if found and not allow_unsafe:
         raise PegasusError(f"refusing {len(found)} layer(s) that hold code: {'; '.join(found)}. pegasus never runs "
                            "code from a model file; --allow-unsafe imports such a layer only where its config maps "
                            "onto registry ops (a Lambda naming a Keras activation), still without running it")
 
 
-def check_supported(model: KerasGraph) -> None:
+def check_supported(layers: Sequence[tuple[str, dict]], nodes: Sequence[KerasNode]) -> None:
     """Every layer class without a converter, those inside wrappers included, in one error; then a call that
     passes a tensor by keyword (a mask, initial states)."""
     TABLE.check_supported(SourceNode(where, str(layer.get("class_name")), [], [], domain=domain(layer))
-                          for where, layer in model.layers if not is_model(layer))
-    for node in model.nodes:
+                          for where, layer in layers if not is_model(layer))
+    for node in nodes:
         if node.tensor_keywords:
             raise PegasusError(f"{node.describe()} is called with a tensor for '{node.tensor_keywords[0]}', which "
                                "the import does not support")
@@ -107,12 +114,16 @@ def _dtype(name: str, text: str) -> DType:
 
 def _convert(model: KerasGraph, major: int, allow_unsafe: bool, input_types: dict[str, TensorType],
              outputs: Sequence[str], name: str) -> Graph:
+    """The graph from ``input_types`` to ``outputs``, once the layers it needs pass the checks."""
+    nodes = needed_nodes(model.nodes, outputs, set(input_types))
+    layers = layers_of(model, nodes)
+    refuse_unsafe(layers, allow_unsafe)
+    check_supported(layers, nodes)
     graph = Graph(name)
     builder = GraphBuilder(graph)
     for input_name, ttype in input_types.items():
         builder.add_input(input_name, ttype)
-    ctx = KerasContext(builder, major, allow_unsafe)
-    convert_nodes(TABLE, ctx, needed_nodes(model.nodes, outputs, set(input_types)))
+    convert_nodes(TABLE, KerasContext(builder, major, allow_unsafe), nodes)
     for out in outputs:
         if not builder.has(out):
             raise PegasusError(f"output '{out}' was not produced by the converted graph")
@@ -134,7 +145,6 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
         model = read_keras(model)
     notes: list[str] = []   # said once the import has succeeded, so a refusal stays one line
     keras_graph = flatten(model)
-    refuse_unsafe(keras_graph, allow_unsafe)
     known = {spec.name for spec in keras_graph.inputs} | {o for node in keras_graph.nodes for o in node.outputs}
     model_inputs = [spec.name for spec in keras_graph.inputs]
     input_names = list(inputs) if inputs else model_inputs
@@ -148,7 +158,6 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
     if input_shapes and len(input_shapes) != len(input_names):
         raise PegasusError(f"--input-size-list gives {len(input_shapes)} entries but the model has "
                            f"{len(input_names)} input(s): {' '.join(input_names)}")
-    check_supported(keras_graph)
     dtypes = {spec.name: spec.dtype for spec in keras_graph.inputs}
     given = {n: tuple(int(d) for d in s) for n, s in zip(input_names, input_shapes or []) if s is not None}
     input_types = {n: TensorType(given[n], _dtype(n, dtypes.get(n, "float32"))) for n in given}

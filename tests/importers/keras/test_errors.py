@@ -79,6 +79,15 @@ def test_lambda_refused_and_never_run(tmp_path, keras_model, library, suffix):
     assert not models.SENTINEL.exists()
 
 
+def test_cut_before_the_lambda(tmp_path, keras_model):
+    """Only the layers the outputs need are checked: a cut before the Lambda imports without --allow-unsafe."""
+    path = keras_model(models.with_lambda, "keras").files[".keras"]
+    models.SENTINEL.unlink(missing_ok=True)
+    result = import_cli(tmp_path, path, "--outputs", "dense")
+    assert result.code == 0, result.stderr
+    assert not models.SENTINEL.exists()
+
+
 def test_lambda_sentinel_works(keras_model, tmp_path):
     """Running the saved Lambda (with Keras 2, which loads it) does write the file the test above checks."""
     path = keras_model(models.with_lambda, "tf_keras").files[".h5"]
