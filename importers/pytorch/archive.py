@@ -167,13 +167,17 @@ def _guard_torchscript(archive: zipfile.ZipFile, members: dict[str, str], path: 
 
 
 _SYMBOL = re.compile(r"[a-z]{1,3}\d+")
+_SYMBOL_CALL = re.compile(r"Symbol\(\s*(['\"])[a-z]{1,3}\d+\1(\s*,\s*(positive|integer|nonnegative|real|finite)\s*=\s*"
+                          r"(True|False))*\s*\)")
 _EXPR_CHARS = re.compile(r"[\w\s+\-*/%(),.<>=!&|~^]*")
 
 
 def safe_sym_expr(text: str) -> bool:
     """Whether a symbolic-shape expression is plain arithmetic that ``sympy.sympify`` can evaluate harmlessly:
-    numbers, shape symbols (``s0``, ``u12``), capitalised names (sympy/torch functions such as ``Max``,
-    ``FloorDiv``; no Python builtin callable with side effects is capitalised), operators and parentheses."""
+    numbers, shape symbols (``s0``, ``u12``, ``Symbol('s77', positive=True, integer=True)``), capitalised
+    names (sympy/torch functions such as ``Max``, ``FloorDiv``; no Python builtin callable with side effects
+    is capitalised), operators and parentheses."""
+    text = _SYMBOL_CALL.sub("s0", text)  # Symbol('s77', positive=True, integer=True): a named shape symbol
     if not _EXPR_CHARS.fullmatch(text) or "__" in text or re.search(r"\.\s*[A-Za-z_]", text):
         return False
     names = re.findall(r"\b[A-Za-z_]\w*", text)

@@ -169,5 +169,6 @@ def test_guard_helpers():
     assert pickle_globals(pickle.dumps(_Payload(Path("x")))) == ["posix.system"]
     assert pickle_globals(b"cos\nsystem\n(S'true'\ntR.") == ["os.system"]
     assert safe_sym_expr("s0*2 + Max(s1, 4) - FloorDiv(s77, 2)")
-    for bad in ("open('x')", "__import__('os')", "s0.__class__", "exec(s0)", "[s0]"):
+    assert safe_sym_expr("Symbol('s77', positive=True, integer=True)")
+    for bad in ("open('x')", "__import__('os')", "s0.__class__", "exec(s0)", "[s0]", "Symbol('os', real=True)"):
         assert not safe_sym_expr(bad), bad
