@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pegasus.errors import PegasusError
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir import serialize
@@ -175,14 +174,15 @@ def test_computed_weights_run_between_transposes(tmp_path):
          {"kernel_shape": (2, 2), "multiplier": (1 << 30,) * 4, "shift": (31,) * 4, "rounding": "tflite_wide",
           "out_dtype": "int16", "channels_last": True}),
 ], ids=["depthwise", "dense", "channels-first", "average"])
-def test_tflite_rounding_is_refused_not_miscomputed(case, tmp_path):
-    """The kernels compute pegasus's half_up requantisation: a layer asking for TFLite's rounding is refused,
-    naming it, instead of being compiled into other bits than the reference's."""
+def test_tflite_roundings_compute_the_reference(case, tmp_path):
+    """A layer asking for TFLite's rounding (tflite, or tflite_wide's 16-bit multipliers) computes the
+    reference's bits (requant.py's SRDHM + RoundingDivideByPOT), channels first and last."""
     if case.op == "QConv":
         case = Case(case.id, case.op, case.inputs, {**case.attrs, "rounding": "tflite"}, constant=case.constant)
-    graph, _ = build_graph([case])
-    with pytest.raises(PegasusError, match=f"{case.op} with {case.attrs['rounding']} rounding is not supported"):
-        export_bundle(graph, tmp_path, "net", resolve_target(None, None, None, "pic"))
+    graph, feeds = build_graph([case])
+    bundle = load_bundle(graph, feeds, tmp_path)
+    bundle()
+    np.testing.assert_array_equal(bundle.outputs()["c0_y0"], interpreter.run(graph, feeds)["c0_y0"])
 
 
 def _chain_layers() -> list[tuple[np.ndarray, np.ndarray, dict]]:

@@ -9,6 +9,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     integer_elementwise,
     integer_matmul,
     integer_pool,
+    integer_sum,
     linear,
     normalization,
     pool,

@@ -19,7 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.conv import Axis, axes_of
-from pegasus.exporters.glow.kernels.integer_dot import SCRATCH_BYTES, Mac, madd_fits, operand, require_half_up
+from pegasus.exporters.glow.kernels.integer_dot import SCRATCH_BYTES, Mac, madd_fits, operand
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, strides_of
@@ -173,7 +173,6 @@ class ConvPlan:
 
 
 def conv_plan(k: KernelContext) -> ConvPlan:
-    require_half_up(k)
     x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     last, group = bool(k.attrs.channels_last), k.attrs.group

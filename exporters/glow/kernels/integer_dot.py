@@ -28,11 +28,20 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
 from pegasus.exporters.glow.kernels.linear import simd_of
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, llvm_type
-from pegasus.exporters.glow.kernels.requant import I32, I64, channel_table, clamp, load_channel, requantize, widen
+from pegasus.exporters.glow.kernels.requant import (
+    I32,
+    I64,
+    channel_table,
+    clamp,
+    load_channel,
+    requantize,
+    wide_multiplier,
+    widen,
+)
 from pegasus.exporters.glow.llvm.loops import const
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
-from pegasus.ops.fixedpoint import integer_range
+from pegasus.ops.fixedpoint import INT32_MIN, integer_range
 from pegasus.ops.integer import clamp_bounds
 
 Value = ir.Value
@@ -74,15 +83,6 @@ class Operand:
     def raw_is_i16(self) -> bool:
         """Whether the stored values are int16 values (what SMLAD multiplies)."""
         return self.dtype in (DType.INT8, DType.UINT8, DType.INT16)
-
-
-def require_half_up(k: KernelContext) -> None:
-    """Refuse a layer whose requantisation rounds otherwise than ``half_up`` (TFLite's rounding, the op's
-    ``rounding`` attribute): these kernels compute pegasus's own rule, and would give other bits."""
-    rounding = getattr(k.attrs, "rounding", "half_up")
-    if rounding != "half_up":
-        raise PegasusError(f"{k.node.op} with {rounding} rounding is not supported by the Glow exporter yet "
-                           "(supported: half_up)", where=f"layer '{k.node.name}'")
 
 
 def operand(k: KernelContext, ref: TensorRef, zero_point: int, what: str) -> Operand:
@@ -147,21 +147,30 @@ class Requant:
     floor(hi / 2**(t-1)) + 1 rounds the same way. The table holds t - 1; the result has at most 31 bits,
     so the zero point and the clamp are 32-bit too. Otherwise (and per tensor, where the shift is a
     constant) requant.py's 64-bit form is used as it is.
+
+    The op's ``rounding`` is honoured: ``tflite_wide`` is the ``half_up`` rule of its reduced multipliers
+    (requant.wide_multiplier), high-word form included; ``tflite`` is requant.tflite_scale's SRDHM and
+    RoundingDivideByPOT (no high-word form), with constants or per-channel tables.
     """
 
     def __init__(self, module: ir.Module, attrs, out: TensorRef, name: str, bound: int):
         self.lo, self.hi = clamp_bounds(attrs)
         self.zero_point = attrs.out_zero_point
         self.out = llvm_type(out.type.dtype)
-        self.multiplier: int | ir.GlobalVariable = int(attrs.multiplier[0])
-        self.shift: int | ir.GlobalVariable = int(attrs.shift[0])
-        self.high_word = False
-        if len(attrs.multiplier) == 1:
-            return
+        self.rounding = getattr(attrs, "rounding", "half_up")
         multipliers, shifts = [int(m) for m in attrs.multiplier], [int(s) for s in attrs.shift]
+        if self.rounding == "tflite_wide":
+            multipliers, shifts = (list(v) for v in zip(*(wide_multiplier(m, s) for m, s in zip(multipliers, shifts))))
+            self.rounding = "half_up"
+        self.multiplier: int | ir.GlobalVariable = multipliers[0]
+        self.shift: int | ir.GlobalVariable = shifts[0]
+        self.saturate = any(m == INT32_MIN for m in multipliers)
+        self.high_word = False
+        if len(multipliers) == 1:
+            return
         # (M * 2**j, S + j) is the same rule as (M, S): both halves of the fraction scale by 2**j
         wide = [(m << max(0, 33 - s), max(33, s)) if m >= 0 else (m, s) for m, s in zip(multipliers, shifts)]
-        self.high_word = (all(0 <= m < (1 << 31) for m, _ in wide)
+        self.high_word = (self.rounding == "half_up" and all(0 <= m < (1 << 31) for m, _ in wide)
                           and bound * max(m for m, _ in wide) + (1 << (max(s for _, s in wide) - 1)) < (1 << 63)
                           and (1 << 30) + 1 + abs(self.zero_point) < (1 << 31))
         if self.high_word:
@@ -180,7 +189,8 @@ class Requant:
         if bias is not None:
             acc = b.add(widen(b, acc, I64, True), widen(b, bias, I64, True))
         if not self.high_word:
-            return requantize(b, acc, multiplier, shift, self.zero_point, self.lo, self.hi, self.out)
+            return requantize(b, acc, multiplier, shift, self.zero_point, self.lo, self.hi, self.out, self.rounding,
+                              self.saturate)
         product = b.mul(widen(b, acc, I64, True), b.zext(multiplier, I64))
         high = b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
         value = b.ashr(b.add(b.ashr(high, shift), const(1)), const(1))

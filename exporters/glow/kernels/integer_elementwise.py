@@ -25,17 +25,26 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import broadcast_loop
-from pegasus.exporters.glow.kernels.elementwise import load_as
+from pegasus.exporters.glow.kernels.elementwise import intrinsic, load_as
 from pegasus.exporters.glow.kernels.identity import identity
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type
-from pegasus.exporters.glow.kernels.requant import I32, I64, requantize, widen
+from pegasus.exporters.glow.kernels.requant import (
+    I32,
+    I64,
+    clamp,
+    requantize,
+    rounding_divide_by_pot,
+    srdhm,
+    tflite_scale,
+    widen,
+)
 from pegasus.exporters.glow.kernels.shape_ops import constant_table, raw, table_load
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
-from pegasus.ops.fixedpoint import integer_range
+from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN, integer_range
 from pegasus.ops.integer import LookupTable, RequantAttrs, clamp_bounds
 from pegasus.ops.registry import get_op
 
@@ -92,7 +101,7 @@ def _requantizer(attrs: RequantAttrs, out: ir.IntType) -> Callable[[ir.IRBuilder
     """acc -> the op's single-multiplier requantisation (``pegasus.ops.fixedpoint.requantize``)."""
     lo, hi = clamp_bounds(attrs)
     multiplier, shift = attrs.multiplier[0], attrs.shift[0]
-    return lambda b, acc: requantize(b, acc, multiplier, shift, attrs.out_zero_point, lo, hi, out)
+    return lambda b, acc: requantize(b, acc, multiplier, shift, attrs.out_zero_point, lo, hi, out, attrs.rounding)
 
 
 # ---- element-wise ---------------------------------------------------------------------------------
@@ -209,6 +218,9 @@ def q_softmax(k: KernelContext) -> None:
     outer, n, inner, nest = axis_loops(b, x.shape, axis)
     if x.type.size == 0:
         return
+    if a.rounding == "tflite":
+        _tflite_softmax(k, axis)
+        return
     finish = _requantizer(a, y.element)
     with nest as (o, i):
         base = affine(b, 0, (o, n * inner), (i, 1))
@@ -246,3 +258,101 @@ def q_softmax(k: KernelContext) -> None:
 
 def _max(b: ir.IRBuilder, x: Value, y: Value) -> Value:
     return b.select(b.icmp_signed(">", y, x), y, x)
+
+
+# ---- QSoftmax, rounding tflite: TFLite's reference SOFTMAX (pegasus.ops.integer._tflite_softmax/16) -----------
+
+
+def _bit_length32(b: ir.IRBuilder, total: Value) -> Value:
+    """The reference's bit length of a positive i64 ``total``, counted over 32 bits (at most 32)."""
+    ctlz = intrinsic(b.module, "llvm.ctlz.i64", I64, [I64, ir.IntType(1)])
+    length = b.sub(_i64(64), b.call(ctlz, [total, ir.Constant(ir.IntType(1), 0)]))
+    return b.select(b.icmp_signed(">", length, _i64(32)), _i64(32), length)
+
+
+def _saturating_left_shift(b: ir.IRBuilder, x: Value, exponent: int) -> Value:
+    threshold = (1 << (31 - exponent)) - 1
+    shifted = b.select(b.icmp_signed("<", x, _i64(-threshold)), _i64(INT32_MIN), b.shl(x, _i64(exponent)))
+    return b.select(b.icmp_signed(">", x, _i64(threshold)), _i64(INT32_MAX), shifted)
+
+
+def _one_over_one_plus_x(b: ir.IRBuilder, a: Value) -> Value:
+    """gemmlowp's 1 / (1 + a), Q0.31 in and out, on i64 as ``fixedpoint.one_over_one_plus_x``."""
+    total = b.add(a, _i64(INT32_MAX))
+    rounded = b.add(total, b.select(b.icmp_signed(">=", total, _i64(0)), _i64(1), _i64(-1)))
+    half = b.sdiv(rounded, _i64(2))      # C's division by 2 (LLVM folds it into shifts: no library call)
+    x = b.add(_i64(1515870810), srdhm(b, half, _i64(-1010580540), saturate=False))
+    for _ in range(3):
+        one_minus = b.sub(_i64(1 << 29), srdhm(b, half, x))
+        x = b.add(x, _saturating_left_shift(b, srdhm(b, x, one_minus), 2))
+    return _saturating_left_shift(b, x, 1)
+
+
+def _tflite_softmax(k: KernelContext, axis: int) -> None:
+    """Per row: d = max - x. 8-bit: e = table[d] (Q0.31), S = Σ RoundingDivideByPOT(e, 12),
+    (r, u) = GetReciprocal(S, 12), y = clamp(RoundingDivideByPOT(SRDHM(r, e), u + 31 - bits(y)) + zy).
+    int16: e = interp(table[0], clamp(scale(-d) + 32767)), S = Σ e, h = 32 - bit length of S,
+    r = interp(table[1], clamp((((S << (h - 1)) + 2**13) >> 14) - 3 * 2**15)),
+    y = clamp((e r + 2**(30 - h)) >> (31 - h), 0, 32767)."""
+    b, (x, table), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
+    outer, n, inner, nest = axis_loops(b, x.shape, axis)
+    sixteen = table.type.rank == 2
+    lo, hi = clamp_bounds(a)
+    with nest as (o, i):
+        base = affine(b, 0, (o, n * inner), (i, 1))
+
+        def along(visit: Callable[[Value], None]) -> None:
+            with for_range(b, n, name="j") as j:
+                visit(affine(b, 0, (base, 1), (j, inner)))
+
+        peak = Accumulator(b, load_as(b, x, base, DType.INT32))
+        along(lambda flat: peak.set(_max(b, peak.get(), load_as(b, x, flat, DType.INT32))))
+        m = peak.get()
+
+        def exp_of(flat: Value) -> Value:
+            d = b.sub(m, load_as(b, x, flat, DType.INT32))
+            if not sixteen:
+                return b.sext(table.load(b, d), I64)
+            scaled = b.add(tflite_scale(b, b.neg(widen(b, d, I64, True)), a.multiplier[0], a.shift[0]), _i64(32767))
+            return widen(b, _knots(b, table, 0, _clamp16(b, scaled)), I64, True)
+
+        total = Accumulator(b, _i64(0))
+        along(lambda flat: total.set(b.add(total.get(), exp_of(flat) if sixteen
+                                           else rounding_divide_by_pot(b, exp_of(flat), 12))))
+        t = total.get()
+        headroom = b.sub(_i64(32), _bit_length32(b, t))
+        if sixteen:
+            shifted = b.ashr(b.add(b.shl(t, b.sub(headroom, _i64(1))), _i64(1 << 13)), _i64(14))
+            recip = widen(b, _knots(b, table, 1, _clamp16(b, b.sub(shifted, _i64(3 << 15)))), I64, True)
+            right = b.sub(_i64(31), headroom)
+
+            def probability(flat: Value) -> None:
+                value = b.add(b.mul(exp_of(flat), recip), b.lshr(b.shl(_i64(1), right), _i64(1)))
+                y.store(b, widen(b, clamp(b, b.ashr(value, right), 0, 32767), y.element, True), flat)
+        else:
+            wrapped = b.sext(b.trunc(b.sub(b.shl(t, headroom), _i64(1 << 31)), I32), I64)
+            scale = _one_over_one_plus_x(b, wrapped)
+            exponent = b.add(b.sub(_i64(12), headroom), _i64(31 - 8 * y.type.dtype.itemsize))
+
+            def probability(flat: Value) -> None:
+                value = rounding_divide_by_pot(b, srdhm(b, scale, exp_of(flat)), exponent)
+                value = clamp(b, b.add(value, _i64(a.out_zero_point)), lo, hi)
+                y.store(b, widen(b, value, y.element, True), flat)
+
+        along(probability)
+
+
+def _clamp16(b: ir.IRBuilder, value: Value) -> Value:
+    return b.trunc(clamp(b, value, -32768, 32767), I32)
+
+
+def _knots(b: ir.IRBuilder, table: TensorRef, row: int, u16: Value) -> Value:
+    """LookupTable's int16 interpolation of ``u16`` (an int16 value as i32) between the knots of table[row]."""
+    bits = LookupTable.SEGMENT_BITS
+    u = b.add(u16, const(32768))
+    index = b.add(b.lshr(u, const(bits)), const(row * LookupTable.INTERPOLATED_ENTRIES))
+    low = load_as(b, table, index, DType.INT32)
+    high = load_as(b, table, b.add(index, const(1)), DType.INT32)
+    step = b.mul(b.sub(high, low), b.and_(u, const((1 << bits) - 1)))
+    value = b.add(low, b.ashr(b.add(step, const(1 << (bits - 1))), const(bits)))
+    return b.sext(b.trunc(value, ir.IntType(16)), I32)     # the reference's astype(int16)

@@ -31,7 +31,6 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     load_word,
     madd_fits,
     operand,
-    require_half_up,
     zeroed,
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes
@@ -115,7 +114,6 @@ def _matrix_shapes(k: KernelContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def matmul_plan(k: KernelContext) -> MatMulPlan:
-    require_half_up(k)
     a, bm = k.inputs[0], k.inputs[1]
     a_shape, b_shape = _matrix_shapes(k)
     rows, depth, cols = a_shape[-2], a_shape[-1], b_shape[-1]

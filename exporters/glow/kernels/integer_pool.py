@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
-from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block, require_half_up
+from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, for_tiles, pieces, range_nest
 from pegasus.exporters.glow.kernels.pool import (
     _coordinates,
@@ -37,7 +37,16 @@ from pegasus.exporters.glow.kernels.pool import (
     window_count,
 )
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter, strides_of
-from pegasus.exporters.glow.kernels.requant import I32, I64, channel_table, clamp, load_channel, requantize, widen
+from pegasus.exporters.glow.kernels.requant import (
+    I32,
+    I64,
+    channel_table,
+    clamp,
+    load_channel,
+    requantize,
+    wide_multiplier,
+    widen,
+)
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
@@ -68,6 +77,8 @@ def _count_requant(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int
     a, x, y = k.attrs, k.inputs[0], k.outputs[0]
     first, last = int(counts.min()), int(counts.max())
     pairs = list(zip(a.multiplier[first - 1:last], a.shift[first - 1:last]))
+    if a.rounding == "tflite_wide":     # the half_up rule of TFLite's 16-bit multipliers (tflite: _rounded_mean)
+        pairs = [wide_multiplier(m, s) for m, s in pairs]
     lo, hi = clamp_bounds(a)
     if len(set(pairs)) == 1:
         multiplier, shift = pairs[0]
@@ -134,8 +145,6 @@ def q_average_pool(k: KernelContext) -> None:
     count, else table entries chosen once per tile (the lanes of a tile share their count). Channels last:
     ``_average_last``."""
     b, x, a = k.builder, k.inputs[0], k.attrs
-    if a.rounding != "tflite":
-        require_half_up(k)
     x_shape = first_shape(x.shape, a.channels_last)
     win = QAveragePool.geometry(a, x_shape)
     taps = prod(win.kernel)

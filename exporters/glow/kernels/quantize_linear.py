@@ -1,8 +1,8 @@
 """Emitters for QuantizeLinear and DequantizeLinear (pegasus/ops/quantize_linear.py): the affine maps
 between real and integer tensors, per tensor, per axis or blocked (the scale's shape says which).
 
-QuantizeLinear divides (not multiplies by a reciprocal) and rounds half to even, so its integers are
-exactly the reference's. The rounded quotient is clamped before it meets the zero point, in int32
+QuantizeLinear divides (not multiplies by a reciprocal) and rounds half to even (half away from zero
+with ``rounding`` half_away), so its integers are exactly the reference's. The rounded quotient is clamped before it meets the zero point, in int32
 (int64 for an int32 output), so the saturation is exact for every finite input; NaN gives the zero
 point (NumPy leaves NaN → integer undefined).
 """
@@ -55,7 +55,8 @@ def _rounded_to(b: ir.IRBuilder, value: ir.Value, src: DType, out: DType, comput
 
 @emitter("QuantizeLinear")
 def quantize_linear(k: KernelContext) -> None:
-    """y = clamp(round_half_even(x / scale) + zero_point) in y's integer type; x, scale and the quotient
+    """y = clamp(round(x / scale) + zero_point) in y's integer type, rounded half to even (ONNX) or half away
+    from zero (``rounding`` half_away, TFLite's QUANTIZE); x, scale and the quotient
     are rounded to the precision dtype as NumPy does (a float16 precision is emulated exactly in float32)."""
     x, scale, zero_point = (list(k.inputs) + [None])[:3]
     y, b = k.outputs[0], k.builder
@@ -68,7 +69,12 @@ def quantize_linear(k: KernelContext) -> None:
         value = _rounded_to(b, x.load(b, flat), x.type.dtype, precision, real.dtype)
         step = _rounded_to(b, scale.load(b, param), scale.type.dtype, precision, real.dtype)
         quotient = _rounded_to(b, real.div(value, step), real.dtype, precision, real.dtype)
-        rounded = real.min(real.max(real.fn("round_half_even", quotient), -span), span)
+        if k.attrs.rounding == "half_away":     # TFLite's QUANTIZE: sign(q) * floor(|q| + 0.5), in the precision
+            lifted = _rounded_to(b, real.add(real.abs(quotient), 0.5), real.dtype, precision, real.dtype)
+            whole = real.copysign(real.fn("floor", lifted), quotient)
+        else:
+            whole = real.fn("round_half_even", quotient)
+        rounded = real.min(real.max(whole, -span), span)
         q = convert(b, rounded, real.dtype, work.dtype)
         if zero_point is not None:
             q = work.add(q, load_as(b, zero_point, param, work.dtype))

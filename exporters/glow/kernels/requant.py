@@ -1,15 +1,21 @@
 """LLVM for the integer arithmetic of ``pegasus.ops.fixedpoint``, shared by every integer emitter so
 that the generated code rounds exactly as ``pegasus inference --dtype quantized`` does.
 
-``requantize`` computes ``clamp(((acc * M + 2**(S-1)) >> S) + zp, lo, hi)`` in 64-bit integers
-(on 32-bit ARM the product is one SMULL, the shift a pair of register shifts); when ``M`` is 1 the
-multiply disappears, when ``S`` is 0 the rounding does. ``M``/``S`` may be per-channel LLVM values
-(loaded from a constant table) or Python ints (folded into the instruction stream).
+``requantize`` computes ``clamp(scale(acc, M, S) + zp, lo, hi)`` in 64-bit integers with the op's
+``rounding``: ``half_up`` is ``(acc * M + 2**(S-1)) >> S`` (on 32-bit ARM the product is one SMULL, the
+shift a pair of register shifts; when ``M`` is 1 the multiply disappears, when ``S`` is 0 the rounding
+does); ``tflite`` is TFLite's MultiplyByQuantizedMultiplier — ``acc << max(31 - S, 0)``, SRDHM (the
+64-bit product, its nudge, a division by 2**31 truncating toward zero, INT32_MIN * INT32_MIN saturating)
+and RoundingDivideByPOT by ``max(S - 31, 0)`` (half away from zero); ``tflite_wide`` is ``half_up`` with
+TFLite's 16-bit multiplier ``wide_multiplier`` gives. ``M``/``S`` may be per-channel LLVM values (loaded
+from a constant table) or Python ints (folded into the instruction stream).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
+
+from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN
 
 I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
@@ -52,13 +58,83 @@ def clamp(b: ir.IRBuilder, value: ir.Value, lo: int, hi: int) -> ir.Value:
     return b.select(b.icmp_signed(">", value, high), high, value)
 
 
+def wide_multiplier(multiplier: int, shift: int) -> tuple[int, int]:
+    """``tflite_wide``'s (M, S) as the ``half_up`` pair computing the same bits: TFLite's 16-bit multiplier
+    ``(M + 2**15) >> 16`` (0x7FFF past 0x7FFF0000) and the shift ``S - 16`` (pegasus.ops.fixedpoint)."""
+    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+    return reduced, shift - 16
+
+
+def _i64(value: int) -> ir.Constant:
+    return ir.Constant(I64, value)
+
+
+def srdhm(b: ir.IRBuilder, a: ir.Value, m: ir.Value, saturate: bool = True) -> ir.Value:
+    """SaturatingRoundingDoublingHighMul of two i64 values holding int32 values (``a`` may be wider, as the
+    reference's): ``(a * m + nudge) / 2**31`` truncated toward zero, nudge 2**30 for a product >= 0 else
+    1 - 2**30; INT32_MIN * INT32_MIN gives INT32_MAX (checked only when ``saturate``)."""
+    product = b.mul(a, m)
+    zero = _i64(0)
+    nudged = b.add(product, b.select(b.icmp_signed("<", product, zero), _i64(1 - (1 << 30)), _i64(1 << 30)))
+    # C's division by 2**31: an arithmetic shift of the value biased by 2**31 - 1 when negative
+    toward_zero = b.add(nudged, b.select(b.icmp_signed("<", nudged, zero), _i64((1 << 31) - 1), zero))
+    result = b.ashr(toward_zero, _i64(31))
+    if not saturate:
+        return result
+    both = b.and_(b.icmp_signed("==", a, _i64(INT32_MIN)), b.icmp_signed("==", m, _i64(INT32_MIN)))
+    return b.select(both, _i64(INT32_MAX), result)
+
+
+def rounding_divide_by_pot(b: ir.IRBuilder, x: ir.Value, exponent: Scalar) -> ir.Value:
+    """RoundingDivideByPOT on i64: ``x / 2**exponent`` to nearest, ties away from zero (0 <= exponent < 63)."""
+    if isinstance(exponent, int):
+        if exponent == 0:
+            return x
+        exponent = _i64(exponent)
+    mask = b.sub(b.shl(_i64(1), exponent), _i64(1))
+    threshold = b.add(b.ashr(mask, _i64(1)), b.zext(b.icmp_signed("<", x, _i64(0)), I64))
+    above = b.icmp_signed(">", b.and_(x, mask), threshold)
+    return b.add(b.ashr(x, exponent), b.zext(above, I64))
+
+
+def tflite_scale(b: ir.IRBuilder, acc: ir.Value, multiplier: Scalar, shift: Scalar,
+                 saturate: bool | None = None) -> ir.Value:
+    """MultiplyByQuantizedMultiplier(acc, M, 31 - S) on i64 (``fixedpoint.multiply_by_quantized_multiplier``).
+    ``saturate`` (SRDHM's INT32_MIN case) defaults to whether M can be INT32_MIN at all."""
+    x = widen(b, acc, I64, signed=True)
+    if isinstance(shift, int):
+        left, right = max(31 - shift, 0), max(shift - 31, 0)
+        if left:
+            x = b.shl(x, _i64(left))
+    else:
+        t = b.sub(_i64(31), widen(b, shift, I64, signed=False))
+        zero = _i64(0)
+        x = b.shl(x, b.select(b.icmp_signed(">", t, zero), t, zero))
+        right = b.select(b.icmp_signed("<", t, zero), b.neg(t), zero)
+    if saturate is None:
+        saturate = multiplier == INT32_MIN if isinstance(multiplier, int) else True
+    m = _as(multiplier, I64) if isinstance(multiplier, int) else widen(b, multiplier, I64, signed=True)
+    return rounding_divide_by_pot(b, srdhm(b, x, m, saturate), right)
+
+
 def requantize(b: ir.IRBuilder, acc: ir.Value, multiplier: Scalar, shift: Scalar, zero_point: int,
-               lo: int, hi: int, out: ir.IntType) -> ir.Value:
-    """The requantisation rule on a signed accumulator (any width), result as ``out``."""
-    acc = widen(b, acc, I64, signed=True)
-    if not (isinstance(multiplier, int) and multiplier == 1):
-        acc = b.mul(acc, widen(b, _as(multiplier, I64), I64, signed=True))
-    scaled = rounding_shift(b, acc, shift if isinstance(shift, int) else widen(b, shift, I64, signed=False))
+               lo: int, hi: int, out: ir.IntType, rounding: str = "half_up",
+               saturate: bool | None = None) -> ir.Value:
+    """The requantisation rule on a signed accumulator (any width), result as ``out``, rounded as ``rounding``
+    says (``tflite_wide`` takes Python ints only: its multiplier is reduced here; ``saturate``: tflite_scale's)."""
+    if rounding == "tflite":
+        scaled = tflite_scale(b, acc, multiplier, shift, saturate)
+    elif rounding in ("half_up", "tflite_wide"):
+        if rounding == "tflite_wide":
+            if not (isinstance(multiplier, int) and isinstance(shift, int)):
+                raise TypeError("tflite_wide requantisation takes constant multipliers (wide_multiplier)")
+            multiplier, shift = wide_multiplier(multiplier, shift)
+        acc = widen(b, acc, I64, signed=True)
+        if not (isinstance(multiplier, int) and multiplier == 1):
+            acc = b.mul(acc, widen(b, _as(multiplier, I64), I64, signed=True))
+        scaled = rounding_shift(b, acc, shift if isinstance(shift, int) else widen(b, shift, I64, signed=False))
+    else:
+        raise ValueError(f"unknown rounding '{rounding}'")
     if zero_point:
         scaled = b.add(scaled, ir.Constant(I64, zero_point))
     return b.trunc(clamp(b, scaled, lo, hi), out) if out.width < 64 else clamp(b, scaled, lo, hi)

@@ -1,0 +1,66 @@
+"""Emitters for the integer sums of TFLite's int8 kernels (pegasus/ops/integer_sum.py): QAddRescaled (ADD/SUB,
+each operand moved onto a fine grid of its own, three roundings) and QReduceSum (SUM, MEAN with 1/count in the
+multiplier). They exist so that a pre-quantized TFLite model's bundle computes its reference's bits; every
+scaling is requant.py's, in the op's ``rounding``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.binary import broadcast_loop
+from pegasus.exporters.glow.kernels.integer_elementwise import centered
+from pegasus.exporters.glow.kernels.linear import affine
+from pegasus.exporters.glow.kernels.reduce import Accumulator
+from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
+from pegasus.exporters.glow.kernels.requant import I64, requantize, widen
+from pegasus.exporters.glow.llvm.loops import loop_nest
+from pegasus.ops.integer import clamp_bounds
+from pegasus.ops.integer_sum import QReduceSum
+
+#: The unbounded range of an intermediate ``scale`` (no clamp: the reference clamps only the output).
+_UNCLAMPED = (-(1 << 63), (1 << 63) - 1)
+
+
+def _scaled(b: ir.IRBuilder, value: ir.Value, left_shift: int, multiplier: int, shift: int, rounding: str) -> ir.Value:
+    """scale(value << left_shift, multiplier, shift) on i64, unclamped."""
+    value = widen(b, value, I64, True)
+    value = b.shl(value, ir.Constant(I64, left_shift)) if left_shift else value
+    return requantize(b, value, multiplier, shift, 0, *_UNCLAMPED, I64, rounding)
+
+
+@emitter("QAddRescaled")
+def q_add_rescaled(k: KernelContext) -> None:
+    """y = requant(A' ± B'), A' = scale((a - za) << left_shift, ma, sa), B' likewise, broadcasting."""
+    b, (x1, x2), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
+    lo, hi = clamp_bounds(a)
+    with broadcast_loop(b, y, [x1, x2]) as (out, f1, f2):
+        first = _scaled(b, centered(b, x1, f1, a.a_zero_point), a.left_shift, a.a_multiplier, a.a_shift, a.rounding)
+        second = _scaled(b, centered(b, x2, f2, a.b_zero_point), a.left_shift, a.b_multiplier, a.b_shift, a.rounding)
+        total = b.sub(first, second) if a.subtract else b.add(first, second)
+        y.store(b, requantize(b, total, a.multiplier[0], a.shift[0], a.out_zero_point, lo, hi, y.element, a.rounding),
+                out)
+
+
+@emitter("QReduceSum")
+def q_reduce_sum(k: KernelContext) -> None:
+    """y = requant(Σ (x - zx)) over the reduced axes, per output element (the sum in i64, as the reference)."""
+    b, x, y, a = k.builder, k.inputs[0], k.outputs[0], k.attrs
+    rank = len(x.shape)
+    axes = QReduceSum._axes(a, rank)
+    kept = [d for d in range(rank) if d not in axes]
+    strides = [math.prod(x.shape[d + 1:]) for d in range(rank)]
+    lo, hi = clamp_bounds(a)
+    if y.type.size == 0:
+        return
+    with loop_nest(b, [x.shape[d] for d in kept]) as outer:
+        base = affine(b, 0, *((i, strides[d]) for i, d in zip(outer, kept)))
+        out = affine(b, 0, *((i, math.prod(x.shape[e] for e in kept[n + 1:])) for n, i in enumerate(outer)))
+        total = Accumulator(b, ir.Constant(I64, 0))
+        with loop_nest(b, [x.shape[d] for d in axes]) as inner:
+            flat = affine(b, 0, (base, 1), *((i, strides[d]) for i, d in zip(inner, axes)))
+            total.set(b.add(total.get(), widen(b, centered(b, x, flat, a.x_zero_point), I64, True)))
+        y.store(b, requantize(b, total.get(), a.multiplier[0], a.shift[0], a.out_zero_point, lo, hi, y.element,
+                              a.rounding), out)
