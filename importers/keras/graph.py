@@ -73,7 +73,10 @@ class _Call:
 def domain(layer: dict) -> str:
     """'ops' for a Keras 3 operation (``x + 3.0``, ``keras.ops.relu``) recorded in a functional model: its
     module is keras.src.ops.*, or, in a legacy .h5 config without modules, its config has neither the
-    ``trainable`` flag nor the dtype a layer's has."""
+    ``trainable`` flag nor the dtype a layer's has. 'tf' for Keras 2's TFOpLambda (a TensorFlow function
+    called on a Keras tensor, ``x + 3.0`` in tf.keras)."""
+    if layer.get("class_name") == "TFOpLambda":
+        return "tf"
     module = layer.get("module")
     if module is not None:
         return "ops" if str(module).startswith(("keras.src.ops", "keras.ops")) else ""
@@ -81,6 +84,13 @@ def domain(layer: dict) -> str:
     legacy_op = isinstance(config, dict) and "trainable" not in config and config.get("dtype") is None and \
         bool(calls) and isinstance(calls[0], dict)
     return "ops" if legacy_op else ""
+
+
+def op_type(layer: dict) -> str:
+    """The converter key: the class name, or the TensorFlow function a TFOpLambda calls (``math.multiply``)."""
+    if domain(layer) == "tf":
+        return str(layer.get("config", {}).get("function", "TFOpLambda"))
+    return str(layer.get("class_name"))
 
 
 def flatten(file: KerasFile) -> KerasGraph:
@@ -177,7 +187,7 @@ class _Flattener:
         attrs = dict(layer.get("config", {}))
         if domain(layer) and info is not None and info.args is not None:
             attrs["args"] = info.args
-        node = KerasNode(node_name, str(layer.get("class_name")), list(inputs), list(outputs), attrs,
+        node = KerasNode(node_name, op_type(layer), list(inputs), list(outputs), attrs,
                          domain=domain(layer), where=where,
                          weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full,
                          tensor_keywords=info.keywords if info else [])
@@ -333,12 +343,36 @@ class _Flattener:
             keywords = [k for k, v in (data.get("kwargs") or {}).items() if _tensors_in(v)]
             args = data.get("args", [])
             return _Call(_tensors_in(args), keywords, _template(args, [0]))
+        if data and isinstance(data[0], str):   # a TFOpLambda's call: [first argument, kwargs]
+            return _tf_op_call(data)
         refs, keywords = [], []
         for item in data:
             if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
                 full = "/".join(path + (layer_name(layer),))
                 raise PegasusError(f"cannot read a call of layer '{full}' in the model config: {item!r}")
             kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
-            keywords += [k for k, v in kwargs.items() if isinstance(v, list) and v and isinstance(v[0], (str, list))]
+            keywords += [k for k, v in kwargs.items() if _is_ref(v)]
             refs.append(item[:3])
         return _Call(refs, keywords)
+
+
+def _is_ref(value: Any) -> bool:
+    """A Keras 2 tensor reference [layer, node, tensor] in a call's keyword arguments."""
+    return isinstance(value, list) and len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int)
+
+
+def _tf_op_call(data: list) -> _Call:
+    """Keras 2 writes a TFOpLambda call as [layer, node, tensor, kwargs] (or ["_CONSTANT_VALUE", -1, value,
+    kwargs] when the first argument is a number): the positional template is the first argument then the
+    keyword arguments but ``name``, each tensor becoming ``{"input": k}``."""
+    kwargs = data[3] if len(data) > 3 and isinstance(data[3], dict) else {}
+    refs: list[list] = []
+
+    def slot(value: Any) -> Any:
+        if _is_ref(value) and value[0] != "_CONSTANT_VALUE":
+            refs.append(list(value[:3]))
+            return {"input": len(refs) - 1}
+        return value[2] if _is_ref(value) else value
+
+    args = [slot(list(data[:3]))] + [slot(v) for k, v in kwargs.items() if k != "name"]
+    return _Call(refs, [], args)

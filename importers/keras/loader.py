@@ -21,7 +21,7 @@ from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode, convert_nodes
 from pegasus.importers.keras import layers as _layers  # noqa: F401  (registers the converters)
 from pegasus.importers.keras.context import TABLE, KerasContext
-from pegasus.importers.keras.graph import KerasGraph, KerasNode, domain, flatten
+from pegasus.importers.keras.graph import KerasGraph, KerasNode, domain, flatten, op_type
 from pegasus.importers.keras.reader import KerasFile, is_model, read_keras
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
@@ -64,7 +64,7 @@ def refuse_unsafe(layers: Sequence[tuple[str, dict]], allow_unsafe: bool) -> Non
 def check_supported(layers: Sequence[tuple[str, dict]], nodes: Sequence[KerasNode]) -> None:
     """Every layer class without a converter, those inside wrappers included, in one error; then a call that
     passes a tensor by keyword (a mask, initial states)."""
-    TABLE.check_supported(SourceNode(where, str(layer.get("class_name")), [], [], domain=domain(layer))
+    TABLE.check_supported(SourceNode(where, op_type(layer), [], [], domain=domain(layer))
                           for where, layer in layers if not is_model(layer))
     for node in nodes:
         if node.tensor_keywords:

@@ -1,9 +1,10 @@
-"""Keras converters for the Keras 3 operations a functional model records between layers (domain ``ops``):
-``x + 3.0``, ``x * y``, ``keras.ops.relu(x)``... (Keras 3's own MobileNetV3 writes its hard sigmoid as
-``ReLU(6)(x + 3) * (1 / 6)``). Their config has only a name; the call's positional arguments mix tensors and
-Python numbers, kept by graph.py as a template (``{"input": k}`` for tensor k), and each number becomes a
-float32 constant. Binary arithmetic and a few element-wise functions are a table onto registry ops; any
-other operation is listed as unsupported with the layers.
+"""Keras converters for the operations a functional model records between layers: Keras 3's (domain
+``ops``: ``x + 3.0``, ``x * y``, ``keras.ops.relu(x)``) and Keras 2's TFOpLambda layers (domain ``tf``, keyed
+by the TensorFlow function: ``math.multiply``, ``nn.relu``). Keras' own MobileNetV3 writes its hard sigmoid as
+``ReLU(6)(x + 3) * (1 / 6)``, which is either. Their config names no parameters; the call's arguments mix
+tensors and Python numbers, kept by graph.py as a template (``{"input": k}`` for tensor k), and each number
+becomes a float32 constant. Binary arithmetic and a few element-wise functions are tables onto registry ops;
+any other operation is listed as unsupported with the layers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ UNARY = {"Relu": ("Relu", {}), "Relu6": ("Clip", {"min": 0.0, "max": 6.0}), "Sig
          "Erf": ("Erf", {})}
 
 
+#: TFOpLambda function -> the keras.ops class with the same meaning
+TF_FUNCTIONS = {"__operators__.add": "Add", "math.add": "Add", "math.subtract": "Subtract",
+                "math.multiply": "Multiply", "math.truediv": "TrueDivide", "math.divide": "Divide",
+                "math.maximum": "Maximum", "math.minimum": "Minimum", "math.pow": "Power", "nn.relu": "Relu",
+                "nn.relu6": "Relu6", "math.sigmoid": "Sigmoid", "math.tanh": "Tanh", "math.exp": "Exp",
+                "math.log": "Log", "math.sqrt": "Sqrt", "math.abs": "Abs", "math.negative": "Negative",
+                "nn.silu": "Silu", "math.softplus": "Softplus", "math.erf": "Erf"}
+
+
 def _operands(ctx: KerasContext, node: KerasNode, count: int) -> list[str]:
     """The call's first ``count`` positional arguments as tensor names (numbers as float32 constants)."""
     args = node.attrs.get("args")
@@ -42,12 +52,16 @@ def _operands(ctx: KerasContext, node: KerasNode, count: int) -> list[str]:
     return names
 
 
+def _meaning(node: KerasNode) -> str:
+    return TF_FUNCTIONS[node.op_type] if node.domain == "tf" else node.op_type
+
+
 def binary(ctx: KerasContext, node: KerasNode) -> None:
-    ctx.emit(BINARY[node.op_type], _operands(ctx, node, 2), node=node, outputs=node.outputs[:1])
+    ctx.emit(BINARY[_meaning(node)], _operands(ctx, node, 2), node=node, outputs=node.outputs[:1])
 
 
 def unary(ctx: KerasContext, node: KerasNode) -> None:
-    op, attrs = UNARY[node.op_type]
+    op, attrs = UNARY[_meaning(node)]
     ctx.emit(op, _operands(ctx, node, 1), attrs, node=node, outputs=node.outputs[:1])
 
 
@@ -55,3 +69,5 @@ for _name in BINARY:
     TABLE.register(_name, domain="ops")(binary)
 for _name in UNARY:
     TABLE.register(_name, domain="ops")(unary)
+for _name, _meant in TF_FUNCTIONS.items():
+    TABLE.register(_name, domain="tf")(binary if _meant in BINARY else unary)

@@ -298,8 +298,25 @@ def keras_ops(K):
 
 keras_ops.libraries = ("keras",)
 
+
+def tf_ops(K):
+    """TensorFlow functions on Keras 2 tensors (TFOpLambda layers): numbers on either side, two tensors."""
+    import tensorflow as tf
+
+    x, y = K.Input((5,), name="x"), K.Input((5,), name="y")
+    a = K.layers.Dense(5, name="dense")(x)
+    hard = K.layers.ReLU(6.0, name="relu6")(a + 3.0) * (1.0 / 6.0)
+    outs = [hard, 1.0 - tf.math.sigmoid(a), tf.nn.relu(a * y - x) / 2.0, tf.maximum(a, y), tf.nn.relu6(a) ** 2.0,
+            -tf.abs(y), tf.nn.silu(a)]
+    model = K.Model([x, y], outs)
+    _randomize(model)
+    return model
+
+
+tf_ops.libraries = ("tf_keras",)
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
-            sequential, mobilenet, keras_ops]
+            sequential, mobilenet, keras_ops, tf_ops]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
@@ -342,3 +359,12 @@ def unsupported(K):
     y = L.Attention(name="attend")([y, x])
     y = K.ops.cumsum(L.TimeDistributed(L.UnitNormalization(), name="td")(y), axis=1)
     return K.Model(x, L.Dense(2, name="dense")(y))
+
+
+def unsupported_tf(K):
+    """Keras 2: an unsupported layer class and an unsupported TensorFlow function (a TFOpLambda)."""
+    import tensorflow as tf
+
+    x = K.Input((6, 4), name="x")
+    y = K.layers.LayerNormalization(name="ln")(K.layers.UnitNormalization(name="unit")(x))
+    return K.Model(x, K.layers.Dense(2, name="dense")(tf.math.cumsum(y, axis=1)))

@@ -122,6 +122,12 @@ def test_unsupported_layers_listed_at_once(tmp_path, keras_model, suffix):
                           "Cumsum (domain ops) at node 'cumsum'")
 
 
+def test_unsupported_tensorflow_function_listed(tmp_path, keras_model):
+    result = import_cli(tmp_path, keras_model(models.unsupported_tf, "tf_keras").files[".h5"])
+    assert_one_line_error(result, "unsupported operators (2)", "UnitNormalization at node 'unit'",
+                          "math.cumsum (domain tf) at node 'tf.math.cumsum'")
+
+
 def test_unknown_cut_names(tmp_path, keras_model):
     path = keras_model(models.sequential, "keras").files[".keras"]
     assert_one_line_error(import_cli(tmp_path, path, "--outputs", "nope"), "--outputs", "'nope' is not a tensor")
