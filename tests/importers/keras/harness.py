@@ -66,10 +66,10 @@ def library_module(library: str):
 
 
 def random_inputs(model, rng: np.random.Generator) -> list[np.ndarray]:
-    """Batch-1 inputs: floats uniform in [-2, 2), integers in [0, 8)."""
+    """Batch-1 inputs: floats uniform in [-2, 2), integers in [0, 8); a dimension of any size (None) is 6."""
     feeds = []
     for tensor in model.inputs:
-        shape = (1,) + tuple(int(d) for d in tensor.shape[1:])
+        shape = (1,) + tuple(6 if d is None else int(d) for d in tensor.shape[1:])
         dtype = np.dtype(getattr(tensor.dtype, "name", tensor.dtype))
         feeds.append(rng.integers(0, 8, shape).astype(dtype) if dtype.kind in "iu"
                      else rng.uniform(-2, 2, shape).astype(np.float32))

@@ -368,3 +368,11 @@ def unsupported_tf(K):
     x = K.Input((6, 4), name="x")
     y = K.layers.LayerNormalization(name="ln")(K.layers.UnitNormalization(name="unit")(x))
     return K.Model(x, K.layers.Dense(2, name="dense")(tf.math.cumsum(y, axis=1)))
+
+
+def variable_length(K):
+    """A sequence input of any length (the test runs it on 6 steps)."""
+    x = K.Input((None, 4), name="steps")
+    model = K.Model(x, K.layers.GRU(3, name="gru")(K.layers.Dense(4, activation="tanh", name="dense")(x)))
+    _randomize(model)
+    return model

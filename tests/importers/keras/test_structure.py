@@ -78,6 +78,19 @@ def test_batch_from_input_size_list(keras_model):
     np.testing.assert_allclose(got, np.concatenate([built.outputs[0]] * 3), rtol=1e-4, atol=1e-5)
 
 
+def test_dimension_of_any_size(tmp_path, keras_model):
+    """An input of any length needs its shape: one line without it, the framework's answer with it."""
+    built = keras_model(models.variable_length, "keras")
+    result = run_cli("import", "keras", "--model", built.files[".keras"], "--output-model", tmp_path / "m.json")
+    assert result.code == 2 and result.stderr.strip().splitlines() == [
+        "pegasus: error: input 'steps' has shape [None, None, 4] (None = any size): give its shape with "
+        "--input-size-list"]
+    check_import(built.files[".keras"], built, input_shapes=[(1, 6, 4)])
+    result = run_cli("import", "keras", "--model", built.files[".keras"], "--output-model", tmp_path / "m.json",
+                     "--input-size-list", "6,4")
+    assert result.code == 0 and "steps: float32[1,6,4]" in result.stdout, result.stderr
+
+
 def test_command_line(tmp_path, keras_model):
     built = keras_model(models.recurrent, "keras")
     out = tmp_path / "model" / "rnn.json"
