@@ -162,3 +162,72 @@ def test_single_ops_bit_exact_on_cortex_m(cpu, tmp_path):
     outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
     for name, want in expected.items():
         np.testing.assert_array_equal(outputs[name], want, err_msg=name)
+
+
+# ---- whole models: bundle == inference --dtype quantized == TFLite BUILTIN_REF -------------------------------
+
+MODEL_SAMPLES = 5
+
+
+@pytest.fixture(scope="module")
+def lowered_models(tmp_path_factory):
+    """builder -> (.tflite path, the lowered integer graph), imported through the CLI once."""
+    from pegasus.commands.quantized_model import lower_model
+    from pegasus.ir import serialize
+    from tests.importers.tflite.harness import cached_model
+    from tests.importers.tflite.test_quantized import import_cli
+
+    done = {}
+
+    def get(builder):
+        if builder not in done:
+            path = cached_model(builder)
+            json_path, data_path, table_path = import_cli(path, tmp_path_factory.mktemp(builder.__name__))
+            graph = serialize.load(json_path, data_path)
+            lowered = lower_model(graph, str(table_path), show=False)
+            assert lowered.float_layers == [], lowered.float_layers
+            done[builder] = (path, lowered.graph)
+        return done[builder]
+    return get
+
+
+def _model_builders():
+    from tests.importers.tflite import test_quantized as tq
+    return [tq.int8_cnn, tq.int8_ops, tq.int8_ds_cnn, tq.int8_mobilenet_v1, tq.int8_resnet8, tq.int8_autoencoder,
+            tq.uint8_model, tq.int16x8_model]
+
+
+def _reference_runs(path, graph, samples: int, seed: int = 0):
+    """[(feeds by graph input, TFLite BUILTIN_REF outputs by name)] on full-range random inputs."""
+    from tests.importers.tflite.test_quantized import full_range_feeds, invoke, reference_interpreter
+
+    interp = reference_interpreter(path)
+    rng = np.random.default_rng(seed)
+    runs = []
+    for _ in range(samples):
+        feeds = full_range_feeds(interp, rng)
+        runs.append((dict(zip(graph.inputs, feeds)), invoke(interp, feeds)))
+    return runs
+
+
+@pytest.mark.parametrize("builder", _model_builders(), ids=lambda b: b.__name__)
+def test_model_bundle_equals_tflite_on_host(builder, lowered_models, tmp_path):
+    from tests.exporters.host_runner import load_bundle
+
+    path, graph = lowered_models(builder)
+    runs = _reference_runs(path, graph, MODEL_SAMPLES)
+    bundle = load_bundle(graph, runs[0][0], tmp_path)
+    compiled = [node.op for node in bundle.result.graph.nodes]
+    assert "Transpose" not in compiled, [n.name for n in bundle.result.graph.nodes if n.op == "Transpose"]
+    mutable, plan = bundle.buffers[1], bundle.result.plan
+    for feeds, tflite in runs:
+        for name, placeholder in zip(graph.inputs, bundle.result.graph.inputs):
+            loc = plan.locations[placeholder]
+            data = np.ascontiguousarray(feeds[name], dtype=graph.type_of(name).dtype.numpy)
+            mutable[loc.offset:loc.offset + loc.size] = np.frombuffer(data.tobytes(), dtype=np.uint8)
+        reference = interpreter.run(graph, feeds)
+        assert bundle() == 0
+        got = bundle.outputs()
+        for name in graph.outputs:
+            np.testing.assert_array_equal(reference[name], tflite[name], err_msg=f"reference {name}")
+            np.testing.assert_array_equal(got[name], reference[name], err_msg=f"bundle {name}")
