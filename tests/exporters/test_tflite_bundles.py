@@ -231,3 +231,61 @@ def test_model_bundle_equals_tflite_on_host(builder, lowered_models, tmp_path):
         for name in graph.outputs:
             np.testing.assert_array_equal(reference[name], tflite[name], err_msg=f"reference {name}")
             np.testing.assert_array_equal(got[name], reference[name], err_msg=f"bundle {name}")
+
+
+def _cortex_m_builders():
+    from tests.importers.tflite import test_quantized as tq
+    return [tq.int8_ds_cnn, tq.int8_resnet8]
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4"])
+@pytest.mark.parametrize("builder", _cortex_m_builders(), ids=lambda b: b.__name__)
+def test_model_bundle_equals_tflite_on_cortex_m(builder, cpu, lowered_models, tmp_path):
+    path, graph = lowered_models(builder)
+    feeds, tflite = _reference_runs(path, graph, 1, seed=7)[0]
+    export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
+    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
+    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
+    for name in graph.outputs:
+        np.testing.assert_array_equal(outputs[name], tflite[name], err_msg=name)
+
+
+def tflm_arena_bytes(path) -> int:
+    """TFLite Micro's arena total for the model: print_allocations() writes to C++ stderr, captured at fd 2."""
+    import os
+    import re
+    import sys
+    import tempfile
+
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(path), arena_size=4 << 20)
+    with tempfile.TemporaryFile() as capture:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(capture.fileno(), 2)
+        try:
+            interp.print_allocations()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        text = capture.read().decode()
+    return int(re.search(r"Arena allocation total (\d+) bytes", text).group(1))
+
+
+def _ram_builders():
+    from tests.importers.tflite import test_quantized as tq
+    return [tq.int8_ds_cnn, tq.int8_mobilenet_v1, tq.int8_resnet8, tq.int8_autoencoder]
+
+
+@pytest.mark.parametrize("builder", _ram_builders(), ids=lambda b: b.__name__)
+def test_bundle_ram_within_tflm_arena(builder, lowered_models, tmp_path):
+    """Issue 11: a bundle's ACTIVATIONS + MUTABLE (Cortex-M7) needs no more RAM than TFLite Micro's arena."""
+    path, graph = lowered_models(builder)
+    plan = export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7")).plan
+    bundle = plan.activations_size + plan.mutable_size
+    arena = tflm_arena_bytes(path)
+    print(f"{builder.__name__}: bundle ACTIVATIONS {plan.activations_size} + MUTABLE {plan.mutable_size} = {bundle} "
+          f"bytes, TFLite Micro arena {arena} bytes")
+    assert bundle <= arena
