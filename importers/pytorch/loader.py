@@ -50,7 +50,7 @@ def declared_batches(source: SourceGraph) -> list[int | None]:
     return [shape[0] if shape and isinstance(shape[0], int) else None for _, shape, _ in source.inputs]
 
 
-def _input_shape(name: str, declared, given, kind: str, note) -> tuple[int, ...]:
+def _input_shape(name: str, declared, given, note) -> tuple[int, ...]:
     if declared is None:
         if given is None:
             raise PegasusError(f"--input-size-list is required: a TorchScript model keeps no input shapes "
@@ -109,7 +109,7 @@ def import_pytorch(model: str | Path | tuple[ModelFile, SourceGraph], *, inputs:
 
     graph = Graph(name)
     builder = GraphBuilder(graph)
-    shapes = {n: _input_shape(n, declared[n][0], input_shapes[i] if input_shapes else None, model_file.kind, note)
+    shapes = {n: _input_shape(n, declared[n][0], input_shapes[i] if input_shapes else None, note)
               for i, n in enumerate(order)}
     dtypes = {n: (input_dtypes[i] if input_dtypes and input_dtypes[i] else DType.parse(declared[n][1]))
               for i, n in enumerate(order)}

@@ -459,7 +459,9 @@ class ShapeZoo(nn.Module):
         m = torch.matmul(e, x.transpose(1, 2)) + torch.bmm(e, x.permute(0, 2, 1))
         f = torch.addmm(self.bias, x[:, 1], self.weight, beta=0.5, alpha=2.0)
         r = x.select(1, 2).unsqueeze(1).expand(-1, 3, -1) * x[:, ::2][:, :1].repeat(1, 3, 1)
-        return s * 2 - 1, m / 4 + 1.5, f, r.reshape(x.size(0), -1), p, 10 - x // 0.5
+        arithmetic = (torch.add(x, p, alpha=0.5) - torch.sub(p, x, alpha=2) + torch.div(x, 0.7, rounding_mode="trunc")
+                      + torch.div(x, -0.3, rounding_mode="floor") + (3.0 - x) * torch.maximum(x, p))
+        return s * 2 - 1, m / 4 + 1.5, f, r.reshape(x.size(0), -1), p, 10 - x // 0.5, arithmetic
 
 
 # builder, input shapes, input dtypes (None: float32 everywhere)
