@@ -266,7 +266,7 @@ def sequential(K):
     first = [K.Input((10, 10, 2))] if _keras3(K) else []
     layers = [L.Conv2D(3, 3, input_shape=(10, 10, 2)) if not _keras3(K) else L.Conv2D(3, 3),
               L.BatchNormalization(), L.Activation("relu"), L.MaxPooling2D(), L.Flatten(), L.Dense(5),
-              L.BatchNormalization(), L.Dense(2, activation="softmax")]
+              L.BatchNormalization(), L.Dense(2)]   # logits: a saturated softmax would hide errors
     model = K.Sequential(first + layers, name="seq_model")
     _randomize(model)
     return model
@@ -279,7 +279,7 @@ def mobilenet(K):
     image = K.Input((64, 64, 3), name="image")
     x = backbone(image)
     x = K.layers.GlobalAveragePooling2D(name="pool")(x)
-    model = K.Model(image, K.layers.Dense(4, activation="softmax", name="classes")(x))
+    model = K.Model(image, K.layers.Dense(4, name="classes")(x))   # logits: a softmax could saturate
     _randomize(model, scale=0.2)
     return model
 
