@@ -101,7 +101,10 @@ class QuantizeLinear(OpDef):
         scale = expand_param(scale, x.shape, attrs.axis, attrs.block_size).astype(precision)
         quotient = x.astype(precision) / scale
         if attrs.rounding == "half_away":
-            q = (np.sign(quotient) * np.floor(np.abs(quotient) + 0.5)).astype(np.float64)
+            # sign(q) * (floor(|q|) + (frac >= 0.5)): every step exact (|q| + 0.5 would round 0.49999997 up to 1)
+            magnitude = np.abs(quotient)
+            whole = np.floor(magnitude)
+            q = (np.sign(quotient) * (whole + (magnitude - whole >= 0.5))).astype(np.float64)
         else:
             q = np.rint(quotient).astype(np.float64)
         if zero_point is not None:

@@ -137,9 +137,8 @@ def test_reference_is_tflite_c_arithmetic():
         assert got.tolist() == np.clip(want, INT32_MIN, (1 << 31) - 1).tolist(), case.id
     assert tflite_requant(INT32_MIN, INT32_MIN, 31) == (1 << 31) - 1 and x.size
     q = next(iter(interpreter.run(*build_graph([QUANTIZE])).values())).ravel().tolist()
-    # (indices 6, 7: 0.49999997 + 0.5 rounds to 1.0 in float32, where C's roundf gives 0: the reference's
-    # floor(|q| + 0.5) differs from TFLite there; the bundle follows the reference)
-    assert q[:6] + q[8:] == [1, 2, 3, -1, -2, -3, 127, -128, 127, -128, 0, 3]
+    # C's roundf: ties away from zero, and 0.49999997 (whose + 0.5 rounds to 1.0 in float32) gives 0
+    assert q == [1, 2, 3, -1, -2, -3, 0, 0, 127, -128, 127, -128, 0, 3]
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 between real and integer tensors, per tensor, per axis or blocked (the scale's shape says which).
 
 QuantizeLinear divides (not multiplies by a reciprocal) and rounds half to even (half away from zero
-with ``rounding`` half_away), so its integers are exactly the reference's. The rounded quotient is clamped before it meets the zero point, in int32
-(int64 for an int32 output), so the saturation is exact for every finite input; NaN gives the zero
-point (NumPy leaves NaN → integer undefined).
+with ``rounding`` half_away), so its integers are exactly the reference's. The rounded quotient is
+clamped before it meets the zero point, in int32 (int64 for an int32 output), so the saturation is exact
+for every finite input; NaN gives the zero point (NumPy leaves NaN → integer undefined).
 """
 
 from __future__ import annotations
@@ -69,9 +69,11 @@ def quantize_linear(k: KernelContext) -> None:
         value = _rounded_to(b, x.load(b, flat), x.type.dtype, precision, real.dtype)
         step = _rounded_to(b, scale.load(b, param), scale.type.dtype, precision, real.dtype)
         quotient = _rounded_to(b, real.div(value, step), real.dtype, precision, real.dtype)
-        if k.attrs.rounding == "half_away":     # TFLite's QUANTIZE: sign(q) * floor(|q| + 0.5), in the precision
-            lifted = _rounded_to(b, real.add(real.abs(quotient), 0.5), real.dtype, precision, real.dtype)
-            whole = real.copysign(real.fn("floor", lifted), quotient)
+        if k.attrs.rounding == "half_away":     # TFLite's QUANTIZE (C's round): ties away from zero, every step exact
+            magnitude = real.abs(quotient)
+            floor = real.fn("floor", magnitude)
+            up = real.cmp(">=", real.sub(magnitude, floor), 0.5)
+            whole = real.copysign(real.select(up, real.add(floor, 1.0), floor), quotient)
         else:
             whole = real.fn("round_half_even", quotient)
         rounded = real.min(real.max(whole, -span), span)
