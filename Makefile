@@ -4,18 +4,28 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 DEMO := conversion_scripts/demo
 OUT := out/demo
 
 .PHONY: install demo test lint clean toolchains
 
+# pegasus and what the demo needs (the first time: a venv)
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[demo]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# ... plus the test tools and the frameworks the tests compare against (TensorFlow, TFLite's interpreters,
+# torch, OpenCV, Keras 2, Dask), and the .tflite files mediapipe ships (files only: mediapipe's own
+# dependencies pin a protobuf older than TensorFlow's, and the tests never import it)
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q --no-deps mediapipe==0.10.21
+	touch $(TEST_STAMP)
+
+install: $(TEST_STAMP)
 
 # Import the demo LeNet (ONNX), classify a held-out digit with the float reference, then compile it into a
 # Glow bundle for this machine and classify the same digit with the bundle's example program; then quantize
@@ -39,7 +49,7 @@ demo: $(STAMP)
 	$(MAKE) -s -C $(OUT)/bundle_uint8
 	$(OUT)/bundle_uint8/lenet_mnist_run -n 100 $(OUT)/digit.npy
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
 # Cross compilers and emulators the bundle tests run on (apt-get, only when one is missing):
@@ -47,7 +57,7 @@ lint: $(STAMP)
 toolchains:
 	bash scripts/install_toolchains.sh
 
-test: $(STAMP) lint toolchains
+test: $(TEST_STAMP) lint toolchains
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 clean:
