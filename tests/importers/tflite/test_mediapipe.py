@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pegasus.importers.tflite.reader import read_tflite
@@ -66,3 +67,23 @@ def test_cut_before_custom_op(tmp_path):
     reference.write_bytes(pack(model))
     check_against_interpreter(path, reference=reference, outputs=[cut], runs=2, rtol=1e-4, atol=1e-4, low=-1.0,
                               high=1.0)
+
+
+@pytest.mark.parametrize("scheme", [("perchannel_symmetric_affine", "int8"), ("asymmetric_affine", "uint8")])
+def test_real_file_quantized_bundle_bit_exact(scheme, tmp_path):
+    """iris_landmark (a real float model) quantized to 8 bits by pegasus: the host bundle's outputs are
+    byte-equal to integer inference. Every layer but its PReLUs lowers to integer kernels (PRelu has no integer
+    rule yet: it runs in float between converters, a single multiply the bundle rounds as NumPy does)."""
+    from pegasus.importers.tflite.loader import import_tflite
+    from pegasus.quantized.lower import lower_to_integer
+    from pegasus.runtime import interpreter
+    from tests.exporters.test_quantized_bundles import assert_bit_exact, export_for, quantize, run_on
+
+    graph = import_tflite(MODULES / "iris_landmark/iris_landmark.tflite")
+    rng = np.random.default_rng(3)
+    samples = [{name: rng.uniform(-1, 1, graph.type_of(name).shape).astype(np.float32) for name in graph.inputs}
+               for _ in range(4)]
+    lowered = lower_to_integer(graph, quantize(graph, samples, *scheme))
+    assert {op for _, op, _ in lowered.float_layers} <= {"PRelu"}, lowered.float_layers
+    export_for("host", lowered.graph, tmp_path)
+    assert_bit_exact(run_on("host", tmp_path, lowered.graph, samples[0]), interpreter.run(lowered.graph, samples[0]))
