@@ -4,7 +4,7 @@
  * and the entry point, with the three memory regions declared statically and GLOW_MEM_ALIGN'ed — on every
  * toolchain (host gcc, aarch64 Linux under qemu-aarch64, bare-metal Cortex-M under qemu-system-arm).
  *
- * tests/exporters/toolchains.py generates harness_config.h for each bundle: it includes NAME.h and names
+ * pegasus/exporters/glow/run/toolchains.py generates harness_config.h for each bundle: it includes NAME.h and names
  * the entry, the region sizes and, as X-macros, each input and output placeholder's offset macro and size.
  *
  * Two ways in and out:

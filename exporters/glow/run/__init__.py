@@ -1,0 +1,1 @@
+"""Running exported bundles on emulated boards (qemu) and the host: the harness behind ``pegasus run``."""

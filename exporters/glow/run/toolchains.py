@@ -1,0 +1,292 @@
+"""Builds an exported Glow bundle (NAME.o + NAME.h + NAME.weights.bin) into a program with a real toolchain
+and runs it: on the host (gcc), on Cortex-A (aarch64-linux-gnu-gcc -static, qemu-aarch64) and bare metal on
+Cortex-M (arm-none-eabi-gcc + newlib semihosting, qemu-system-arm on an mps2 board). ``pegasus run`` and the
+exporter tests use it to run a bundle the way a user's application calls it: through the header's macros,
+with the three memory regions declared statically and the weights in flash.
+
+The program is ``harness/harness.c`` plus a generated ``harness_config.h`` naming the bundle's entry,
+region sizes and placeholder offset macros. Bare-metal outputs come back as hex bytes over semihosting, so
+float bits survive exactly. Under ``qemu -icount shift=0`` each instruction takes 1 ns of virtual time, so
+the SysTick ticks the harness reports around the entry call count instructions (40 per tick at 25 MHz).
+
+The toolchains are installed by ``scripts/install_toolchains.sh`` (``make test`` runs it); a missing tool is
+an error (naming the Debian packages to install), never a skip.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pegasus.errors import PegasusError
+
+HARNESS_DIR = Path(__file__).resolve().parent / "harness"
+# The Debian packages that provide each tool (the list scripts/install_toolchains.sh installs).
+TOOL_PACKAGES = {
+    "gcc": "gcc",
+    "arm-none-eabi-gcc": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
+    "arm-none-eabi-readelf": "binutils-arm-none-eabi",
+    "qemu-system-arm": "qemu-system-arm",
+    "qemu-aarch64": "qemu-user",
+    "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu libc6-dev-arm64-cross",
+}
+EMBED_ALIGN = 64      # NAME_MEM_ALIGN: alignment of the weights linked into flash
+QEMU_TIMEOUT = 300    # seconds; a hung board (bad boot address, fault loop) must not hang the tests
+# Not -nographic: it makes QEMU's stdout non-blocking, and semihosting output beyond the pipe's 64 KB is
+# silently dropped whenever the reader lags. With no stdio chardev the writes block and nothing is lost.
+QEMU_QUIET = ("-display", "none", "-serial", "none", "-monitor", "none",
+              "-semihosting-config", "enable=on,target=native")
+
+OutputSpec = Mapping[str, tuple[tuple[int, ...], object]]   # placeholder -> (shape, dtype)
+
+
+class ToolchainError(PegasusError):
+    """A toolchain is missing, or building or running the harness failed (the message has the log)."""
+
+
+@dataclass(frozen=True)
+class Board:
+    """The QEMU board that runs a Cortex-M CPU's code, and how to compile for that CPU."""
+    machine: str
+    linker_script: str
+    mcpu: str
+    fpu: str | None       # None: no FPU (soft float only)
+    clock_hz: int         # SysTick processor clock: instructions per tick = 1e9 / clock_hz under -icount 0
+
+    @property
+    def instructions_per_tick(self) -> int:
+        return 1_000_000_000 // self.clock_hz
+
+
+BOARDS: dict[str, Board] = {
+    "cortex-m0": Board("mps2-an385", "mps2.ld", "cortex-m0", None, 25_000_000),   # an385 is an M3: runs v6-M
+    "cortex-m4": Board("mps2-an386", "mps2.ld", "cortex-m4", "fpv4-sp-d16", 25_000_000),
+    "cortex-m7": Board("mps2-an500", "mps2.ld", "cortex-m7", "fpv5-d16", 25_000_000),
+    "cortex-m33": Board("mps2-an505", "mps2_an505.ld", "cortex-m33", "fpv5-sp-d16", 20_000_000),
+}
+
+
+@dataclass
+class BareMetalRun:
+    outputs: dict[str, np.ndarray]
+    ticks: int            # SysTick ticks spent in the entry call
+    stdout: str
+    stack: int = 0        # bytes of stack the entry call used (painted and scanned; 64 at least)
+
+
+# ---------------------------------------------------------------------------------------------- tools
+
+def require_tool(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        packages = TOOL_PACKAGES.get(tool, tool)
+        raise ToolchainError(f"{tool} not found: install the Debian package(s) {packages} "
+                             "(apt-get install, or run scripts/install_toolchains.sh)")
+    return path
+
+
+def _run(command: list[str], what: str, timeout: float = QEMU_TIMEOUT) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as error:
+        raise ToolchainError(f"{what} timed out after {timeout} s: {' '.join(command)}\n{error.stdout or ''}") \
+            from error
+    if proc.returncode != 0:
+        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {' '.join(command)}\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+# ------------------------------------------------------------------------------------ harness sources
+
+def placeholder_macro(name: str, placeholder: str) -> str:
+    """The header's offset macro of a placeholder: upper-cased bundle name + legalised placeholder name."""
+    return f"{name.upper()}_{re.sub(r'[^0-9A-Za-z_]', '_', placeholder)}"
+
+
+def _output_sizes(outputs: OutputSpec) -> dict[str, int]:
+    return {key: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            for key, (shape, dtype) in outputs.items()}
+
+
+def _input_blob(inputs: Mapping[str, np.ndarray]) -> bytes:
+    return b"".join(np.ascontiguousarray(array).tobytes() for array in inputs.values())
+
+
+def write_config(folder: Path, name: str, inputs: Mapping[str, np.ndarray], outputs: OutputSpec) -> None:
+    """harness_config.h: includes NAME.h and names the entry, region sizes and placeholders."""
+    prefix = name.upper()
+    input_slots = " ".join(f"X({placeholder_macro(name, key)}, {np.asarray(array).nbytes}u)"
+                           for key, array in inputs.items())
+    output_slots = " ".join(f"X({placeholder_macro(name, key)}, {size}u)"
+                            for key, size in _output_sizes(outputs).items())
+    (folder / "harness_config.h").write_text(
+        f'/* Generated by pegasus/exporters/glow/run/toolchains.py for bundle "{name}". */\n'
+        f'#include "{name}.h"\n'
+        f"#define HARNESS_ENTRY {name}\n"
+        f"#define HARNESS_CONSTANT_SIZE {prefix}_CONSTANT_MEM_SIZE\n"
+        f"#define HARNESS_MUTABLE_SIZE {prefix}_MUTABLE_MEM_SIZE\n"
+        f"#define HARNESS_ACTIVATIONS_SIZE {prefix}_ACTIVATIONS_MEM_SIZE\n"
+        f"#define HARNESS_MEM_ALIGN {prefix}_MEM_ALIGN\n"
+        f"#define HARNESS_INPUTS(X) {input_slots}\n"
+        f"#define HARNESS_OUTPUTS(X) {output_slots}\n")
+
+
+def _gas_string(path: Path) -> str:
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_embedded_data(folder: Path, weights: Path, inputs_bin: Path) -> Path:
+    """An assembler file that links the weights (in place, read-only) and the input bytes into flash."""
+    source = folder / "harness_data.s"
+    source.write_text(
+        f'\t.section .rodata.harness_weights,"a",%progbits\n\t.balign {EMBED_ALIGN}\n'
+        "\t.global harness_weights\n\t.global harness_weights_end\n"
+        f"harness_weights:\n\t.incbin {_gas_string(weights)}\nharness_weights_end:\n"
+        f'\t.section .rodata.harness_inputs,"a",%progbits\n\t.balign {EMBED_ALIGN}\n'
+        f"\t.global harness_inputs\nharness_inputs:\n\t.incbin {_gas_string(inputs_bin)}\n\t.byte 0\n")
+    return source
+
+
+def _split_outputs(blob: bytes, outputs: OutputSpec) -> dict[str, np.ndarray]:
+    result, position = {}, 0
+    for key, size in _output_sizes(outputs).items():
+        shape, dtype = outputs[key]
+        chunk = blob[position:position + size]
+        if len(chunk) != size:
+            raise ToolchainError(f"output '{key}': got {len(chunk)} bytes, expected {size}")
+        result[key] = np.frombuffer(chunk, dtype=dtype).reshape(shape).copy()
+        position += size
+    return result
+
+
+# ------------------------------------------------------------------------------------ hosted programs
+
+def _run_hosted(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray], outputs: OutputSpec,
+                compiler: list[str], launcher: list[str]) -> dict[str, np.ndarray]:
+    bundle_dir = Path(bundle_dir)
+    with tempfile.TemporaryDirectory(prefix="pegasus-harness-") as tmp:
+        folder = Path(tmp)
+        write_config(folder, name, inputs, outputs)
+        program = folder / "harness"
+        _run([*compiler, "-O2", "-std=c11", "-Wall", "-Werror", f"-I{folder}", f"-I{bundle_dir}",
+              str(HARNESS_DIR / "harness.c"), str(bundle_dir / f"{name}.o"), "-o", str(program)], "linking")
+        (folder / "inputs.bin").write_bytes(_input_blob(inputs))
+        _run([*launcher, str(program), str(bundle_dir / f"{name}.weights.bin"), str(folder / "inputs.bin"),
+              str(folder / "outputs.bin")], "running the harness")
+        return _split_outputs((folder / "outputs.bin").read_bytes(), outputs)
+
+
+def run_host(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray],
+             outputs: OutputSpec) -> dict[str, np.ndarray]:
+    """Link the bundle with the host gcc (-O2, gcc's default program kind: PIE on Debian; host bundles are PIC)
+    and run it once."""
+    return _run_hosted(bundle_dir, name, inputs, outputs, [require_tool("gcc")], [])
+
+
+def run_aarch64(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray],
+                outputs: OutputSpec) -> dict[str, np.ndarray]:
+    """Cross-link the bundle statically for aarch64 Linux and run it under qemu-aarch64 (user mode)."""
+    return _run_hosted(bundle_dir, name, inputs, outputs, [require_tool("aarch64-linux-gnu-gcc"), "-static"],
+                       [require_tool("qemu-aarch64")])
+
+
+# ------------------------------------------------------------------------------------------ Cortex-M
+
+def board_for(cpu: str) -> Board:
+    if cpu not in BOARDS:
+        raise ToolchainError(f"no QEMU board for '{cpu}' (have: {', '.join(BOARDS)})")
+    return BOARDS[cpu]
+
+
+def object_uses_hard_float(obj: Path) -> bool:
+    """Whether an ARM object passes floats in VFP registers (EABI attribute Tag_ABI_VFP_args)."""
+    attributes = _run([require_tool("arm-none-eabi-readelf"), "-A", str(obj)], "reading ARM attributes").stdout
+    return "Tag_ABI_VFP_args: VFP registers" in attributes
+
+
+def float_flags(board: Board, hard: bool) -> list[str]:
+    """gcc flags matching the object's float ABI; soft-ABI objects for FPU cores may still use the FPU."""
+    if board.fpu is None:
+        if hard:
+            raise ToolchainError(f"{board.mcpu} has no FPU but the object uses the hard-float ABI")
+        return ["-mfloat-abi=soft"]
+    return [f"-mfloat-abi={'hard' if hard else 'softfp'}", f"-mfpu={board.fpu}"]
+
+
+def build_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
+                   outputs: OutputSpec, folder: Path) -> Path:
+    """Link startup + harness + embedded weights/inputs + NAME.o into folder/prog.elf for the CPU's board."""
+    bundle_dir = Path(bundle_dir)
+    board = board_for(cpu)
+    obj = bundle_dir / f"{name}.o"
+    write_config(folder, name, inputs, outputs)
+    (folder / "inputs.bin").write_bytes(_input_blob(inputs))
+    data = write_embedded_data(folder, bundle_dir / f"{name}.weights.bin", folder / "inputs.bin")
+    program = folder / "prog.elf"
+    _run([require_tool("arm-none-eabi-gcc"), f"-mcpu={board.mcpu}", "-mthumb",
+          *float_flags(board, object_uses_hard_float(obj)), "-O2", "-std=c11", "-Wall", "-Werror",
+          "-DHARNESS_BARE_METAL", "--specs=rdimon.specs", "-nostartfiles", f"-L{HARNESS_DIR}",
+          f"-T{board.linker_script}", f"-I{folder}", f"-I{bundle_dir}", str(HARNESS_DIR / "startup.c"),
+          str(HARNESS_DIR / "harness.c"), str(data), str(obj), "-o", str(program)], f"linking for {cpu}")
+    return program
+
+
+def parse_semihosting(stdout: str, outputs: OutputSpec) -> tuple[dict[str, np.ndarray], int]:
+    """Read the harness's '@out'/'@ticks' report back into arrays (exact bytes) and a tick count."""
+    chunks: list[list[str]] = []
+    ticks = None
+    for line in stdout.splitlines():
+        if line.startswith(("@error", "@fault")):
+            raise ToolchainError(f"the harness reported: {line}\n{stdout}")
+        if line.startswith("@out "):
+            chunks.append([])
+        elif line.startswith("@ticks "):
+            ticks = int(line.split()[1], 16)
+        elif chunks and re.fullmatch(r"[0-9a-f]+", line.strip()):
+            chunks[-1].append(line.strip())
+    if ticks is None or len(chunks) != len(outputs):
+        raise ToolchainError(f"incomplete report from the board ({len(chunks)} of {len(outputs)} outputs):\n"
+                             f"{stdout}")
+    return _split_outputs(b"".join(bytes.fromhex("".join(chunk)) for chunk in chunks), outputs), ticks
+
+
+def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
+                          outputs: OutputSpec, *, icount: bool = False,
+                          timeout: float = QEMU_TIMEOUT) -> BareMetalRun:
+    """Build for the CPU's mps2 board and run under qemu-system-arm with semihosting."""
+    board = board_for(cpu)
+    qemu = require_tool("qemu-system-arm")
+    with tempfile.TemporaryDirectory(prefix="pegasus-cortex-m-") as tmp:
+        program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp))
+        command = [qemu, "-M", board.machine, *QEMU_QUIET, "-kernel", str(program)]
+        if icount:
+            command += ["-icount", "shift=0"]
+        proc = _run(command, f"running on {board.machine}", timeout)
+    parsed, ticks = parse_semihosting(proc.stdout, outputs)
+    stack = re.search(r"^@stack ([0-9a-f]+)$", proc.stdout, re.M)
+    return BareMetalRun(parsed, ticks, proc.stdout, int(stack.group(1), 16) if stack else 0)
+
+
+def run_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
+                 outputs: OutputSpec) -> dict[str, np.ndarray]:
+    """Run the bundle once bare metal on the board of ``cpu`` (cortex-m0/m4/m7/m33); return its outputs."""
+    return run_cortex_m_detailed(bundle_dir, name, cpu, inputs, outputs).outputs
+
+
+def count_instructions_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
+                                outputs: OutputSpec | None = None) -> int:
+    """Instructions executed by one call of the entry, to the SysTick resolution (40 on an385/386/500).
+
+    Deterministic: QEMU's -icount shift=0 advances virtual time 1 ns per instruction, and SysTick counts
+    that virtual time at the board's processor clock.
+    """
+    run = run_cortex_m_detailed(bundle_dir, name, cpu, inputs, outputs or {}, icount=True)
+    return run.ticks * board_for(cpu).instructions_per_tick
