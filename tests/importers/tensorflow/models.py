@@ -228,6 +228,7 @@ def small_cnn(folder: Path) -> None:
     model = _small_cnn_model(tf)
     _freeze(folder, lambda x: model(x, training=False), [(1, 12, 12, 3)])
     (folder / "model.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    model.save(folder / "model.keras")
 
 
 def _small_cnn_model(tf):

@@ -79,15 +79,21 @@ def test_saved_model_whose_objects_tensorflow_cannot_restore(tmp_path):
     check_case(case, model=folder)
 
 
-def test_same_cnn_through_tensorflow_and_tflite():
-    """The Keras CNN frozen and through TFLiteConverter: the same layers, and the same outputs as TensorFlow's."""
+def test_same_cnn_through_tensorflow_tflite_and_keras():
+    """The Keras CNN frozen, through TFLiteConverter and as a .keras file: the same layers, and the same outputs
+    as TensorFlow's, whichever importer reads it."""
+    from pegasus.importers.keras.loader import import_keras
+
     case = cached_case(models.small_cnn)
-    from_tf = import_tensorflow(case.model, **case.options)
-    from_tflite = import_tflite(case.folder / "model.tflite")
+    graphs = {"tensorflow": import_tensorflow(case.model, **case.options),
+              "tflite": import_tflite(case.folder / "model.tflite"),
+              "keras": import_keras(case.folder / "model.keras")}
     (feed,) = case.feeds.values()
     (want,) = case.expected.values()
-    got_tf = run(from_tf, {from_tf.inputs[0]: feed})[from_tf.outputs[0]]
-    got_tflite = run(from_tflite, {from_tflite.inputs[0]: feed})[from_tflite.outputs[0]]
-    np.testing.assert_allclose(got_tf, want, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(got_tflite, got_tf, rtol=1e-4, atol=1e-5)
-    assert [n.op for n in from_tf.nodes] == [n.op for n in from_tflite.nodes]
+    for route, graph in graphs.items():
+        got = run(graph, {graph.inputs[0]: feed})[graph.outputs[0]]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=route)
+        # the same weight layers (BatchNorm folded into the conv by every route); the global average pool is
+        # a ReduceMean from TF and TFLite, a GlobalAveragePool + Reshape from Keras
+        assert [n.op for n in graph.nodes if n.op in ("Conv", "Gemm")] == ["Conv", "Conv", "Conv", "Gemm"], route
+    assert [n.op for n in graphs["tflite"].nodes] == [n.op for n in graphs["tensorflow"].nodes]
