@@ -67,3 +67,13 @@ def _python(fn, a, b, alpha, mode, swapped):
     if mode == "trunc":
         return int(a / b)
     return fn(a, b)
+
+
+@converter("aten::where")
+def where(ctx: TorchContext, node: SourceNode) -> None:
+    """condition ? self : other, either value possibly a number."""
+    args = ctx.args(node)
+    a, b = args["self"], args["other"]
+    like = a if ctx.is_tensor(a) else b
+    ctx.emit("Where", [args["condition"], ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other")],
+             node=node)

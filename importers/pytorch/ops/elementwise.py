@@ -2,8 +2,8 @@
 
 The ops that map one to one are a table (the in-place forms, ``relu_``, are the same function once
 TorchScript's mutation removal has run); those with arguments read them: ``hardtanh``/``relu6``/``clamp``
-become a Clip, ``leaky_relu`` its slope, ``elu`` its alpha (``scale``/``input_scale`` other than 1 are
-refused), ``gelu`` its approximation, ``softplus`` its beta and threshold (beta 1 only), ``prelu`` its
+become a Clip, ``leaky_relu`` its slope, ``elu`` its alpha (and a ``scale``; an ``input_scale`` other than 1
+is refused), ``gelu`` its approximation, ``softplus`` its beta and threshold (beta 1 only), ``prelu`` its
 weight broadcast over the channel axis (axis 1), ``rsqrt`` is 1 / sqrt(x).
 """
 
@@ -70,11 +70,18 @@ def leaky_relu(ctx: TorchContext, node: SourceNode) -> None:
 
 @converter("aten::elu", "aten::elu_", "aten::celu")
 def elu(ctx: TorchContext, node: SourceNode) -> None:
+    """elu; a ``scale`` (a core-ATen program's selu is elu with SELU's alpha and scale) multiplies the result."""
     args = ctx.args(node)
-    if float(args.get("scale", 1)) != 1 or float(args.get("input_scale", 1)) != 1:
-        raise PegasusError(f"{node.describe()}: elu with scale/input_scale other than 1 is not supported")
+    scale = float(args.get("scale", 1))
+    if float(args.get("input_scale", 1)) != 1:
+        raise PegasusError(f"{node.describe()}: elu with input_scale other than 1 is not supported")
     op = "Celu" if node.op_type == "aten::celu" else "Elu"
-    ctx.emit(op, [args["self"]], {"alpha": float(args.get("alpha", 1.0))}, node=node)
+    x = args["self"]
+    if scale == 1:
+        ctx.emit(op, [x], {"alpha": float(args.get("alpha", 1.0))}, node=node)
+        return
+    y = ctx.emit(op, [x], {"alpha": float(args.get("alpha", 1.0))}, node=node, suffix="/elu")[0]
+    ctx.emit("Mul", [y, ctx.tensor(node, scale, x, "scale")], node=node)
 
 
 @converter("aten::gelu")
@@ -110,3 +117,10 @@ def prelu(ctx: TorchContext, node: SourceNode) -> None:
 def rsqrt(ctx: TorchContext, node: SourceNode) -> None:
     root = ctx.emit("Sqrt", [ctx.args(node)["self"]], node=node, suffix="/sqrt")[0]
     ctx.emit("Reciprocal", [root], node=node)
+
+
+@converter("aten::log1p")
+def log1p(ctx: TorchContext, node: SourceNode) -> None:
+    x = ctx.args(node)["self"]
+    shifted = ctx.emit("Add", [x, ctx.tensor(node, 1.0, x, "one")], node=node, suffix="/plus_one")[0]
+    ctx.emit("Log", [shifted], node=node)

@@ -35,8 +35,9 @@ def batch_norm(ctx: TorchContext, node: SourceNode) -> None:
     ctx.emit("BatchNormalization", inputs, {"epsilon": float(args["eps"])}, node=node, outputs=outputs)
 
 
-@converter("aten::layer_norm")
+@converter("aten::layer_norm", "aten::native_layer_norm")
 def layer_norm(ctx: TorchContext, node: SourceNode) -> None:
+    """layer_norm; native_layer_norm (a core-ATen program's) also returns mean and rstd, which no layer reads."""
     args = ctx.args(node)
     x, normalized = args["input"], list(args["normalized_shape"])
     size = int(np.prod(normalized))
@@ -47,7 +48,8 @@ def layer_norm(ctx: TorchContext, node: SourceNode) -> None:
                                                                                    what=w).reshape(normalized))
                         for w, v in (("weight", weight), ("bias", bias)))
     attrs = {"axis": -len(normalized), "epsilon": float(args.get("eps", 1e-5))}
-    ctx.emit("LayerNormalization", [x, weight, bias], attrs, node=node)
+    outputs = ctx.output_names(node, 3)[:1] if node.op_type == "aten::native_layer_norm" else None
+    ctx.emit("LayerNormalization", [x, weight, bias], attrs, node=node, outputs=outputs)
 
 
 @converter("aten::instance_norm")
@@ -64,10 +66,12 @@ def instance_norm(ctx: TorchContext, node: SourceNode) -> None:
     ctx.emit("InstanceNormalization", [x, weight, bias], {"epsilon": float(args.get("eps", 1e-5))}, node=node)
 
 
-@converter("aten::group_norm")
+@converter("aten::group_norm", "aten::native_group_norm")
 def group_norm(ctx: TorchContext, node: SourceNode) -> None:
+    """group_norm; native_group_norm (a core-ATen program's) also returns mean and rstd, which no layer reads."""
     args = ctx.args(node)
-    x, groups = args["input"], int(args["num_groups"])
+    x, groups = args["input"], int(args.get("num_groups", args.get("group")))
+    final = ctx.output_names(node, 3)[:1] if node.op_type == "aten::native_group_norm" else node.outputs
     shape = ctx.shape(x)
     dtype = ctx.type_of(x).dtype.numpy
     grouped_shape = (shape[0], groups, int(np.prod(shape[1:])) // groups)
@@ -80,12 +84,12 @@ def group_norm(ctx: TorchContext, node: SourceNode) -> None:
     channel = (shape[1],) + (1,) * (len(shape) - 2)
     steps = [(op, v) for op, v in (("Mul", weight), ("Add", bias)) if v is not None]
     y = ctx.emit("Reshape", [normed], {"shape": shape}, node=node, suffix="/ungroup" if steps else "",
-                 outputs=None if steps else node.outputs)[0]
+                 outputs=None if steps else final)[0]
     for index, (op, value) in enumerate(steps):
         param = ctx.emit("Reshape", [value], {"shape": channel}, node=node, suffix=f"/{op.lower()}_shape")[0]
         last = index == len(steps) - 1
         y = ctx.emit(op, [y, param], node=node, suffix="" if last else f"/{op.lower()}",
-                     outputs=node.outputs if last else None)[0]
+                     outputs=final if last else None)[0]
 
 
 @converter("aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax")

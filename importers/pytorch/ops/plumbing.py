@@ -138,6 +138,24 @@ _PYTHON_OPS = {"aten::gt": operator.gt, "aten::lt": operator.lt, "aten::ge": ope
                "aten::__derive_index": lambda index, start, step: start + index * step}
 
 
+#: comparisons of tensors (a core-ATen program's prelu is where(x > 0, ...)): registry op, negated
+_COMPARISONS = {"aten::gt": ("Greater", False), "aten::lt": ("Less", False), "aten::ge": ("GreaterOrEqual", False),
+                "aten::le": ("LessOrEqual", False), "aten::eq": ("Equal", False), "aten::ne": ("Equal", True)}
+
+
+def _compare(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    a, b = args["self"], args["other"]
+    like = a if ctx.is_tensor(a) else b
+    op, negated = _COMPARISONS[node.op_type]
+    inputs = [ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other")]
+    if not negated:
+        ctx.emit(op, inputs, node=node)
+        return
+    equal = ctx.emit(op, inputs, node=node, suffix="/equal")[0]
+    ctx.emit("Not", [equal], node=node)
+
+
 def python_operands(ctx: TorchContext, node: SourceNode) -> list | None:
     """The node's operands when none is a tensor (shape arithmetic), else None."""
     values = ctx.args(node)
@@ -150,6 +168,9 @@ def python_op(ctx: TorchContext, node: SourceNode) -> None:
     operands = python_operands(ctx, node)
     if operands is None and node.op_type in ("aten::__is__", "aten::__isnot__"):  # `hx is None` on a tensor
         operands = list(ctx.args(node).values())
+    if operands is None and node.op_type in _COMPARISONS:
+        _compare(ctx, node)
+        return
     if operands is None:
         raise PegasusError(f"{node.describe()}: {node.op_type} on tensors is not supported")
     ctx.set_value(node, _PYTHON_OPS[node.op_type](*operands))

@@ -206,3 +206,15 @@ def embedding(ctx: TorchContext, node: SourceNode) -> None:
     """The rows of the weight the indices select (padding_idx only matters when training)."""
     args = ctx.args(node)
     ctx.emit("Gather", [args["weight"], args["indices"]], {"axis": 0}, node=node)
+
+
+@converter("aten::flip")
+def flip(ctx: TorchContext, node: SourceNode) -> None:
+    """Reversed along each dim: a Slice with step -1 from the last index to before the first."""
+    args = ctx.args(node)
+    x = args["self"]
+    shape = ctx.shape(x)
+    axes = tuple(dim(int(d), len(shape)) for d in args["dims"])
+    attrs = {"starts": tuple(shape[a] - 1 for a in axes), "ends": tuple(-shape[a] - 1 for a in axes), "axes": axes,
+             "steps": (-1,) * len(axes)}
+    ctx.emit("Slice", [x], attrs, node=node)

@@ -67,6 +67,22 @@ def saved_model(name: str) -> Path:
     return folder
 
 
+def decomposed_program(name: str) -> Path:
+    """Model ``name`` as a torch.export program saved after ``run_decompositions()`` (core ATen ops), built once
+    beside the other formats."""
+    import torch
+
+    path = saved_model(name) / "decomposed.pt2"
+    if not path.exists():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(models.build(name), models.example_inputs(name)).run_decompositions()
+            temporary = path.with_name(f"decomposed.{os.getpid()}.pt2")
+            torch.export.save(program, str(temporary))
+        os.replace(temporary, path)
+    return path
+
+
 def reference(folder: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(inputs, torch's outputs) saved with a model."""
     data = np.load(folder / "reference.npz")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.importers.pytorch.harness import FORMATS, import_and_run, reference
-from tests.importers.pytorch.models import MODELS
+from tests.importers.pytorch.harness import FORMATS, decomposed_program, import_and_run, reference
+from tests.importers.pytorch.models import ISSUE_MODELS, MODELS
 
 pytestmark = pytest.mark.xdist_group("pytorch")
 
@@ -22,6 +22,17 @@ def test_matches_torch(torch_model, tmp_path, name, fmt):
     for index, (got, want) in enumerate(zip(outputs, expected)):
         assert got.shape == want.shape, f"output {index}"
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {fmt} output {index}")
+
+
+
+@pytest.mark.parametrize("name", ISSUE_MODELS + ["activation_zoo", "shape_zoo"])
+def test_core_aten_program_matches_torch(torch_model, tmp_path, name):
+    """A program saved after run_decompositions(): convolution, addmm, _native_batch_norm_legit_no_training,
+    max_pool2d_with_indices, a bidirectional LSTM unrolled into matmuls and flips, selu as a scaled elu..."""
+    inputs, expected = reference(torch_model(name))
+    _, outputs = import_and_run(decomposed_program(name), tmp_path / name, inputs)
+    for index, (got, want) in enumerate(zip(outputs, expected)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} output {index}")
 
 
 #: layers named after module paths, whatever the format: torch.nn modules by their path, ops in a user
