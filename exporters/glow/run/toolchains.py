@@ -15,6 +15,7 @@ an error (naming the Debian packages to install), never a skip.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -169,10 +170,18 @@ def _split_outputs(blob: bytes, outputs: OutputSpec) -> dict[str, np.ndarray]:
 
 # ------------------------------------------------------------------------------------ hosted programs
 
+def build_folder(keep: Path | None, prefix: str) -> contextlib.AbstractContextManager:
+    """A context giving the folder to build in: ``keep`` (created, left in place) or a temporary one."""
+    if keep is None:
+        return tempfile.TemporaryDirectory(prefix=prefix)
+    Path(keep).mkdir(parents=True, exist_ok=True)
+    return contextlib.nullcontext(str(keep))
+
+
 def _run_hosted(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray], outputs: OutputSpec,
-                compiler: list[str], launcher: list[str]) -> dict[str, np.ndarray]:
+                compiler: list[str], launcher: list[str], keep: Path | None = None) -> dict[str, np.ndarray]:
     bundle_dir = Path(bundle_dir)
-    with tempfile.TemporaryDirectory(prefix="pegasus-harness-") as tmp:
+    with build_folder(keep, "pegasus-harness-") as tmp:
         folder = Path(tmp)
         write_config(folder, name, inputs, outputs)
         program = folder / "harness"
@@ -185,17 +194,17 @@ def _run_hosted(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray], o
 
 
 def run_host(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray],
-             outputs: OutputSpec) -> dict[str, np.ndarray]:
+             outputs: OutputSpec, keep: Path | None = None) -> dict[str, np.ndarray]:
     """Link the bundle with the host gcc (-O2, gcc's default program kind: PIE on Debian; host bundles are PIC)
     and run it once."""
-    return _run_hosted(bundle_dir, name, inputs, outputs, [require_tool("gcc")], [])
+    return _run_hosted(bundle_dir, name, inputs, outputs, [require_tool("gcc")], [], keep)
 
 
 def run_aarch64(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray],
-                outputs: OutputSpec) -> dict[str, np.ndarray]:
+                outputs: OutputSpec, keep: Path | None = None) -> dict[str, np.ndarray]:
     """Cross-link the bundle statically for aarch64 Linux and run it under qemu-aarch64 (user mode)."""
     return _run_hosted(bundle_dir, name, inputs, outputs, [require_tool("aarch64-linux-gnu-gcc"), "-static"],
-                       [require_tool("qemu-aarch64")])
+                       [require_tool("qemu-aarch64")], keep)
 
 
 # ------------------------------------------------------------------------------------------ Cortex-M
@@ -260,11 +269,11 @@ def parse_semihosting(stdout: str, outputs: OutputSpec) -> tuple[dict[str, np.nd
 
 def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
                           outputs: OutputSpec, *, icount: bool = False,
-                          timeout: float = QEMU_TIMEOUT) -> BareMetalRun:
-    """Build for the CPU's mps2 board and run under qemu-system-arm with semihosting."""
+                          timeout: float = QEMU_TIMEOUT, keep: Path | None = None) -> BareMetalRun:
+    """Build for the CPU's mps2 board (in ``keep`` when given) and run under qemu-system-arm with semihosting."""
     board = board_for(cpu)
     qemu = require_tool("qemu-system-arm")
-    with tempfile.TemporaryDirectory(prefix="pegasus-cortex-m-") as tmp:
+    with build_folder(keep, "pegasus-cortex-m-") as tmp:
         program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp))
         command = [qemu, "-M", board.machine, *QEMU_QUIET, "-kernel", str(program)]
         if icount:

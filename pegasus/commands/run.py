@@ -1,0 +1,122 @@
+"""``pegasus run``: export a model (or take an exported bundle), run it on its target — an emulated board
+under qemu, or this machine — and set its outputs beside ``pegasus inference`` on the same input, with the
+instructions per inference, the stack the bundle call used and the three buffers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pegasus.commands.export import MCPUS, TARGETS, c_identifier
+from pegasus.commands.inference import iterate_samples, model_for
+from pegasus.errors import PegasusError
+from pegasus.fileio import check_folder
+from pegasus.runtime import interpreter
+from pegasus.runtime.postprocess import format_top_n, save_outputs_npz
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("run", help="run an exported bundle on an emulated board or this machine",
+                                   description="Export the model as a Glow bundle (or take --bundle), run it on "
+                                               "the target (Cortex-M: qemu-system-arm mps2 board, bare metal; "
+                                               "aarch64: qemu-aarch64; x86_64: this machine) and compare its "
+                                               "outputs with pegasus inference.")
+    parser.add_argument("--model", required=True, help="the model's .json file")
+    parser.add_argument("--model-data", required=True, help="the model's .data file")
+    parser.add_argument("--dtype", choices=("float32", "quantized"), default="float32",
+                        help="float32 (default) or quantized (with --model-quantize)")
+    parser.add_argument("--model-quantize", help="the .quantize file (with --dtype quantized)")
+    parser.add_argument("--target", help=f"CPU architecture: {', '.join(TARGETS)} (default: the host)")
+    parser.add_argument("--mcpu", help=f"CPU: {', '.join(MCPUS)} (default: cortex-m7 for arm)")
+    parser.add_argument("--float-abi", help="soft or hard (default: hard where the CPU has an FPU)")
+    parser.add_argument("--bundle", metavar="DIR", help="a bundle exported earlier (export glow --output-path) "
+                                                        "for the same model, --dtype and target")
+    parser.add_argument("--with-input-meta", help="inputmeta .yml: the dataset to read samples from")
+    parser.add_argument("--input", nargs="+", action="extend", metavar="FILE",
+                        help="sample file(s) as for pegasus inference (.npy, .pb, .tensor, image)")
+    parser.add_argument("--iterations", type=int, help="number of samples (default: all once)")
+    parser.add_argument("--output-dir", help="write the target's outputs there as outputs.npz")
+    parser.add_argument("--keep-build", metavar="DIR", help="keep the bundle and the linked program there")
+    parser.set_defaults(run=run)
+
+
+def _bundle_name(folder: Path) -> str:
+    objects = sorted(folder.glob("*.o"))
+    if len(objects) != 1:
+        raise PegasusError(f"expected one NAME.o in the bundle folder, found {len(objects)}", where=str(folder))
+    return objects[0].stem
+
+
+def _buffers(folder: Path, name: str) -> str:
+    report = folder / f"{name}.memory.json"
+    if not report.is_file():
+        return "buffers: unknown (no memory report in the bundle)"
+    sizes = json.loads(report.read_text())
+    return (f"buffers: weights (constant) {sizes['weights']:,} B, input/output (mutable) "
+            f"{sizes['input_output']:,} B, activations {sizes['activations']:,} B")
+
+
+def _prepare(args: argparse.Namespace, graph, target, work: Path) -> tuple[Path, str]:
+    """The bundle folder and name: --bundle as given, else a fresh export into ``work``."""
+    if args.bundle:
+        folder = Path(args.bundle)
+        if not folder.is_dir():
+            raise PegasusError("no such bundle folder", where=f"--bundle {folder}")
+        return folder, _bundle_name(folder)
+    from pegasus.exporters.glow.export import export_bundle
+
+    name = c_identifier(Path(args.model).stem)
+    export_bundle(graph, work, name, target)
+    return work, name
+
+
+def run(args: argparse.Namespace) -> int:
+    from pegasus.exporters.glow.lower import lower_for_export
+    from pegasus.exporters.glow.run.target_run import check_runnable, output_spec, run_bundle
+    from pegasus.exporters.glow.target import resolve_target
+
+    target = resolve_target(args.target, args.mcpu, args.float_abi)
+    check_runnable(target)   # a missing tool or board is reported before anything is compiled
+    if args.model_quantize and args.dtype != "quantized":
+        raise PegasusError("--model-quantize needs --dtype quantized")
+    out_dir = check_folder(args.output_dir, "--output-dir") if args.output_dir else None
+    keep = Path(args.keep_build) if args.keep_build else None
+    if keep is not None:
+        check_folder(keep, "--keep-build")
+    _, graph = model_for(args)
+    spec = output_spec(lower_for_export(graph))
+    args.batch_size = None
+    with tempfile.TemporaryDirectory(prefix="pegasus-run-") as tmp:
+        folder, name = _prepare(args, graph, target, (keep or Path(tmp)) / "bundle")
+        stacked: dict[str, list[np.ndarray]] = {key: [] for key in spec}
+        measured = None
+        for index, feeds in enumerate(iterate_samples(args, graph)):
+            expected = interpreter.run(graph, feeds)
+            measured = run_bundle(folder, name, target, feeds, spec, keep / "program" if keep else None)
+            for key in spec:
+                got = measured.outputs[key]
+                stacked[key].append(got)
+                reference = np.asarray(expected[key], dtype=got.dtype).reshape(got.shape)
+                difference = float(np.max(np.abs(got.astype(np.float64) - reference.astype(np.float64)),
+                                          initial=0.0))
+                print(f"[{index}] target:    {format_top_n(key, got)}")
+                print(f"[{index}] inference: {format_top_n(key, reference)}")
+                print(f"[{index}] {key}: largest difference {difference:.6g}")
+        if measured is None:
+            raise PegasusError("no samples to run: give --input or --with-input-meta")
+        print(f"ran {name} for {target.triple} ({target.cpu}) on {measured.where}")
+        if measured.instructions is not None:
+            print(f"instructions per inference: {measured.instructions:,} ({measured.note}; instructions, "
+                  "not cycles)")
+        else:
+            print(f"instructions per inference: not measured ({measured.note})")
+        print(f"stack used by the bundle call: {measured.stack:,} B" if measured.stack is not None
+              else "stack used by the bundle call: not measured")
+        print(_buffers(folder, name))
+    if out_dir is not None:
+        print(f"wrote {save_outputs_npz(out_dir, stacked)}")
+    return 0
