@@ -10,6 +10,7 @@ from pegasus.ops import (  # noqa: F401  (each import registers a family)
     elementwise,
     identity,
     integer,
+    integer_lut,
     integer_sum,
     linear,
     normalization,

@@ -7,6 +7,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     identity,
     integer_conv,
     integer_elementwise,
+    integer_lut,
     integer_matmul,
     integer_pool,
     integer_sum,

@@ -12,16 +12,22 @@ every input level, exactly what TFLite's int8 reference kernel outputs for it.
   of ConcatenationWithScaling's float32 formula before the Concat.
 
 A table is exact by construction, and the LookupTable op already has its kernels.
+
+int16 LOGISTIC and TANH are not tables on the input's grid: TFLite rescales the input by an integer multiplier
+and reads a 256-knot sigmoid table (pegasus.ops.integer_lut.QSigmoid16), with the multiplier and shift its
+Prepare derives (``sigmoid16_rescale``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import INT32_MAX, integer_range, multiply_by_quantized_multiplier, tflite_multiplier
+from pegasus.ops.integer_lut import sigmoid_knots
 from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
 from pegasus.quantized.params import TensorQuant
 from pegasus.quantized.rules.common import round_half_away
@@ -170,10 +176,49 @@ TABLES: dict[str, Callable[[Node, TensorQuant, TensorQuant], np.ndarray | None]]
 }
 
 
+#: int16 functions TFLite reads from its sigmoid table: op -> QSigmoid16's ``tanh``
+SIGMOID16 = {"Sigmoid": False, "Tanh": True}
+
+
+def sigmoid16_rescale(input_scale: float, tanh: bool) -> tuple[int, int] | None:
+    """(multiplier, left_shift) of the int16 LOGISTIC/TANH Prepare: a power-of-two scale of 2**-12 (TANH also
+    2**-11) is multiplied by 3 << shift; any other is s_x * 4096 * 3 doubled until above 32767 / 2 (None when
+    that multiplier passes 16 bits, where the kernel's 32-bit product would overflow)."""
+    log2 = math.log2(float(f32(input_scale)))
+    rounded = round(log2)
+    left_shift = 12 + rounded
+    if abs(log2 - rounded) < 1e-3 and (left_shift == 0 or (tanh and left_shift == 1)):
+        return 3 << left_shift, 0
+    multiplier, left_shift = float(f32(input_scale)) * 4096.0 * 3.0, 0
+    while multiplier <= 32767.0 / 2.0 and left_shift <= 30:
+        left_shift, multiplier = left_shift + 1, multiplier * 2.0
+    return (int(multiplier), left_shift) if 1 <= int(multiplier) < 1 << 15 else None
+
+
+def sigmoid16(ctx: LoweringContext, node: Node, xq: TensorQuant, yq: TensorQuant) -> str | None:
+    """int16 LOGISTIC/TANH as QSigmoid16, on the grids its Prepare accepts (zero points 0, output 2**-15)."""
+    tanh = SIGMOID16.get(node.op)
+    if tanh is None:
+        return f"int16 {node.op} (TFLite's kernel is not reproduced)"
+    if int(xq.zero_point[0]) or int(yq.zero_point[0]) or f32(yq.scale[0]) != f32(1.0 / 32768.0):
+        return "zero points other than 0 or an output scale other than 2**-15 (TFLite's Prepare refuses them)"
+    rescale = sigmoid16_rescale(float(xq.scale[0]), tanh)
+    if rescale is None:
+        return f"input scale {xq.scale[0]} too large for the kernel's 32-bit rescale"
+    attrs = {"multiplier": rescale[0], "left_shift": rescale[1], "tanh": tanh}
+    knots = ctx.constant(f"{node.name}_sigmoid_knots", sigmoid_knots())
+    result = ctx.emit("QSigmoid16", [ctx.as_int(node.inputs[0]), knots], attrs, name=node.name,
+                      outputs=[node.outputs[0]], quant=[yq])[0]
+    ctx.set_home(node.outputs[0], result, yq)
+    return None
+
+
 @integer_rule(*TABLES, rounding="tflite")
 def tflite_table(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
+    if xq.numpy_dtype == "int16" and not xq.per_channel and not yq.per_channel:
+        return sigmoid16(ctx, node, xq, yq)
     if xq.numpy_dtype not in ("int8", "uint8") or xq.per_channel or yq.per_channel:
         return f"{xq.precision} input: TFLite's table kernels take 8-bit tensors"
     table = TABLES[node.op](node, xq, yq)

@@ -199,6 +199,23 @@ def int16x8_functions() -> bytes:
                       inference_output_type=tf.int16)
 
 
+def int16x8_sigmoid_tanh() -> bytes:
+    """LOGISTIC and TANH straight on an int16 input of 65,536 elements (one for every int16 value)."""
+    tf = seeded(21)
+    x = tf.keras.Input((65536,), batch_size=1)
+    model = tf.keras.Model(x, [tf.keras.layers.Activation("sigmoid")(x), tf.keras.layers.Activation("tanh")(x)])
+    rng = np.random.default_rng(21)
+
+    def samples():
+        for _ in range(4):
+            yield [rng.uniform(-6, 6, (1, 65536)).astype(np.float32)]
+
+    ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    return from_keras(model, dynamic_range=True, representative_dataset=samples,
+                      target_spec=tf.lite.TargetSpec(supported_ops=ops), inference_input_type=tf.int16,
+                      inference_output_type=tf.int16)
+
+
 # ---- the architectures people ship to microcontrollers, full int8 -------------------------------------------
 def int8_ds_cnn() -> bytes:
     """DS-CNN keyword spotter: 49x10 MFCC input, a conv and 4 depthwise-separable blocks, average pool, FC,
@@ -341,18 +358,39 @@ def test_bit_exact_with_reference_kernels(imported, builder):
     assert worst == 0
 
 
-def test_int16_functions_within_their_bound(imported):
-    """int16 LOGISTIC, TANH and LEAKY_RELU are not tables TFLite's int16 kernels could share (their input is
-    rescaled into a 256-knot uint16 sigmoid table, or split around zero): they run in float between a
-    dequantize and a quantize, within 1 LSB of TFLite (LOGISTIC, LEAKY_RELU) and 3 LSB (TANH: TFLite's own
-    approximation is that far from tanh) -- README, "Pre-quantized TFLite models"."""
+def test_int16_functions_bit_exact_but_leaky_relu(imported):
+    """int16 LOGISTIC and TANH run TFLite's kernel (QSigmoid16: the rescale into its 256-knot sigmoid table),
+    byte-equal on 20 random full-range inputs; LEAKY_RELU still runs in float between a dequantize and a
+    quantize, within 1 LSB -- README, "Pre-quantized TFLite models"."""
     model = imported(int16x8_functions)
     graph = serialize.load(model[1], model[2])
     lowered = lower_model(graph, str(model[3]), show=False)
-    assert sorted(op for _, op, _ in lowered.float_layers) == ["LeakyRelu", "Sigmoid", "Tanh"]
-    worst, differing = compare_with_reference(model, integer=False)
-    print(f"int16x8_functions: {SAMPLES} random inputs, {differing} differ, largest difference {worst} LSB")
-    assert worst <= 3
+    assert sorted(op for _, op, _ in lowered.float_layers) == ["LeakyRelu"]
+    assert {node.op for node in lowered.graph.nodes} >= {"QSigmoid16"}
+    interp = reference_interpreter(model[0])
+    rng = np.random.default_rng(0)
+    leaky = graph.outputs[2]
+    for _ in range(SAMPLES):
+        feeds = full_range_feeds(interp, rng)
+        expected = invoke(interp, feeds)
+        got = run(lowered.graph, dict(zip(graph.inputs, feeds)))
+        for name in graph.outputs[:2]:
+            np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+        assert np.abs(got[leaky].astype(np.int64) - expected[leaky]).max() <= 1
+
+
+def test_int16_sigmoid_tanh_every_input(imported):
+    """All 65,536 int16 inputs through one-op LOGISTIC and TANH models: byte-equal to BUILTIN_REF."""
+    model = imported(int16x8_sigmoid_tanh)
+    graph = serialize.load(model[1], model[2])
+    lowered = lower_model(graph, str(model[3]), show=False)
+    assert lowered.float_layers == []
+    interp = reference_interpreter(model[0])
+    every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, 65536)
+    expected = invoke(interp, [every])
+    got = run(lowered.graph, {graph.inputs[0]: every})
+    for name in graph.outputs:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
 
 
 def test_table_holds_the_models_parameters(imported):

@@ -1,0 +1,42 @@
+"""Emitter for QSigmoid16 (pegasus/ops/integer_lut.py), TFLite's int16 LOGISTIC and TANH: the input rescaled
+by an integer multiplier and a rounding shift, then linear interpolation between two knots of the 256-entry
+sigmoid table on the magnitude, mirrored for negative inputs. Every step is the NumPy reference's, in i32:
+|x * multiplier| < 2**30, the rounding term at most 2**30, and an interpolated value below 2**25.
+"""
+
+from __future__ import annotations
+
+from pegasus.exporters.glow.kernels.elementwise import load_as
+from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
+from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.ir.dtypes import DType
+from pegasus.ops.integer_lut import KNOTS
+
+
+@emitter("QSigmoid16")
+def sigmoid16(k: KernelContext) -> None:
+    b, (x, table), y, attrs = k.builder, k.inputs, k.outputs[0], k.attrs
+    shift = attrs.left_shift
+    bits = 8 if attrs.tanh else 9
+    saturated = (0xFFFF << 8) if attrs.tanh else (0x7FFF << 10)
+    with for_range(b, y.type.size) as n:
+        scaled = b.mul(load_as(b, x, n, DType.INT32), const(attrs.multiplier))
+        v = b.ashr(b.add(scaled, const(1 << (shift - 1))), const(shift)) if shift else scaled
+        negative = b.icmp_signed("<", v, const(0))
+        a = b.select(negative, b.neg(v), v)
+        index = b.lshr(a, const(bits))
+        inside = b.icmp_unsigned("<", index, const(KNOTS - 1))
+        safe = b.select(inside, index, const(0))
+        low = load_as(b, table, safe, DType.INT32)
+        high = load_as(b, table, b.add(safe, const(1)), DType.INT32)
+        step = b.mul(b.and_(a, const((1 << bits) - 1)), b.sub(high, low))
+        r = b.select(inside, b.add(b.shl(low, const(bits)), step), const(saturated))
+        if attrs.tanh:
+            up = b.add(r, const(-(1 << 23) + (1 << 7)))
+            down = b.sub(const((1 << 23) + (1 << 7) - 1), r)
+            value = b.ashr(b.select(negative, down, up), const(8))
+        else:
+            up = b.add(r, const(1 << 9))
+            down = b.sub(const((1 << 25) + (1 << 9) - 1), r)
+            value = b.ashr(b.select(negative, down, up), const(10))
+        y.store(b, b.trunc(value, y.element), n)
