@@ -62,6 +62,53 @@ class ModelFile:
     kind: str
 
 
+_MARK = object()
+_STRING_PUSHES = {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
+                  "BINUNICODE8"}
+
+
+def _globals_of_one(stream: io.BytesIO, found: list[str]) -> None:
+    """Append the globals one pickle looks up. The unpickler's stack is followed as far as strings go (string
+    pushes, the memo, every op's stack effect from ``pickletools``' opcode table), so STACK_GLOBAL is judged on
+    the module and name it really pops, however they were put there."""
+    stack: list = []
+    memo: dict = {}
+    for opcode, arg, _ in pickletools.genops(stream):
+        name = opcode.name
+        if name in ("GLOBAL", "INST"):
+            found.append(str(arg).replace(" ", "."))
+        elif name.startswith("EXT"):  # copyreg's extension registry: a global by number
+            found.append(f"copyreg extension {arg}")
+        if name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[arg if name != "MEMOIZE" else len(memo)] = stack[-1] if stack else None
+            continue
+        if name == "DUP":
+            stack.append(stack[-1] if stack else None)
+            continue
+        popped = _pop(stack, opcode.stack_before)
+        if name == "STACK_GLOBAL":
+            module, attribute = (popped + [None, None])[:2]
+            found.append(f"{module}.{attribute}" if isinstance(module, str) and isinstance(attribute, str) else
+                         "an unknown global (STACK_GLOBAL of values that are not plain strings)")
+        value = arg if name in _STRING_PUSHES else memo.get(arg) if name in ("GET", "BINGET", "LONG_BINGET") else None
+        stack.extend(_MARK if item is pickletools.markobject else value for item in opcode.stack_after)
+
+
+def _pop(stack: list, before: list) -> list:
+    """Pop what an opcode consumes; returns the popped values in stack order."""
+    if pickletools.stackslice in before:  # everything down to the mark, then what lies under it
+        index = len(stack) - 1 - stack[::-1].index(_MARK) if _MARK in stack else 0
+        popped, stack[index:] = stack[index + 1:], []
+        below = before.index(pickletools.markobject)
+        if below:
+            popped, stack[-below:] = stack[-below:] + popped, []
+        return popped
+    count = len(before)
+    popped = stack[len(stack) - count:] if count else []
+    del stack[len(stack) - count:]
+    return popped
+
+
 def pickle_globals(data: bytes) -> list[str]:
     """The globals (``module.name``) the pickles in ``data`` would look up, in order, read without running them.
 
@@ -70,16 +117,9 @@ def pickle_globals(data: bytes) -> list[str]:
     found: list[str] = []
     stream = io.BytesIO(data)
     while stream.tell() < len(data):
-        strings: list[str] = []
         start = stream.tell()
         try:
-            for opcode, arg, _ in pickletools.genops(stream):
-                if opcode.name in ("GLOBAL", "INST"):
-                    found.append(str(arg).replace(" ", "."))
-                elif opcode.name == "STACK_GLOBAL":
-                    found.append(".".join(strings[-2:]) if len(strings) >= 2 else "?")
-                elif isinstance(arg, str):
-                    strings.append(arg)
+            _globals_of_one(stream, found)
         except (ValueError, EOFError, UnicodeDecodeError, IndexError):
             break
         if stream.tell() == start:

@@ -173,6 +173,12 @@ def test_unsupported_ops_are_listed_with_module_paths(tmp_path):
 def test_guard_helpers():
     assert pickle_globals(pickle.dumps(_Payload(Path("x")))) == ["posix.system"]
     assert pickle_globals(b"cos\nsystem\n(S'true'\ntR.") == ["os.system"]
+    # STACK_GLOBAL of memoised strings, with allowed names pushed, tupled and popped in between as decoys
+    decoys = (b"\x80\x04\x8c\x05posix\x94\x8c\x06system\x94\x8c\x0ctorch._utils\x94\x8c\x12_rebuild_tensor_v2\x94"
+              b"\x860\x93\x8c\x04true\x85R.")
+    assert pickle_globals(decoys) == ["posix.system"]
+    memo = b"\x80\x04\x8c\x05posix\x94\x8c\x06system\x94" + b"00\x8c\x0ctorch._utils" + b"h\x01\x93."
+    assert pickle_globals(memo) == ["torch._utils.system"]
     assert safe_sym_expr("s0*2 + Max(s1, 4) - FloorDiv(s77, 2)")
     assert safe_sym_expr("Symbol('s77', positive=True, integer=True)")
     for bad in ("open('x')", "__import__('os')", "s0.__class__", "exec(s0)", "[s0]", "Symbol('os', real=True)"):
