@@ -12,10 +12,10 @@ import sys
 import traceback
 
 from pegasus import __version__
-from pegasus.commands import batch, compare, export, generate, import_model, inference, quantize, run
+from pegasus.commands import batch, boards, compare, export, generate, import_model, inference, quantize, run
 from pegasus.errors import PegasusError
 
-COMMANDS = [import_model, generate, quantize, compare, inference, export, batch, run]
+COMMANDS = [import_model, generate, quantize, compare, inference, export, batch, run, boards]
 
 
 def build_parser() -> argparse.ArgumentParser:

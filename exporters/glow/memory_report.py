@@ -130,3 +130,64 @@ def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str
         **totals,
     }
     return _text(name, plan, sizes, totals), json.dumps(report, indent=2) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ board fit
+
+STACK_ESTIMATE = 2048   # bytes assumed for the bundle call's stack when it was not measured (pegasus run does)
+
+
+def _kb(size: int) -> str:
+    return f"{size / 1024:,.1f} KB"
+
+
+def _place(items: list[tuple[str, int]], regions: tuple[tuple[str, int], ...]) -> dict[str, str] | None:
+    """First-fit decreasing of the RAM items into the regions: item -> region, or None when they do not fit."""
+    free = dict(regions)
+    placed = {}
+    for item, size in sorted(items, key=lambda pair: -pair[1]):
+        region = next((name for name, room in sorted(free.items(), key=lambda pair: -pair[1]) if room >= size), None)
+        if region is None:
+            return None
+        free[region] -= size
+        placed[item] = region
+    return placed
+
+
+def board_fit(board, report: dict, stack: int | None) -> str:
+    """Whether a bundle (its memory.json ``report``) fits ``board`` (pegasus.boards.Board): the fit section
+    as text, or a PegasusError saying what does not fit. ``stack`` None: an estimate is used and said."""
+    from pegasus.errors import PegasusError
+
+    stack_size = STACK_ESTIMATE if stack is None else stack
+    stack_label = "measured" if stack is not None else "estimated; pegasus run measures it"
+    flash = report["weights_in_flash"]["flash"]
+    items = [("activations", report["activations"]), ("input/output", report["input_output"]),
+             ("stack", stack_size)]
+    if report.get("data"):
+        items.append(("data", report["data"]))
+    ram = sum(size for _, size in items)
+    largest_name, largest = max(board.ram, key=lambda pair: pair[1])
+    if flash > board.flash:
+        raise PegasusError(f"needs {_kb(flash)} of flash (code + weights), {board.name} has "
+                           f"{_kb(board.flash)} ({board.flash_note}); try --dtype quantized")
+    lines = [f"Fit on {board.name} ({board.core}, {board.clock_mhz} MHz):",
+             f"  flash: {flash:,} of {board.flash:,} bytes ({board.flash_note}), headroom "
+             f"{board.flash - flash:,} bytes ({100 * (board.flash - flash) / board.flash:.1f}%)"]
+    need = f"RAM: activations + input/output + stack {stack_size:,} ({stack_label}) = {ram:,} bytes"
+    if ram <= largest:
+        lines.append(f"  {need} in {largest_name} ({largest:,} bytes), headroom {largest - ram:,} bytes "
+                     f"({100 * (largest - ram) / largest:.1f}%)")
+    else:
+        placed = _place(items, board.ram)
+        if placed is None:
+            raise PegasusError(f"needs {_kb(ram)} of RAM, the largest region of {board.name} has {_kb(largest)} "
+                               f"({largest_name}) and the buffers cannot be split across its regions; try "
+                               "--dtype quantized or --quantized-io")
+        used = dict(board.ram)
+        total = sum(used[region] for region in set(placed.values()))
+        lines.append(f"  {need}, split across regions: "
+                     + ", ".join(f"{item} in {region}" for item, region in placed.items())
+                     + f"; headroom {total - ram:,} bytes ({100 * (total - ram) / total:.1f}%) of those regions")
+    lines.append(f"  (figures from {board.source})")
+    return "\n".join(lines) + "\n"

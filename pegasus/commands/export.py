@@ -29,6 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--mcpu", help=f"CPU: {', '.join(MCPUS)} (default: cortex-m7 for arm, cortex-a53 for "
                                      "aarch64, generic for x86)")
     glow.add_argument("--float-abi", help="soft or hard (default: hard where the CPU has an FPU)")
+    glow.add_argument("--board", help="a board or MCU (pegasus boards lists them): sets --target/--mcpu/--float-abi "
+                                      "and the memory report says whether the bundle fits its flash and RAM")
     glow.add_argument("--relocation-model", help="pic (default for x86_64, i386, aarch64: links into PIE and non-PIE "
                                                  "programs and shared libraries) or static (default for arm: "
                                                  "Cortex-M firmware)")
@@ -57,9 +59,11 @@ def c_identifier(text: str) -> str:
 
 
 def run_glow(args: argparse.Namespace) -> int:
+    from pegasus.boards import apply_board
     from pegasus.exporters.glow.export import export_bundle
     from pegasus.exporters.glow.target import resolve_target
 
+    board = apply_board(args)
     target = resolve_target(args.target, args.mcpu, args.float_abi, args.relocation_model)
     if args.bundle_api not in ("static", "dynamic"):
         raise PegasusError(f"unknown --bundle-api '{args.bundle_api}' (valid: static, dynamic)")
@@ -88,4 +92,19 @@ def run_glow(args: argparse.Namespace) -> int:
         plot_memory_plan(result.graph, result.plan, Path(args.dump_memory_plan))
     print(f"exported {name} for {target.triple} ({target.cpu}) to {out_dir}")
     print(result.report)
+    if board is not None:
+        print(report_board_fit(board, out_dir, name, None), end="")
     return 0
+
+
+def report_board_fit(board, folder: Path, name: str, stack: int | None) -> str:
+    """The fit section for ``board``, appended to NAME.memory.txt; a bundle that does not fit is refused."""
+    import json
+
+    from pegasus.exporters.glow.memory_report import board_fit
+    from pegasus.fileio import atomic_write
+
+    text = board_fit(board, json.loads((folder / f"{name}.memory.json").read_text()), stack)
+    report = folder / f"{name}.memory.txt"
+    atomic_write(report, report.read_text().split("\nFit on ")[0] + "\n" + text)
+    return text

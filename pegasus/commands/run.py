@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pegasus.commands.export import MCPUS, TARGETS, c_identifier
+from pegasus.boards import apply_board
+from pegasus.commands.export import MCPUS, TARGETS, c_identifier, report_board_fit
 from pegasus.commands.inference import iterate_samples, model_for
 from pegasus.errors import PegasusError
 from pegasus.fileio import check_folder
@@ -33,6 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", help=f"CPU architecture: {', '.join(TARGETS)} (default: the host)")
     parser.add_argument("--mcpu", help=f"CPU: {', '.join(MCPUS)} (default: cortex-m7 for arm)")
     parser.add_argument("--float-abi", help="soft or hard (default: hard where the CPU has an FPU)")
+    parser.add_argument("--board", help="a board or MCU (pegasus boards lists them): sets --target/--mcpu/"
+                                        "--float-abi and says whether the bundle fits, with the measured stack")
     parser.add_argument("--bundle", metavar="DIR", help="a bundle exported earlier (export glow --output-path) "
                                                         "for the same model, --dtype and target")
     parser.add_argument("--with-input-meta", help="inputmeta .yml: the dataset to read samples from")
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from pegasus.exporters.glow.run.target_run import check_runnable, output_spec, run_bundle
     from pegasus.exporters.glow.target import resolve_target
 
+    board = apply_board(args)
     target = resolve_target(args.target, args.mcpu, args.float_abi)
     check_runnable(target)   # a missing tool or board is reported before anything is compiled
     if args.model_quantize and args.dtype != "quantized":
@@ -117,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"stack used by the bundle call: {measured.stack:,} B" if measured.stack is not None
               else "stack used by the bundle call: not measured")
         print(_buffers(folder, name))
+        if board is not None:
+            print(report_board_fit(board, folder, name, measured.stack), end="")
     if out_dir is not None:
         print(f"wrote {save_outputs_npz(out_dir, stacked)}")
     return 0
