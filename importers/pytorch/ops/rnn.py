@@ -59,6 +59,8 @@ def recurrent(ctx: TorchContext, node: SourceNode) -> None:
     kind = node.op_type.split("::")[1]
     op, gates, order, extra = _KINDS[kind]
     args = ctx.args(node)
+    if "batch_sizes" in args:
+        raise PegasusError(f"{node.describe()}: {kind} over a packed sequence (pack_padded_sequence) is not supported")
     x, params = args["input"], list(args["params"])
     layers, bidirectional = int(args["num_layers"]), bool(args["bidirectional"])
     batch_first, has_biases = bool(args["batch_first"]), bool(args["has_biases"])
