@@ -1,4 +1,6 @@
-"""Op family: TFLite's int16 LOGISTIC and TANH, a 256-knot sigmoid table read after a fixed-point rescale.
+"""Op family: TFLite's int16 element-wise functions, as its reference kernels compute them.
+
+QSigmoid16 (LOGISTIC, TANH): a 256-knot sigmoid table read after a fixed-point rescale.
 
 TFLite's int16 kernels do not tabulate the function on the input's own grid (as LookupTable does): they
 move the input onto a Q3.12 grid scaled by 3 (an integer multiplier and a rounding right shift), then
@@ -7,16 +9,20 @@ result for negative inputs (tanh(x) = 2 * sigmoid(2x) - 1 reads the same table w
 fraction). A model TFLite quantized reproduces its reference kernels bit for bit only with this structure,
 so it is a registry op of its own; the rule (pegasus.quantized.rules.tflite_tables) derives the multiplier
 and shift as the kernels' Prepare does.
+
+QLeakyRelu (LEAKY_RELU, QuantizeLeakyRelu): x - zx requantised by one of two multipliers, s_x / s_y at or above
+the zero point and s_x * alpha / s_y below it (8-bit models get the same arithmetic as a 256-entry table).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
+from pegasus.ops.integer import RequantAttrs, _check_channels, _out_type, _requant
 from pegasus.ops.registry import OpDef, ShapeError, register
 
 #: Knots of the sigmoid table.
@@ -102,3 +108,31 @@ class QSigmoid16(OpDef):
             r = np.where(inside, r, 0x7FFF << 10)
             y = np.where(v >= 0, r + (1 << 9), (1 << 25) - r + (1 << 9) - 1) >> 10
         return [y.astype(np.int16)]
+
+
+@register
+class QLeakyRelu(OpDef):
+    """Y = requant(X - x_zero_point) by multiplier/shift where X >= x_zero_point, by alpha_multiplier /
+    alpha_shift below it; zero point, clamp and rounding as every requantising op (one multiplier each)."""
+
+    name = "QLeakyRelu"
+    num_inputs = (1, 1)
+    elementwise = True
+
+    @dataclass(frozen=True)
+    class Attrs(RequantAttrs):
+        x_zero_point: int = 0
+        alpha_multiplier: int = 1
+        alpha_shift: int = 0
+
+    @staticmethod
+    def infer(attrs, inputs):
+        _check_channels(attrs, 1)
+        return [_out_type(attrs, inputs[0].shape)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        centred = inputs[0].astype(np.int64) - attrs.x_zero_point
+        up = _requant(attrs, centred, 0)
+        down = _requant(replace(attrs, multiplier=(attrs.alpha_multiplier,), shift=(attrs.alpha_shift,)), centred, 0)
+        return [np.where(centred >= 0, up, down)]

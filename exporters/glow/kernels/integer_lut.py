@@ -1,15 +1,23 @@
-"""Emitter for QSigmoid16 (pegasus/ops/integer_lut.py), TFLite's int16 LOGISTIC and TANH: the input rescaled
-by an integer multiplier and a rounding shift, then linear interpolation between two knots of the 256-entry
-sigmoid table on the magnitude, mirrored for negative inputs. Every step is the NumPy reference's, in i32:
-|x * multiplier| < 2**30, the rounding term at most 2**30, and an interpolated value below 2**25.
+"""Emitters for TFLite's int16 element-wise kernels (pegasus/ops/integer_lut.py).
+
+QSigmoid16 (LOGISTIC, TANH): the input rescaled by an integer multiplier and a rounding shift, then linear
+interpolation between two knots of the 256-entry sigmoid table on the magnitude, mirrored for negative inputs.
+Every step is the NumPy reference's, in i32: |x * multiplier| < 2**30, the rounding term at most 2**30, and an
+interpolated value below 2**25. QLeakyRelu (LEAKY_RELU): two requantisations of x - zx (requant.py's, in the
+op's rounding), one chosen by the sign.
 """
 
 from __future__ import annotations
 
+from llvmlite import ir
+
 from pegasus.exporters.glow.kernels.elementwise import load_as
+from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
+from pegasus.exporters.glow.kernels.requant import requantize
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
+from pegasus.ops.integer import clamp_bounds
 from pegasus.ops.integer_lut import KNOTS
 
 
@@ -40,3 +48,14 @@ def sigmoid16(k: KernelContext) -> None:
             down = b.sub(const((1 << 25) + (1 << 9) - 1), r)
             value = b.ashr(b.select(negative, down, up), const(10))
         y.store(b, b.trunc(value, y.element), n)
+
+
+@emitter("QLeakyRelu")
+def leaky_relu(k: KernelContext) -> None:
+    b, x, y, a = k.builder, k.inputs[0], k.outputs[0], k.attrs
+    lo, hi = clamp_bounds(a)
+    with for_range(b, y.type.size) as n:
+        c = centered(b, x, n, a.x_zero_point)
+        up = requantize(b, c, a.multiplier[0], a.shift[0], a.out_zero_point, lo, hi, y.element, a.rounding)
+        down = requantize(b, c, a.alpha_multiplier, a.alpha_shift, a.out_zero_point, lo, hi, y.element, a.rounding)
+        y.store(b, b.select(b.icmp_signed(">=", c, ir.Constant(c.type, 0)), up, down), n)

@@ -15,7 +15,8 @@ A table is exact by construction, and the LookupTable op already has its kernels
 
 int16 LOGISTIC and TANH are not tables on the input's grid: TFLite rescales the input by an integer multiplier
 and reads a 256-knot sigmoid table (pegasus.ops.integer_lut.QSigmoid16), with the multiplier and shift its
-Prepare derives (``sigmoid16_rescale``).
+Prepare derives (``sigmoid16_rescale``). int16 LEAKY_RELU is QuantizeLeakyRelu's two requantisations
+(pegasus.ops.integer_lut.QLeakyRelu), the multipliers the 8-bit table uses.
 """
 
 from __future__ import annotations
@@ -197,9 +198,7 @@ def sigmoid16_rescale(input_scale: float, tanh: bool) -> tuple[int, int] | None:
 
 def sigmoid16(ctx: LoweringContext, node: Node, xq: TensorQuant, yq: TensorQuant) -> str | None:
     """int16 LOGISTIC/TANH as QSigmoid16, on the grids its Prepare accepts (zero points 0, output 2**-15)."""
-    tanh = SIGMOID16.get(node.op)
-    if tanh is None:
-        return f"int16 {node.op} (TFLite's kernel is not reproduced)"
+    tanh = SIGMOID16[node.op]
     if int(xq.zero_point[0]) or int(yq.zero_point[0]) or f32(yq.scale[0]) != f32(1.0 / 32768.0):
         return "zero points other than 0 or an output scale other than 2**-15 (TFLite's Prepare refuses them)"
     rescale = sigmoid16_rescale(float(xq.scale[0]), tanh)
@@ -213,12 +212,32 @@ def sigmoid16(ctx: LoweringContext, node: Node, xq: TensorQuant, yq: TensorQuant
     return None
 
 
+def leaky_relu16(ctx: LoweringContext, node: Node, xq: TensorQuant, yq: TensorQuant) -> str | None:
+    """int16 LEAKY_RELU as QLeakyRelu, with QuantizeLeakyRelu's float32 multipliers."""
+    alpha = float(node.attrs.alpha)
+    if alpha < 0:
+        return "parameters TFLite's kernel refuses"
+    sx, sy = f32(xq.scale[0]), f32(yq.scale[0])
+    identity, slope = tflite_multiplier(float(sx / sy)), tflite_multiplier(float(sx * f32(alpha) / sy))
+    attrs = {"multiplier": (identity.multiplier,), "shift": (identity.shift,), "alpha_multiplier": slope.multiplier,
+             "alpha_shift": slope.shift, "x_zero_point": int(xq.zero_point[0]),
+             "out_zero_point": int(yq.zero_point[0]), "out_dtype": yq.numpy_dtype, "rounding": "tflite"}
+    result = ctx.emit("QLeakyRelu", [ctx.as_int(node.inputs[0])], attrs, name=node.name,
+                      outputs=[node.outputs[0]], quant=[yq])[0]
+    ctx.set_home(node.outputs[0], result, yq)
+    return None
+
+
+#: int16 functions: op -> the rule building TFLite's int16 kernel for it
+INT16 = {"Sigmoid": sigmoid16, "Tanh": sigmoid16, "LeakyRelu": leaky_relu16}
+
+
 @integer_rule(*TABLES, rounding="tflite")
 def tflite_table(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
-    if xq.numpy_dtype == "int16" and not xq.per_channel and not yq.per_channel:
-        return sigmoid16(ctx, node, xq, yq)
+    if xq.numpy_dtype == "int16" and node.op in INT16 and not xq.per_channel and not yq.per_channel:
+        return INT16[node.op](ctx, node, xq, yq)
     if xq.numpy_dtype not in ("int8", "uint8") or xq.per_channel or yq.per_channel:
         return f"{xq.precision} input: TFLite's table kernels take 8-bit tensors"
     table = TABLES[node.op](node, xq, yq)

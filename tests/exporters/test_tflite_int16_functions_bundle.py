@@ -1,5 +1,5 @@
-"""int16 LOGISTIC and TANH bundles (QSigmoid16) byte-equal to TFLite's reference kernels (BUILTIN_REF) on all
-65,536 int16 inputs: on the host, and on a Cortex-M7 under QEMU."""
+"""int16 LOGISTIC, TANH (QSigmoid16) and LEAKY_RELU (QLeakyRelu) bundles byte-equal to TFLite's reference
+kernels (BUILTIN_REF) on all 65,536 int16 inputs: on the host, and on a Cortex-M7 under QEMU."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ pytestmark = pytest.mark.xdist_group("tflite")
 
 def _every_input(lowered_models):  # noqa: F811
     path, graph = lowered_models(int16x8_sigmoid_tanh)
-    assert "QSigmoid16" in {node.op for node in graph.nodes}
+    assert {"QSigmoid16", "QLeakyRelu"} <= {node.op for node in graph.nodes}
     every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, 65536)
     return graph, {graph.inputs[0]: every}, invoke(reference_interpreter(path), [every])
 
 
-def test_sigmoid_tanh_bundle_equals_tflite_on_host(lowered_models, tmp_path):  # noqa: F811
+def test_int16_functions_bundle_equals_tflite_on_host(lowered_models, tmp_path):  # noqa: F811
     from tests.exporters.host_runner import load_bundle
 
     graph, feeds, tflite = _every_input(lowered_models)
@@ -36,7 +36,7 @@ def test_sigmoid_tanh_bundle_equals_tflite_on_host(lowered_models, tmp_path):  #
         np.testing.assert_array_equal(got[name], tflite[name], err_msg=name)
 
 
-def test_sigmoid_tanh_bundle_equals_tflite_on_cortex_m7(lowered_models, tmp_path):  # noqa: F811
+def test_int16_functions_bundle_equals_tflite_on_cortex_m7(lowered_models, tmp_path):  # noqa: F811
     graph, feeds, tflite = _every_input(lowered_models)
     export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7"))
     spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
