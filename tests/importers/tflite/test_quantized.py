@@ -218,6 +218,22 @@ def int16x8_sigmoid_tanh() -> bytes:
                       inference_output_type=tf.int16)
 
 
+def int16x8_power_of_two() -> bytes:
+    """LOGISTIC (input 2**-12) and TANH (2**-12, 2**-11): the power-of-two scales whose Prepare multiplies the
+    input by 3 << shift instead of rescaling it (the same products as the rescale would give); LEAKY_RELU onto
+    a coarser grid."""
+    m = ModelBuilder()
+    x12 = m.tensor("x12", (1, 65536), "int16", scale=2.0 ** -12, zero_point=0)
+    x11 = m.tensor("x11", (1, 65536), "int16", scale=2.0 ** -11, zero_point=0)
+    outputs = []
+    for op, x in (("LOGISTIC", x12), ("TANH", x12), ("TANH", x11)):
+        outputs.append(m.tensor(f"{op.lower()}_{len(outputs)}", (1, 65536), "int16", scale=2.0 ** -15, zero_point=0))
+        m.op(op, [x], [outputs[-1]])
+    outputs.append(m.tensor("leaky", (1, 65536), "int16", scale=2.0 ** -10 * 1.3, zero_point=0))
+    m.op("LEAKY_RELU", [x11], [outputs[-1]], options("LeakyReluOptions", alpha=0.1))
+    return m.build([x12, x11], outputs)
+
+
 # ---- the architectures people ship to microcontrollers, full int8 -------------------------------------------
 def int8_ds_cnn() -> bytes:
     """DS-CNN keyword spotter: 49x10 MFCC input, a conv and 4 depthwise-separable blocks, average pool, FC,
@@ -372,16 +388,18 @@ def test_int16_functions_bit_exact(imported):
     assert worst == 0
 
 
-def test_int16_functions_every_input(imported):
-    """All 65,536 int16 inputs through one-op LOGISTIC, TANH and LEAKY_RELU models: byte-equal to BUILTIN_REF."""
-    model = imported(int16x8_sigmoid_tanh)
+@pytest.mark.parametrize("builder", [int16x8_sigmoid_tanh, int16x8_power_of_two], ids=lambda b: b.__name__)
+def test_int16_functions_every_input(imported, builder):
+    """All 65,536 int16 inputs through one-op LOGISTIC, TANH and LEAKY_RELU models (a rescaled and a
+    power-of-two input scale): byte-equal to BUILTIN_REF."""
+    model = imported(builder)
     graph = serialize.load(model[1], model[2])
     lowered = lower_model(graph, str(model[3]), show=False)
     assert lowered.float_layers == []
     interp = reference_interpreter(model[0])
     every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, 65536)
-    expected = invoke(interp, [every])
-    got = run(lowered.graph, {graph.inputs[0]: every})
+    expected = invoke(interp, [every] * len(graph.inputs))
+    got = run(lowered.graph, dict.fromkeys(graph.inputs, every))
     for name in graph.outputs:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
 
