@@ -54,7 +54,7 @@ def test_quantize_and_export_every_model(torch_model, tmp_path):
             got = [npz[k] for k in npz.files]
         want = expected[0]
         error = float(np.max(np.abs(got[0].reshape(want.shape) - want)) / np.max(np.abs(want)))
-        assert error < 0.25, (name, error)   # uint8 on random weights: close to float, not bit-equal
+        assert error < 0.05, (name, error)   # measured 0.004 (DS-CNN) to 0.011 (mobilenet_v3_small) of the peak
         if name not in BUNDLED:
             continue
         _run("export", "glow", "--model", work / "m.json", "--model-data", work / "m.data", "--dtype", "quantized",
