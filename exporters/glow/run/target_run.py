@@ -57,9 +57,9 @@ def run_bundle(bundle_dir: Path, name: str, target: Target, inputs: Mapping[str,
         board = toolchains.board_for(target.cpu)
         run = toolchains.run_cortex_m_detailed(bundle_dir, name, target.cpu, inputs, outputs, icount=True,
                                                keep=keep)
-        return TargetRun(run.outputs, run.ticks * board.instructions_per_tick, run.stack,
+        return TargetRun(run.outputs, board.instructions(run.ticks), run.stack,
                          f"qemu-system-arm -M {board.machine}",
-                         f"to the SysTick resolution of {board.instructions_per_tick} instructions")
+                         f"to the SysTick resolution of {1e9 / board.clock_hz:g} instructions")
     if target.arch == "aarch64":
         result = toolchains.run_aarch64(bundle_dir, name, inputs, outputs, keep)
         return TargetRun(result, None, None, "qemu-aarch64 (user mode)",

@@ -65,12 +65,17 @@ class Board:
     def instructions_per_tick(self) -> int:
         return 1_000_000_000 // self.clock_hz
 
+    def instructions(self, ticks: int) -> int:
+        """Instructions in ``ticks`` SysTick ticks under -icount shift=0 (1 ns each; 31.25 per tick at 32 MHz)."""
+        return ticks * 1_000_000_000 // self.clock_hz
+
 
 BOARDS: dict[str, Board] = {
     "cortex-m0": Board("mps2-an385", "mps2.ld", "cortex-m0", None, 25_000_000),   # an385 is an M3: runs v6-M
     "cortex-m4": Board("mps2-an386", "mps2.ld", "cortex-m4", "fpv4-sp-d16", 25_000_000),
     "cortex-m7": Board("mps2-an500", "mps2.ld", "cortex-m7", "fpv5-d16", 25_000_000),
     "cortex-m33": Board("mps2-an505", "mps2_an505.ld", "cortex-m33", "fpv5-sp-d16", 20_000_000),
+    "cortex-m55": Board("mps3-an547", "mps3_an547.ld", "cortex-m55", "auto", 32_000_000),
 }
 
 
@@ -298,4 +303,4 @@ def count_instructions_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: M
     that virtual time at the board's processor clock.
     """
     run = run_cortex_m_detailed(bundle_dir, name, cpu, inputs, outputs or {}, icount=True)
-    return run.ticks * board_for(cpu).instructions_per_tick
+    return board_for(cpu).instructions(run.ticks)
