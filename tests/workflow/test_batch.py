@@ -155,3 +155,21 @@ def test_bad_manifest_names_entry_and_key(tmp_path, entry, message):
     proc = batch(tmp_path / "m.yaml", "--output-dir", tmp_path / "out", cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_timeout_stops_only_that_model(tmp_path):
+    """An entry whose conversion outlives its ``timeout`` fails with that reason; the next entry still converts."""
+    shutil.copy(DEMO / "lenet_mnist.onnx", tmp_path / "lenet.onnx")
+    (tmp_path / "manifest.yaml").write_text("""\
+models:
+  - name: too_slow
+    model: lenet.onnx
+    timeout: 0.05
+  - name: in_time
+    model: lenet.onnx
+""")
+    proc = batch(tmp_path / "manifest.yaml", "--output-dir", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    rows = _summary(tmp_path / "out")
+    assert rows["too_slow"]["status"] == "failed" and "timed out (timeout: 0.05 s)" in rows["too_slow"]["reason"]
+    assert rows["in_time"]["status"] == "ok", rows["in_time"]
