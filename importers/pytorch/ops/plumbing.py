@@ -181,7 +181,6 @@ def fold_python(ctx: TorchContext, node: SourceNode, fn) -> bool:
     operands = python_operands(ctx, node)
     if operands is None:
         return False
-    operands = [v for v in operands if v is not None] if node.op_type in ("aten::div", "aten::add") else operands
     ctx.set_value(node, fn(*operands))
     return True
 
