@@ -84,6 +84,14 @@ def _flat(nodes: Sequence[SourceNode]) -> list[SourceNode]:
     return found
 
 
+def _tensors(ctx: TorchContext, name: str) -> list[str]:
+    """A model output's tensors: itself, or those of a list or tuple it returns (nested ones flattened)."""
+    value = ctx.values.get(name)
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in (_tensors(ctx, item) if isinstance(item, str) else [item])]
+    return [name]
+
+
 def import_pytorch(model: str | Path | tuple[ModelFile, SourceGraph], *, inputs: Sequence[str] | None = None,
                    outputs: Sequence[str] | None = None,
                    input_shapes: Sequence[Sequence[int] | None] | None = None,
@@ -118,9 +126,10 @@ def import_pytorch(model: str | Path | tuple[ModelFile, SourceGraph], *, inputs:
     for const_name, array in source.constants.items():
         builder.set_constant(const_name, array)
     TABLE.check_supported(_flat(source.nodes))
-    convert_nodes(TABLE, TorchContext(builder), source.nodes)
+    ctx = TorchContext(builder)
+    convert_nodes(TABLE, ctx, source.nodes)
 
-    wanted = list(outputs) if outputs else source.outputs
+    wanted = list(outputs) if outputs else [t for out in source.outputs for t in _tensors(ctx, out)]
     for out in wanted:
         if not builder.has(out):
             hint = "" if outputs is None else f" (the model's outputs: {' '.join(source.outputs)}; layer names as " \

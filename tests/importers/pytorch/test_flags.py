@@ -79,3 +79,22 @@ def test_adaptive_pool_that_no_op_expresses(net, tmp_path):
     code, _, stderr = cli_import(tmp_path / "m.pt", tmp_path / "m", "--input-size-list", "3,5,6#4,1,1")
     assert code == 2 and len(stderr.strip().splitlines()) == 1
     assert "adaptive pool from [5, 6] to [2, 3]: only output sizes that divide the input sizes" in stderr
+
+
+class _ListOut(nn.Module):
+    def forward(self, x):
+        return [x + 1, x * 2], x - 3
+
+
+def test_outputs_returned_in_lists(tmp_path):
+    x = torch.randn(2, 3)
+    torch.jit.save(torch.jit.script(_ListOut()), tmp_path / "m.pt")
+    code, _, stderr = cli_import(tmp_path / "m.pt", tmp_path / "m", "--input-size-list", "2,3", "--size-with-batch",
+                                 "True")
+    assert code == 0, stderr
+    graph = _load(tmp_path / "m")
+    got = run(graph, {"x": x.numpy()})
+    (a, b), c = _ListOut()(x)
+    assert len(graph.outputs) == 3
+    for name, want in zip(graph.outputs, (a, b, c)):
+        np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-6)
