@@ -42,6 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--input", nargs="+", action="extend", metavar="FILE",
                         help="sample file(s) as for pegasus inference (.npy, .pb, .tensor, image)")
     parser.add_argument("--iterations", type=int, help="number of samples (default: all once)")
+    parser.add_argument("--profile", action="store_true",
+                        help="Cortex-M: instructions per layer, from a build with a probe between layers (the "
+                             "probe's cost subtracted), sorted by cost")
     parser.add_argument("--output-dir", help="write the target's outputs there as outputs.npz")
     parser.add_argument("--keep-build", metavar="DIR", help="keep the bundle and the linked program there")
     parser.set_defaults(run=run)
@@ -77,6 +80,20 @@ def _prepare(args: argparse.Namespace, graph, target, work: Path) -> tuple[Path,
     return work, name
 
 
+def _profile(graph, target, name: str, feeds, spec, folder: Path, whole: int) -> None:
+    """Export the bundle with probes between layers, run it once on ``feeds`` and print the layer table."""
+    from pegasus.exporters.glow.run import toolchains
+    from pegasus.exporters.glow.run.profile import export_instrumented, profile_table
+
+    bundle = export_instrumented(graph, folder, name, target)
+    board = toolchains.board_for(target.cpu)
+    run = toolchains.run_cortex_m_detailed(folder, name, target.cpu, feeds, spec, icount=True, probes=bundle.probes)
+    text, rows = profile_table(bundle.layers, run.probes, run.calibration, 1e9 / board.clock_hz)
+    print(text, end="")
+    print(f"whole inference without probes: {whole:,} instructions; layers sum to "
+          f"{sum(cost for _, cost in rows):,.0f}")
+
+
 def run(args: argparse.Namespace) -> int:
     from pegasus.exporters.glow.lower import lower_for_export
     from pegasus.exporters.glow.run.target_run import check_runnable, output_spec, run_bundle
@@ -87,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     check_runnable(target)   # a missing tool or board is reported before anything is compiled
     if args.model_quantize and args.dtype != "quantized":
         raise PegasusError("--model-quantize needs --dtype quantized")
+    if args.profile and not target.is_cortex_m:
+        raise PegasusError("--profile needs a Cortex-M target (--target arm): instructions are counted on the "
+                           "emulated boards only")
     out_dir = check_folder(args.output_dir, "--output-dir") if args.output_dir else None
     keep = Path(args.keep_build) if args.keep_build else None
     if keep is not None:
@@ -123,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         print(_buffers(folder, name))
         if board is not None:
             print(report_board_fit(board, folder, name, measured.stack), end="")
+        if args.profile:
+            _profile(graph, target, name, feeds, spec, (keep or Path(tmp)) / "profiled", measured.instructions)
     if out_dir is not None:
         print(f"wrote {save_outputs_npz(out_dir, stacked)}")
     return 0

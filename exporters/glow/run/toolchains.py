@@ -85,6 +85,8 @@ class BareMetalRun:
     ticks: int            # SysTick ticks spent in the entry call
     stdout: str
     stack: int = 0        # bytes of stack the entry call used (painted and scanned; 64 at least)
+    probes: tuple[int, ...] = ()   # --profile: SysTick count at each probe (before each layer, after the last)
+    calibration: int = 0           # ticks of PROBE_CALIBRATION_CALLS probe calls in a row
 
 
 # ---------------------------------------------------------------------------------------------- tools
@@ -126,7 +128,8 @@ def _input_blob(inputs: Mapping[str, np.ndarray]) -> bytes:
     return b"".join(np.ascontiguousarray(array).tobytes() for array in inputs.values())
 
 
-def write_config(folder: Path, name: str, inputs: Mapping[str, np.ndarray], outputs: OutputSpec) -> None:
+def write_config(folder: Path, name: str, inputs: Mapping[str, np.ndarray], outputs: OutputSpec,
+                 probes: int = 0) -> None:
     """harness_config.h: includes NAME.h and names the entry, region sizes and placeholders."""
     prefix = name.upper()
     input_slots = " ".join(f"X({placeholder_macro(name, key)}, {np.asarray(array).nbytes}u)"
@@ -142,7 +145,8 @@ def write_config(folder: Path, name: str, inputs: Mapping[str, np.ndarray], outp
         f"#define HARNESS_ACTIVATIONS_SIZE {prefix}_ACTIVATIONS_MEM_SIZE\n"
         f"#define HARNESS_MEM_ALIGN {prefix}_MEM_ALIGN\n"
         f"#define HARNESS_INPUTS(X) {input_slots}\n"
-        f"#define HARNESS_OUTPUTS(X) {output_slots}\n")
+        f"#define HARNESS_OUTPUTS(X) {output_slots}\n"
+        + (f"#define HARNESS_PROBES {probes}\n" if probes else ""))
 
 
 def _gas_string(path: Path) -> str:
@@ -236,12 +240,12 @@ def float_flags(board: Board, hard: bool) -> list[str]:
 
 
 def build_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
-                   outputs: OutputSpec, folder: Path) -> Path:
+                   outputs: OutputSpec, folder: Path, probes: int = 0) -> Path:
     """Link startup + harness + embedded weights/inputs + NAME.o into folder/prog.elf for the CPU's board."""
     bundle_dir = Path(bundle_dir)
     board = board_for(cpu)
     obj = bundle_dir / f"{name}.o"
-    write_config(folder, name, inputs, outputs)
+    write_config(folder, name, inputs, outputs, probes)
     (folder / "inputs.bin").write_bytes(_input_blob(inputs))
     data = write_embedded_data(folder, bundle_dir / f"{name}.weights.bin", folder / "inputs.bin")
     program = folder / "prog.elf"
@@ -274,19 +278,25 @@ def parse_semihosting(stdout: str, outputs: OutputSpec) -> tuple[dict[str, np.nd
 
 def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
                           outputs: OutputSpec, *, icount: bool = False,
-                          timeout: float = QEMU_TIMEOUT, keep: Path | None = None) -> BareMetalRun:
+                          timeout: float = QEMU_TIMEOUT, keep: Path | None = None,
+                          probes: int = 0) -> BareMetalRun:
     """Build for the CPU's mps2 board (in ``keep`` when given) and run under qemu-system-arm with semihosting."""
     board = board_for(cpu)
     qemu = require_tool("qemu-system-arm")
     with build_folder(keep, "pegasus-cortex-m-") as tmp:
-        program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp))
+        program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp), probes)
         command = [qemu, "-M", board.machine, *QEMU_QUIET, "-kernel", str(program)]
         if icount:
             command += ["-icount", "shift=0"]
         proc = _run(command, f"running on {board.machine}", timeout)
     parsed, ticks = parse_semihosting(proc.stdout, outputs)
     stack = re.search(r"^@stack ([0-9a-f]+)$", proc.stdout, re.M)
-    return BareMetalRun(parsed, ticks, proc.stdout, int(stack.group(1), 16) if stack else 0)
+    probe_ticks = tuple(int(value, 16) for value in re.findall(r"^@probe ([0-9a-f]+)$", proc.stdout, re.M))
+    calibration = re.search(r"^@calibration ([0-9a-f]+)$", proc.stdout, re.M)
+    if len(probe_ticks) != probes:
+        raise ToolchainError(f"expected {probes} probe readings, got {len(probe_ticks)}:\n{proc.stdout}")
+    return BareMetalRun(parsed, ticks, proc.stdout, int(stack.group(1), 16) if stack else 0, probe_ticks,
+                        int(calibration.group(1), 16) if calibration else 0)
 
 
 def run_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],

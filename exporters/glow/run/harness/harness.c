@@ -161,6 +161,32 @@ static uint32_t stack_used(uintptr_t sp)
     return (STACK_PROBE_WORDS - i) * 4u;
 }
 
+#if defined(HARNESS_PROBES)
+/* --profile: the instrumented bundle calls pegasus_probe(i) before layer i and after the last one; each
+ * call records the SysTick count. Calls with index HARNESS_PROBES calibrate the probe's own cost. */
+static uint64_t probe_ticks[HARNESS_PROBES + 1];
+
+void __attribute__((noinline)) pegasus_probe(int32_t index)
+{
+    probe_ticks[(uint32_t)index <= HARNESS_PROBES ? (uint32_t)index : HARNESS_PROBES] = systick_now();
+}
+
+#define PROBE_CALIBRATION_CALLS 1000u
+
+static void report_probes(void)
+{
+    systick_start();
+    uint64_t start = systick_now();
+    for (uint32_t i = 0; i < PROBE_CALIBRATION_CALLS; i++) {
+        pegasus_probe(HARNESS_PROBES);
+    }
+    put_tagged_u64("@calibration ", systick_now() - start);
+    for (uint32_t i = 0; i < HARNESS_PROBES; i++) {
+        put_tagged_u64("@probe ", probe_ticks[i]);
+    }
+}
+#endif
+
 int main(void)
 {
     if ((size_t)(harness_weights_end - harness_weights) != HARNESS_CONSTANT_SIZE) {
@@ -184,6 +210,9 @@ int main(void)
     }
     put_tagged_u64("@ticks ", stop - start);
     put_tagged_u64("@stack ", stack);
+#if defined(HARNESS_PROBES)
+    report_probes();
+#endif
     fflush(stdout);
     return status;
 }

@@ -1,0 +1,84 @@
+"""``pegasus run --profile``: the bundle built with a probe call before each layer and after the last, so
+the bare-metal harness records the SysTick count there and each layer's instructions follow; the probe's
+own cost (calibrated by the harness: 1000 calls in a row) is subtracted and stated.
+
+The instrumented bundle is the ordinary export pipeline (lower, fuse, plan, generate) with one change to
+the generated module: calls to an external ``void pegasus_probe(i32)`` inserted in the entry function
+before each call of a layer function and before the return. The layers themselves are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llvmlite import ir
+
+from pegasus.exporters.glow import bundle_files, memory_report
+from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_workspaces
+from pegasus.exporters.glow.compile import compile_object
+from pegasus.exporters.glow.fuse import fuse_layers
+from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.memory_plan import check_limits, plan_memory
+from pegasus.exporters.glow.target import Target
+from pegasus.fileio import AtomicFileSet
+from pegasus.ir.graph import Graph
+
+CALIBRATION_CALLS = 1000   # PROBE_CALIBRATION_CALLS in harness.c
+
+
+def _insert_probes(module: ir.Module, name: str) -> int:
+    """Calls to pegasus_probe(i) before each call in the entry and before its return; returns the count."""
+    probe = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(32)]), name="pegasus_probe")
+    entry = module.get_global(name)
+    builder = ir.IRBuilder(entry.blocks[0])
+    sites = [instr for block in entry.blocks for instr in block.instructions
+             if isinstance(instr, (ir.CallInstr, ir.Ret))]
+    for index, site in enumerate(sites):
+        builder.position_before(site)
+        builder.call(probe, [ir.Constant(ir.IntType(32), index)])
+    return len(sites)
+
+
+@dataclass
+class InstrumentedBundle:
+    layers: list[str]      # layer names in call order
+    probes: int
+
+
+def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target) -> InstrumentedBundle:
+    """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``."""
+    graph = lower_for_export(graph)
+    check_emitters(graph)
+    layers = fuse_layers(graph)
+    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target))
+    check_limits(graph, plan, target.address_bits)
+    module = build_module(graph, plan, target, name)
+    probes = _insert_probes(module, name)
+    obj = compile_object(module, target)
+    _, report_json = memory_report.memory_report(name, plan, obj)
+    with AtomicFileSet() as files:
+        for file_name, data in {f"{name}.o": obj, f"{name}.h": bundle_files.render_header(name, graph, plan, "static"),
+                                f"{name}.weights.bin": bundle_files.weights_blob(graph, plan),
+                                f"{name}.memory.json": report_json}.items():
+            files.stage(out_dir / file_name, data)
+    names = [" + ".join(node.name for node in layer.nodes) for layer in (plan.layers or layers)]
+    return InstrumentedBundle(names, probes)
+
+
+def profile_table(layers: list[str], probe_ticks: tuple[int, ...], calibration_ticks: int,
+                  instructions_per_tick: float) -> tuple[str, list[tuple[str, float]]]:
+    """Per-layer instructions (probe cost subtracted) as a text table sorted by cost, and the rows."""
+    probe_cost = calibration_ticks * instructions_per_tick / CALIBRATION_CALLS
+    rows = []
+    for index, layer in enumerate(layers):
+        raw = (probe_ticks[index + 1] - probe_ticks[index]) * instructions_per_tick
+        rows.append((layer, max(raw - probe_cost, 0.0)))
+    total = sum(cost for _, cost in rows)
+    lines = [f"per-layer instructions (probe cost {probe_cost:.1f} instructions per probe, subtracted; "
+             f"resolution {instructions_per_tick:g} per layer):",
+             f"  {'instructions':>12}  {'share':>6}  layer"]
+    for layer, cost in sorted(rows, key=lambda row: -row[1]):
+        lines.append(f"  {cost:>12,.0f}  {100 * cost / total if total else 0:>5.1f}%  {layer}")
+    lines.append(f"  {total:>12,.0f}  total of the layers")
+    return "\n".join(lines) + "\n", rows
