@@ -45,6 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="Cortex-M: instructions per layer, from a build with a probe between layers (the "
                              "probe's cost subtracted), sorted by cost")
+    parser.add_argument("--compare-layers", action="store_true",
+                        help="Cortex-M: read every layer's output back from the board and compare it with the "
+                             "reference interpreter; names the first layer that differs")
     parser.add_argument("--output-dir", help="write the target's outputs there as outputs.npz")
     parser.add_argument("--keep-build", metavar="DIR", help="keep the bundle and the linked program there")
     parser.set_defaults(run=run)
@@ -80,12 +83,18 @@ def _prepare(args: argparse.Namespace, graph, target, work: Path) -> tuple[Path,
     return work, name
 
 
-def _profile(graph, target, name: str, feeds, spec, folder: Path, whole: int) -> None:
-    """Export the bundle with probes between layers, run it once on ``feeds`` and print the layer table."""
+def _profile(args, graph, target, name: str, feeds, spec, folder: Path, whole: int) -> None:
+    """Export the bundle with probes between layers and run it on ``feeds`` (the last sample): the layer
+    table of --profile, the layer-by-layer comparison of --compare-layers."""
     from pegasus.exporters.glow.run import toolchains
+    from pegasus.exporters.glow.run.compare_layers import compare_layers
     from pegasus.exporters.glow.run.profile import export_instrumented, profile_table
 
     bundle = export_instrumented(graph, folder, name, target)
+    if args.compare_layers:
+        print(compare_layers(bundle, folder, name, target.cpu, feeds, spec)[0], end="")
+    if not args.profile:
+        return
     board = toolchains.board_for(target.cpu)
     run = toolchains.run_cortex_m_detailed(folder, name, target.cpu, feeds, spec, icount=True, probes=bundle.probes)
     text, rows = profile_table(bundle.layers, run.probes, run.calibration, 1e9 / board.clock_hz)
@@ -104,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     check_runnable(target)   # a missing tool or board is reported before anything is compiled
     if args.model_quantize and args.dtype != "quantized":
         raise PegasusError("--model-quantize needs --dtype quantized")
-    if args.profile and not target.is_cortex_m:
-        raise PegasusError("--profile needs a Cortex-M target (--target arm): instructions are counted on the "
-                           "emulated boards only")
+    if (args.profile or args.compare_layers) and not target.is_cortex_m:
+        raise PegasusError("--profile and --compare-layers need a Cortex-M target (--target arm): the probes run "
+                           "on the emulated boards only")
     out_dir = check_folder(args.output_dir, "--output-dir") if args.output_dir else None
     keep = Path(args.keep_build) if args.keep_build else None
     if keep is not None:
@@ -143,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
         print(_buffers(folder, name))
         if board is not None:
             print(report_board_fit(board, folder, name, measured.stack), end="")
-        if args.profile:
-            _profile(graph, target, name, feeds, spec, (keep or Path(tmp)) / "profiled", measured.instructions)
+        if args.profile or args.compare_layers:
+            _profile(args, graph, target, name, feeds, spec, (keep or Path(tmp)) / "profiled", measured.instructions)
     if out_dir is not None:
         print(f"wrote {save_outputs_npz(out_dir, stacked)}")
     return 0

@@ -1,5 +1,6 @@
 """``pegasus run --profile``: per-layer instructions from the probed build add up to the whole-inference count
-of the unprobed bundle (within one SysTick tick per layer, the probe cost being subtracted)."""
+of the unprobed bundle (within one SysTick tick per layer, the probe cost being subtracted);
+``--compare-layers`` names the layer whose weight a test perturbed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import re
 
 import numpy as np
 
+from pegasus.exporters.glow.run.compare_layers import compare_layers
+from pegasus.exporters.glow.run.profile import export_instrumented
+from pegasus.exporters.glow.run.target_run import output_spec
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir import serialize
 from tests.conftest import run_cli
 
 
@@ -36,4 +42,25 @@ def test_profile_needs_a_cortex_m(demo_model, tmp_path):
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 1, 28, 28), np.float32))
     result = run_cli("run", "--model", model, "--model-data", data, "--input", x, "--target", "x86_64", "--profile")
-    assert result.code == 2 and "--profile needs a Cortex-M target" in result.stderr
+    assert result.code == 2 and "--profile and --compare-layers need a Cortex-M target" in result.stderr
+
+
+def test_compare_layers_names_the_layer_with_a_perturbed_weight(demo_model, tmp_path):
+    """fc2's weights shifted by 0.5 in NAME.weights.bin: the layers before it match, fc2 is named first."""
+    graph = serialize.load(*demo_model)
+    target = resolve_target("arm", "cortex-m7")
+    bundle = export_instrumented(graph, tmp_path, "lenet", target)
+    feeds = {"data": np.random.default_rng(5).uniform(0, 1, (1, 1, 28, 28)).astype(np.float32)}
+    spec = output_spec(bundle.graph)
+    table, first = compare_layers(bundle, tmp_path, "lenet", "cortex-m7", feeds, spec)
+    assert first is None and "every layer matches" in table, table
+    fc2 = next(node for node in bundle.graph.nodes if node.name == "/fc2/Gemm")
+    weight = bundle.graph.value_of(fc2.inputs[1]).astype(np.float32).tobytes()
+    blob = bytearray((tmp_path / "lenet.weights.bin").read_bytes())
+    at = blob.find(weight)
+    assert at >= 0 and blob.find(weight, at + 1) < 0
+    blob[at:at + len(weight)] = (np.frombuffer(weight, np.float32) + 0.5).astype(np.float32).tobytes()
+    (tmp_path / "lenet.weights.bin").write_bytes(bytes(blob))
+    table, first = compare_layers(bundle, tmp_path, "lenet", "cortex-m7", feeds, spec)
+    assert first == "/fc2/Gemm", table
+    assert "ok    /fc1/Gemm" in table and "DIFF  /fc2/Gemm" in table

@@ -19,7 +19,7 @@ from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_w
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import check_limits, plan_memory
+from pegasus.exporters.glow.memory_plan import ACTIVATIONS, MUTABLE, check_limits, plan_memory
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet
 from pegasus.ir.graph import Graph
@@ -29,14 +29,16 @@ CALIBRATION_CALLS = 1000   # PROBE_CALIBRATION_CALLS in harness.c
 
 def _insert_probes(module: ir.Module, name: str) -> int:
     """Calls to pegasus_probe(i) before each call in the entry and before its return; returns the count."""
-    probe = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(32)]), name="pegasus_probe")
+    byte_ptr = ir.IntType(8).as_pointer()
+    probe = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(32), byte_ptr, byte_ptr]),
+                        name="pegasus_probe")
     entry = module.get_global(name)
     builder = ir.IRBuilder(entry.blocks[0])
     sites = [instr for block in entry.blocks for instr in block.instructions
              if isinstance(instr, (ir.CallInstr, ir.Ret))]
     for index, site in enumerate(sites):
         builder.position_before(site)
-        builder.call(probe, [ir.Constant(ir.IntType(32), index)])
+        builder.call(probe, [ir.Constant(ir.IntType(32), index), entry.args[1], entry.args[2]])
     return len(sites)
 
 
@@ -44,6 +46,8 @@ def _insert_probes(module: ir.Module, name: str) -> int:
 class InstrumentedBundle:
     layers: list[str]      # layer names in call order
     probes: int
+    graph: Graph           # the graph as compiled (tensor names as in the plan)
+    dumps: list[tuple[int, str, str, int, int]]   # (probe, tensor, region, offset, size) of each layer output
 
 
 def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target) -> InstrumentedBundle:
@@ -62,8 +66,13 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target) 
                                 f"{name}.weights.bin": bundle_files.weights_blob(graph, plan),
                                 f"{name}.memory.json": report_json}.items():
             files.stage(out_dir / file_name, data)
-    names = [" + ".join(node.name for node in layer.nodes) for layer in (plan.layers or layers)]
-    return InstrumentedBundle(names, probes)
+    units = plan.layers or layers
+    names = [" + ".join(node.name for node in layer.nodes) for layer in units]
+    dumps = [(index + 1, tensor, plan.locations[tensor].region, plan.locations[tensor].offset,
+              graph.type_of(tensor).nbytes)
+             for index, layer in enumerate(units) for tensor in layer.outputs
+             if tensor and plan.locations[tensor].region in (MUTABLE, ACTIVATIONS)]
+    return InstrumentedBundle(names, probes, graph, dumps)
 
 
 def profile_table(layers: list[str], probe_ticks: tuple[int, ...], calibration_ticks: int,

@@ -129,7 +129,7 @@ def _input_blob(inputs: Mapping[str, np.ndarray]) -> bytes:
 
 
 def write_config(folder: Path, name: str, inputs: Mapping[str, np.ndarray], outputs: OutputSpec,
-                 probes: int = 0) -> None:
+                 probes: int = 0, extra: str = "") -> None:
     """harness_config.h: includes NAME.h and names the entry, region sizes and placeholders."""
     prefix = name.upper()
     input_slots = " ".join(f"X({placeholder_macro(name, key)}, {np.asarray(array).nbytes}u)"
@@ -146,7 +146,7 @@ def write_config(folder: Path, name: str, inputs: Mapping[str, np.ndarray], outp
         f"#define HARNESS_MEM_ALIGN {prefix}_MEM_ALIGN\n"
         f"#define HARNESS_INPUTS(X) {input_slots}\n"
         f"#define HARNESS_OUTPUTS(X) {output_slots}\n"
-        + (f"#define HARNESS_PROBES {probes}\n" if probes else ""))
+        + (f"#define HARNESS_PROBES {probes}\n" if probes else "") + extra)
 
 
 def _gas_string(path: Path) -> str:
@@ -240,12 +240,12 @@ def float_flags(board: Board, hard: bool) -> list[str]:
 
 
 def build_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
-                   outputs: OutputSpec, folder: Path, probes: int = 0) -> Path:
+                   outputs: OutputSpec, folder: Path, probes: int = 0, extra: str = "") -> Path:
     """Link startup + harness + embedded weights/inputs + NAME.o into folder/prog.elf for the CPU's board."""
     bundle_dir = Path(bundle_dir)
     board = board_for(cpu)
     obj = bundle_dir / f"{name}.o"
-    write_config(folder, name, inputs, outputs, probes)
+    write_config(folder, name, inputs, outputs, probes, extra)
     (folder / "inputs.bin").write_bytes(_input_blob(inputs))
     data = write_embedded_data(folder, bundle_dir / f"{name}.weights.bin", folder / "inputs.bin")
     program = folder / "prog.elf"
@@ -279,12 +279,14 @@ def parse_semihosting(stdout: str, outputs: OutputSpec) -> tuple[dict[str, np.nd
 def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
                           outputs: OutputSpec, *, icount: bool = False,
                           timeout: float = QEMU_TIMEOUT, keep: Path | None = None,
-                          probes: int = 0) -> BareMetalRun:
-    """Build for the CPU's mps2 board (in ``keep`` when given) and run under qemu-system-arm with semihosting."""
+                          probes: int = 0, extra: str = "") -> BareMetalRun:
+    """``probes``: the bundle calls pegasus_probe that many times (--profile); ``extra``: more harness_config.h
+    lines (the layer dumps of --compare-layers). Builds for the CPU's board (in ``keep`` when given) and runs
+    under qemu-system-arm with semihosting."""
     board = board_for(cpu)
     qemu = require_tool("qemu-system-arm")
     with build_folder(keep, "pegasus-cortex-m-") as tmp:
-        program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp), probes)
+        program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp), probes, extra)
         command = [qemu, "-M", board.machine, *QEMU_QUIET, "-kernel", str(program)]
         if icount:
             command += ["-icount", "shift=0"]

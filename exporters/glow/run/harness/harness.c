@@ -166,9 +166,30 @@ static uint32_t stack_used(uintptr_t sp)
  * call records the SysTick count. Calls with index HARNESS_PROBES calibrate the probe's own cost. */
 static uint64_t probe_ticks[HARNESS_PROBES + 1];
 
-void __attribute__((noinline)) pegasus_probe(int32_t index)
+#if defined(HARNESS_DUMPS)
+/* --compare-layers: at probe i, print the outputs of layer i - 1 (region 0: mutable, 1: activations). */
+struct dump {
+    int32_t probe;
+    uint32_t region, offset, size;
+};
+#define HARNESS_DUMP_ENTRY(probe, region, offset, size) {(probe), (region), (offset), (size)},
+static const struct dump dumps[] = {HARNESS_DUMPS(HARNESS_DUMP_ENTRY){-1, 0, 0, 0}};
+#endif
+
+void __attribute__((noinline)) pegasus_probe(int32_t index, uint8_t *mutable_base, uint8_t *activations_base)
 {
     probe_ticks[(uint32_t)index <= HARNESS_PROBES ? (uint32_t)index : HARNESS_PROBES] = systick_now();
+#if defined(HARNESS_DUMPS)
+    for (size_t i = 0; dumps[i].probe >= 0; i++) {
+        if (dumps[i].probe == index) {
+            put_tagged_u64("@layer ", i);
+            put_hex((dumps[i].region ? activations_base : mutable_base) + dumps[i].offset, dumps[i].size);
+        }
+    }
+#else
+    (void)mutable_base;
+    (void)activations_base;
+#endif
 }
 
 #define PROBE_CALIBRATION_CALLS 1000u
@@ -178,7 +199,7 @@ static void report_probes(void)
     systick_start();
     uint64_t start = systick_now();
     for (uint32_t i = 0; i < PROBE_CALIBRATION_CALLS; i++) {
-        pegasus_probe(HARNESS_PROBES);
+        pegasus_probe(HARNESS_PROBES, mutable_mem, activations_mem);
     }
     put_tagged_u64("@calibration ", systick_now() - start);
     for (uint32_t i = 0; i < HARNESS_PROBES; i++) {
