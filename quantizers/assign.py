@@ -3,7 +3,9 @@
 A tensor takes the scheme of the layer producing it (its customized precision, or the model's);
 weights and biases follow the layer reading them. Per-channel weights are quantized along their
 output-channel axis (``weight_axis``). Ops that only move values (Reshape, MaxPool, ...) give their
-output the input's grid, so they run on integers unchanged.
+output the input's grid, so they run on integers unchanged. Biases are int32 at ``s_in * s_w``, or with
+``int8_bias`` (Glow's -quantization-precision-bias=Int8) 8-bit on their own grid of the layer's 8-bit scheme,
+which the lowering rescales into the accumulator as Glow does.
 """
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ def same_precision(a: TensorQuant, b: TensorQuant) -> bool:
 
 def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Scheme, *, algorithm: str,
                 digest: str, custom: dict[str, str] | None = None,
-                keep: dict[str, TensorQuant] | None = None) -> QuantTable:
+                keep: dict[str, TensorQuant] | None = None, int8_bias: bool = False) -> QuantTable:
     """Quantization parameters of every tensor of ``graph``.
 
     ``ranges`` holds the (min, max) of every activation, and may hold weights' too (a table's, so that
     hand-edited weight ranges count when a weight changes precision). An entry of ``keep`` (an existing
     table) is kept as it is when the tensor's precision is unchanged, else recomputed from the range; a
-    bias entry is kept only when its layer's input and weight entries are.
+    bias entry is kept only when its layer's input and weight entries are. ``int8_bias``: the biases of 8-bit
+    layers get an 8-bit grid of their own values' range in the layer's scheme instead of int32 at s_in * s_w.
     """
     custom = dict(custom or {})
     keep = keep or {}
@@ -112,7 +115,10 @@ def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Sch
                 if name and is_bias(node, index) and graph.value_of(name) is not None and name not in tensors:
                     x, w = tensors.get(node.inputs[0]), tensors.get(node.inputs[1])
                     if x is not None and w is not None and x.is_integer and w.is_integer:
-                        entry = schemes.bias(graph.value_of(name), float(x.scale[0]), np.asarray(w.scale))
+                        value = graph.value_of(name)
+                        entry = (scheme.activation(float(value.min(initial=0)), float(value.max(initial=0)))
+                                 if int8_bias and scheme.bits == 8 else
+                                 schemes.bias(value, float(x.scale[0]), np.asarray(w.scale)))
                         sources_kept = x is keep.get(node.inputs[0]) and w is keep.get(node.inputs[1])
                         tensors[name] = keep[name] if sources_kept and name in keep and same_precision(
                             keep[name], entry) else entry
@@ -122,10 +128,13 @@ def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Sch
 
 
 def refresh_biases(graph: Graph, table: QuantTable) -> None:
-    """Recompute bias entries (int32 at s_in * s_w) after input or weight grids changed (e.g. --MLE)."""
+    """Recompute bias entries (int32 at s_in * s_w) after input or weight grids changed (e.g. --MLE); an 8-bit
+    bias is on a grid of its own values, which does not depend on them."""
     for node in graph.nodes:
         for index, name in enumerate(node.inputs):
             if not (name and is_bias(node, index) and name in table.tensors and graph.value_of(name) is not None):
+                continue
+            if table.tensors[name].is_integer and table.tensors[name].numpy_dtype in ("int8", "uint8"):
                 continue
             x, w = table.tensors.get(node.inputs[0]), table.tensors.get(node.inputs[1])
             if x is not None and w is not None and x.is_integer and w.is_integer:

@@ -6,12 +6,22 @@
 | asymmetric_affine           | int8            | scale=(max-min)/255, zp -128..127| same, per tensor              |
 | dynamic_fixed_point         | int8, int16     | scale=2**-fl, zp 0               | same                          |
 | perchannel_symmetric_affine | int8            | asymmetric int8 per tensor       | symmetric int8 per out channel|
+| symmetric_affine            | int8            | scale=max(-min/128, max/127), zp 0 | same, per tensor            |
+| symmetric_affine            | uint8           | min >= 0: uint8, scale=max/255, zp 0; else as int8 | same         |
 | qbfloat16                   | bfloat16        | bfloat16 (float inside)          | bfloat16                      |
 
 Ranges are nudged to contain 0 so that zero (padding, ReLU) is exact. For dynamic fixed point the
 fractional length is ``fl = bits - 1 - int_bits`` with ``int_bits = floor(log2(max|x|)) + 1``, one
 less when max|x| would round onto the last level: the largest magnitude fits without saturating.
-Biases are int32 at ``s_in * s_w`` (zero point 0).
+Biases are int32 at ``s_in * s_w`` (zero point 0), or (``build_table(int8_bias=True)``, Glow's
+``-quantization-precision-bias=Int8``) 8-bit on their own grid of the layer's scheme; the lowering then derives
+the int32 accumulator bias as Glow's CPU backend does when its kernels run.
+
+``symmetric_affine`` is Glow's ``symmetric`` schema (its ``chooseQuantizationParams``): the range, extended to
+hold 0, is widened on the side that saturates later so that zero point 0 maps it onto -128..127, i.e.
+``scale = max(-min/128, max/127)`` (an all-zero range: 0.1). Its ``uint8`` variant is Glow's
+``symmetric_with_uint8``: a non-negative range is uint8 with zero point 0 (Glow: int8 with offset -128, the same
+real values), any other range is symmetric int8.
 
 Every scale has a floor. No scale is below ``SCALE_FLOOR`` (float32's smallest normal number: the bundles hold
 scales as float32). A per-channel weight channel that is zero at the tensor's float32 precision (largest
@@ -37,6 +47,7 @@ VALID = {
     "dynamic_fixed_point": {"int8": "i8", "int16": "i16"},
     "perchannel_symmetric_affine": {"int8": "i8"},
     "qbfloat16": {"bfloat16": "bf16", "qbfloat16": "bf16"},
+    "symmetric_affine": {"int8": "i8", "uint8": "u8"},
 }
 QTYPE_ALIASES = {"u8": "uint8", "i8": "int8", "i16": "int16", "bf16": "bfloat16", "float16": "bfloat16"}
 #: The smallest scale of any grid: float32's smallest normal number.
@@ -94,6 +105,8 @@ class Scheme:
             return TensorQuant("bf16", "qbfloat16", "layer", [lo], [hi])
         if self.quantizer == "dynamic_fixed_point":
             return dynamic_fixed_point(lo, hi, self.qtype, self.bits)
+        if self.quantizer == "symmetric_affine":
+            return symmetric(lo, hi, unsigned=self.qtype == "u8")
         qtype = "i8" if self.quantizer == "perchannel_symmetric_affine" else self.qtype
         return asymmetric(lo, hi, qtype)
 
@@ -122,6 +135,20 @@ def asymmetric(lo: float, hi: float, qtype: str) -> TensorQuant:
     scale = max((hi - lo) / 255.0, SCALE_FLOOR) if hi > lo else 1.0
     zero = int(np.clip(round(qmin - lo / scale), qmin, qmax))
     return TensorQuant(qtype, "asymmetric_quantized", "layer", [lo], [hi], [scale], [zero])
+
+
+def symmetric(lo: float, hi: float, unsigned: bool = False) -> TensorQuant:
+    """Zero point 0, scale = max(-min/128, max/127) (Glow's symmetric int8); with ``unsigned`` a range with
+    min >= 0 is uint8 at scale max/255 (Glow's symmetric_with_uint8). An all-zero range takes Glow's scale 0.1."""
+    lo, hi = _nudged(lo, hi)
+    if unsigned and lo >= 0:
+        scale = hi / 255.0
+        qtype = "u8"
+    else:
+        scale = max(-lo / 128.0, hi / 127.0)
+        qtype = "i8"
+    scale = max(scale, SCALE_FLOOR) if scale > 0 else 0.1
+    return TensorQuant(qtype, "symmetric_quantized", "layer", [lo], [hi], [scale], [0])
 
 
 def dynamic_fixed_point(lo: float, hi: float, qtype: str, bits: int) -> TensorQuant:

@@ -72,8 +72,9 @@ def parse_options(argv: list[str], spec: dict[str, str], tool: str) -> tuple[dic
     return options, positional
 
 
-def pegasus_scheme(options: dict) -> tuple[str, str] | None:
-    """Glow's -quantization-schema/-precision/-precision-bias/-enable-channelwise → (quantizer, qtype)."""
+def pegasus_scheme(options: dict) -> tuple[str, str, bool]:
+    """Glow's -quantization-schema/-precision/-precision-bias/-enable-channelwise → (quantizer, qtype, whether
+    biases are int8)."""
     schema = options.get("quantization-schema", "asymmetric")
     precision = options.get("quantization-precision", "Int8")
     bias = options.get("quantization-precision-bias", "Int32")
@@ -82,25 +83,26 @@ def pegasus_scheme(options: dict) -> tuple[str, str] | None:
         raise PegasusError(f"unknown -quantization-schema '{schema}' (valid: {', '.join(SCHEMAS)})")
     if precision not in ("Int8", "Int16"):
         raise PegasusError(f"unknown -quantization-precision '{precision}' (valid: Int8, Int16)")
-    if bias == "Int8":
-        raise PegasusError("-quantization-precision-bias=Int8 is not implemented by pegasus: biases stay int32 at "
-                           "input scale × weight scale (Int32, Glow's default)")
-    if bias != "Int32":
+    if bias not in ("Int8", "Int32"):
         raise PegasusError(f"unknown -quantization-precision-bias '{bias}' (valid: Int8, Int32)")
-    if schema in ("symmetric", "symmetric_with_uint8"):
-        raise PegasusError(f"-quantization-schema={schema} has no exact pegasus equivalent: pegasus has no "
-                           "per-tensor symmetric grid with a free scale; use symmetric_with_power2_scale "
-                           "(dynamic_fixed_point) or asymmetric (asymmetric_affine int8)")
+    if bias == "Int8" and precision != "Int8":
+        raise PegasusError("-quantization-precision-bias=Int8 goes with -quantization-precision=Int8 (16-bit layers "
+                           "keep wide biases)")
+    if schema != "asymmetric" and channelwise:
+        raise PegasusError(f"-enable-channelwise with -quantization-schema={schema} has no pegasus equivalent "
+                           "(per-channel weights come with -quantization-schema=asymmetric)")
+    if schema in ("asymmetric", "symmetric", "symmetric_with_uint8") and precision == "Int16":
+        raise PegasusError(f"-quantization-schema={schema} with -quantization-precision=Int16 has no pegasus "
+                           "equivalent (16-bit is dynamic_fixed_point: -quantization-schema="
+                           "symmetric_with_power2_scale)")
+    int8_bias = bias == "Int8"
     if schema == "asymmetric":
-        if precision == "Int16":
-            raise PegasusError("-quantization-schema=asymmetric with -quantization-precision=Int16 has no pegasus "
-                               "equivalent (16-bit is dynamic_fixed_point: -quantization-schema="
-                               "symmetric_with_power2_scale)")
-        return ("perchannel_symmetric_affine", "int8") if channelwise else ("asymmetric_affine", "int8")
-    if channelwise:
-        raise PegasusError("-enable-channelwise with -quantization-schema=symmetric_with_power2_scale has no pegasus "
-                           "equivalent (per-channel weights come with -quantization-schema=asymmetric)")
-    return "dynamic_fixed_point", "int8" if precision == "Int8" else "int16"
+        return ("perchannel_symmetric_affine" if channelwise else "asymmetric_affine"), "int8", int8_bias
+    if schema == "symmetric":
+        return "symmetric_affine", "int8", int8_bias
+    if schema == "symmetric_with_uint8":
+        return "symmetric_affine", "uint8", int8_bias
+    return "dynamic_fixed_point", "int8" if precision == "Int8" else "int16", int8_bias
 
 
 def _model_file(path: str) -> Path:

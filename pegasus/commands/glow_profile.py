@@ -109,9 +109,10 @@ def _difference(profile: dict, graph: Graph) -> str:
     return "the layers match but the inputs, outputs or tensor types differ"
 
 
-def table_from_profile(profile_path: str, json_path: Path, data_path: Path, scheme: tuple[str, str],
+def table_from_profile(profile_path: str, json_path: Path, data_path: Path, scheme: tuple[str, str, bool],
                        table_path: Path) -> None:
-    """The profile's ranges → each tensor's grid in ``scheme`` (quantizers' assignment) → ``table_path``."""
+    """The profile's ranges → each tensor's grid in ``scheme`` (quantizer, qtype, whether biases are int8: Glow's
+    -quantization-precision-bias=Int8) by quantizers' assignment → ``table_path``."""
     from pegasus.quantizers.assign import build_table
     from pegasus.quantizers.quantize_file import save_table
     from pegasus.quantizers.schemes import Scheme
@@ -126,5 +127,7 @@ def table_from_profile(profile_path: str, json_path: Path, data_path: Path, sche
     except (KeyError, TypeError, ValueError) as exc:
         raise PegasusError(f"-load-profile={profile_path}: a tensor entry lacks nodeOutputName/min/max "
                            f"({exc})") from None
-    table = build_table(graph, ranges, Scheme.of(*scheme), algorithm="normal", digest=digest)
+    quantizer, qtype, int8_bias = scheme
+    table = build_table(graph, ranges, Scheme.of(quantizer, qtype), algorithm="normal", digest=digest,
+                        int8_bias=int8_bias)
     save_table(table, table_path)

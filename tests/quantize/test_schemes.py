@@ -1,7 +1,8 @@
 """Quantization schemes (pegasus.quantizers.schemes) against the bounds that define them: quantizing then
 dequantizing a value of the calibrated range moves it by at most half a step, real 0 is exact, zero points
 stay in the type's range, dynamic fixed point uses power-of-two steps wide enough for max|x|, per-channel
-symmetric weights use |q| <= 127 with zero point 0; invalid quantizer/qtype pairs are refused by name.
+symmetric weights use |q| <= 127 with zero point 0, symmetric_affine (Glow's symmetric / symmetric_with_uint8)
+has zero point 0 and Glow's scale; invalid quantizer/qtype pairs are refused by name.
 
 Round trips are measured in float64 on the grid ((q - zp) * scale) so that the bound is the scheme's, not
 float32's; float64 division at an exact .5 tie is allowed 1e-9 of a step.
@@ -20,7 +21,15 @@ from hypothesis.extra import numpy as hnp
 from pegasus.errors import PegasusError
 from pegasus.ops.fixedpoint import integer_range, quantize_values
 from pegasus.quantized.lower import broadcast_params
-from pegasus.quantizers.schemes import SCALE_FLOOR, VALID, Scheme, asymmetric, check_pair, dynamic_fixed_point
+from pegasus.quantizers.schemes import (
+    SCALE_FLOOR,
+    VALID,
+    Scheme,
+    asymmetric,
+    check_pair,
+    dynamic_fixed_point,
+    symmetric,
+)
 
 TIE = 1e-9  # of a step: float64 rounding of x / scale at an exact tie
 
@@ -117,6 +126,38 @@ def test_per_channel_symmetric_weights(weights, axis):
     np.testing.assert_allclose(np.asarray(q.scale)[~alive], top.max() / 127 if top.max() > 0 else 1.0, rtol=1e-12)
 
 
+@settings(max_examples=300, deadline=None)
+@given(bounds, bounds, st.booleans())
+def test_symmetric_round_trip_is_within_half_a_step(a, b, unsigned):
+    lo, hi = min(a, b), max(a, b)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    q = symmetric(lo, hi, unsigned)
+    assert q.zero_point == [0] and q.dtype == "symmetric_quantized"
+    if unsigned and lo >= 0:  # Glow's symmetric_with_uint8 on a non-negative range: uint8 [0, max]
+        assert q.qtype == "u8" and (hi == 0 or q.scale[0] == pytest.approx(hi / 255, rel=1e-12))
+    else:  # Glow's chooseQuantizationParams: the later-saturating end widened so that 0 maps to 0 in -128..127
+        assert q.qtype == "i8"
+        if hi > lo:
+            assert q.scale[0] == pytest.approx(max(-lo / 128, hi / 127), rel=1e-12)
+    if hi == lo:
+        assert q.scale[0] == 0.1  # Glow's scale of an all-zero range
+    values = inside(lo, hi)
+    levels, restored = round_trip(values, q)
+    assert np.abs(restored - values).max() <= q.scale[0] / 2 * (1 + TIE)
+    assert restored[-1] == 0.0 and levels[-1] == 0
+
+
+def test_symmetric_affine_scheme_weights_and_activations():
+    signed, mixed = Scheme.of("symmetric_affine", "int8"), Scheme.of("symmetric_affine", "uint8")
+    w = np.array([[-0.5, 0.25], [1.0, 0.0]])
+    for scheme in (signed, mixed):
+        q = scheme.weight(w, 0)  # per tensor, symmetric: max(0.5/128, 1/127) = 1/127
+        assert (q.qtype, q.method, q.zero_point, q.scale) == ("i8", "layer", [0], [pytest.approx(1 / 127)])
+    assert signed.activation(0.0, 6.0).qtype == "i8" and signed.activation(0.0, 6.0).scale[0] == 6.0 / 127
+    assert mixed.activation(0.0, 6.0).qtype == "u8" and mixed.activation(0.0, 6.0).scale[0] == 6.0 / 255
+    assert mixed.activation(-1.0, 6.0).qtype == "i8"
+
+
 def test_per_channel_activations_are_asymmetric_int8():
     q = Scheme.of("perchannel_symmetric_affine", "int8").activation(-1.0, 3.0)
     assert (q.qtype, q.method, q.dtype) == ("i8", "layer", "asymmetric_quantized")
@@ -129,7 +170,8 @@ VALID_PAIRS = [f"{q}-{t}" for q, types in VALID.items() for t in types if t != "
 @pytest.mark.parametrize("quantizer, qtype, canonical", [
     ("asymmetric_affine", "uint8", "u8"), ("asymmetric_affine", "int8", "i8"), ("dynamic_fixed_point", "int8", "i8"),
     ("dynamic_fixed_point", "int16", "i16"), ("perchannel_symmetric_affine", "int8", "i8"),
-    ("qbfloat16", "bfloat16", "bf16"), ("asymmetric_affine", "u8", "u8")])
+    ("qbfloat16", "bfloat16", "bf16"), ("asymmetric_affine", "u8", "u8"), ("symmetric_affine", "int8", "i8"),
+    ("symmetric_affine", "uint8", "u8")])
 def test_valid_pairs(quantizer, qtype, canonical):
     assert check_pair(quantizer, qtype) == canonical
 
@@ -151,7 +193,7 @@ def test_invalid_pairs_name_the_valid_ones(quantizer, qtype):
 
 def test_unknown_quantizer_names_the_known_ones():
     with pytest.raises(PegasusError) as error:
-        check_pair("symmetric_affine", "int8")
+        check_pair("affine_symmetric", "int8")
     assert all(name in str(error.value) for name in VALID)
 
 

@@ -16,6 +16,11 @@ bias (a dead channel BatchNormalization folding left at 1e-30, or a table edited
 AdjustWeightsForBiasScale), so its weights become ~0 and its bias is kept to one part in the limit; the
 channel outputs its bias, as in float. A bias that is not finite saturates at the limit. Both are reported
 (``LoweringContext.note``).
+
+A bias whose table entry is 8-bit (Glow's -quantization-precision-bias=Int8) is quantized on that grid and
+rescaled into the accumulator as Glow's CPU backend does (``glow_bias``): in float32, ``b_q = clip(nearbyint(b /
+s_b + zp))``, ``r = s_b / (s_x * s_w[c])`` becomes Glow's quantizeScaleOffset32To8 (pre, post, integer scale),
+and the accumulator starts at libjit_scale_i32i8: ``(((b_q - zp) >> pre) * scale + 2**(post-1)) >> post``.
 """
 
 from __future__ import annotations
@@ -97,6 +102,43 @@ def integer_bias(ctx: LoweringContext, node: Node, bias: np.ndarray | None, real
     return np.rint(steps).astype(np.int64)
 
 
+def is_8bit_bias(ctx: LoweringContext, name: str) -> bool:
+    entry = ctx.table.get(name) if name else None
+    return entry is not None and entry.is_integer and entry.numpy_dtype in ("int8", "uint8")
+
+
+def glow_scale(ratio: np.float32) -> tuple[int, int, int]:
+    """Glow's quantizeScaleOffset32To8: a positive float32 factor as (pre shift, post shift, integer scale)."""
+    mantissa, exponent = np.frexp(ratio)
+    if mantissa == 0.5:  # a power of two: a plain multiply or a rounded shift
+        return (0, 0, int(ratio)) if exponent - 1 > 0 else (0, 1 - int(exponent), 1)
+    scale, pre, post = np.float32(ratio), 0, 0
+    while scale < 0.5 or (scale < 256 and post < 15):
+        scale, post = np.float32(scale * 2), post + 1
+    while scale < 255 and pre < post // 2:
+        scale, pre = np.float32(scale * 2), pre + 1
+    return pre, post, int(np.floor(np.float64(scale) + 0.5))  # std::round of a positive value
+
+
+def glow_bias(ctx: LoweringContext, name: str, bias: np.ndarray, x_scale: float, w_scales: np.ndarray) -> np.ndarray:
+    """The accumulator bias of an 8-bit bias entry, per output channel, computed as Glow's CPU backend does."""
+    entry = ctx.table.get(name)
+    info = np.iinfo(entry.numpy_dtype)
+    channels = bias.size
+    b_scales = np.broadcast_to(np.asarray(entry.scale, dtype=np.float32).reshape(-1), (channels,))
+    zeros = np.broadcast_to(np.asarray(entry.zero_point, dtype=np.int64).reshape(-1), (channels,))
+    with np.errstate(over="ignore", invalid="ignore"):  # ±inf/NaN biases saturate below, as Glow's clip does
+        steps = bias.astype(np.float32) / b_scales + zeros.astype(np.float32)
+    steps = np.nan_to_num(steps, nan=0.0, posinf=info.max, neginf=info.min)
+    b_q = np.clip(np.rint(steps), info.min, info.max).astype(np.int64)
+    out = np.empty(channels, dtype=np.int64)
+    for c in range(channels):
+        pre, post, scale = glow_scale(np.float32(b_scales[c] / (np.float32(x_scale) * np.float32(w_scales[c]))))
+        rounding = 1 << (post - 1) if post > 0 else 0
+        out[c] = ((((int(b_q[c]) - int(zeros[c])) >> pre) * scale) + rounding) >> post
+    return out
+
+
 def _listed(values: np.ndarray, most: int = 8) -> str:
     shown = ", ".join(str(v) for v in values[:most].tolist())
     return shown + (f" and {len(values) - most} more" if len(values) > most else "")
@@ -138,11 +180,14 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     channels = ctx.source.type_of(w).shape[0]
     limit = bias_limit(xq, wq.numpy_dtype)
     bias_real = _bias_values(ctx, b, channels)
-    w_scales = fit_bias(ctx, node, bias_real, float(xq.scale[0]), _channel_scales(wq, channels), limit)
+    w_scales = _channel_scales(wq, channels)
+    if not is_8bit_bias(ctx, b):
+        w_scales = fit_bias(ctx, node, bias_real, float(xq.scale[0]), w_scales, limit)
     weights = ctx.as_int(w, _weight_grid(wq, w_scales, 0))
     w_int = ctx.graph.value_of(weights)
     real_in = float(xq.scale[0]) * w_scales
-    bias = integer_bias(ctx, node, bias_real, bias_steps(ctx, b, real_in), limit)
+    bias = (glow_bias(ctx, b, bias_real, float(xq.scale[0]), w_scales) if is_8bit_bias(ctx, b) else
+            integer_bias(ctx, node, bias_real, bias_steps(ctx, b, real_in), limit))
     w_zero = int(wq.zero_point[0])
     acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
@@ -173,13 +218,14 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
     bias_real = _bias_values(ctx, bias_name, columns, beta)
     a_scale = alpha * float(aq.scale[0])
     b_scales = _channel_scales(bq, columns)
-    if b_const:
+    if b_const and not is_8bit_bias(ctx, bias_name):
         b_scales = fit_bias(ctx, node, bias_real, a_scale, b_scales, limit)
     b_int_name = ctx.as_int(b, _weight_grid(bq, b_scales, weight_axis))
     if trans_b:
         b_int_name = ctx.constant(f"{b}_q_t", ctx.graph.value_of(b_int_name).T.copy())
     real_in = a_scale * b_scales
-    bias = integer_bias(ctx, node, bias_real, bias_steps(ctx, bias_name, real_in), limit)
+    bias = (glow_bias(ctx, bias_name, bias_real, a_scale, b_scales) if is_8bit_bias(ctx, bias_name) else
+            integer_bias(ctx, node, bias_real, bias_steps(ctx, bias_name, real_in), limit))
     if ctx.table.rounding == "tflite" and not bq.per_channel:  # TFLite's FULLY_CONNECTED: s_a * s_b in float32
         real_in = np.full_like(real_in, float(np.float32(a_scale) * np.float32(b_scales[0])))
     b_val = ctx.graph.value_of(b_int_name)
