@@ -97,10 +97,17 @@ def _profile(args, graph, target, name: str, feeds, spec, folder: Path, whole: i
         return
     board = toolchains.board_for(target.cpu)
     run = toolchains.run_cortex_m_detailed(folder, name, target.cpu, feeds, spec, icount=True, probes=bundle.probes)
-    text, rows = profile_table(bundle.layers, run.probes, run.calibration, 1e9 / board.clock_hz)
+    text, rows = profile_table(bundle, run.probes, run.calibration, 1e9 / board.clock_hz)
     print(text, end="")
     print(f"whole inference without probes: {whole:,} instructions; layers sum to "
-          f"{sum(cost for _, cost in rows):,.0f}")
+          f"{sum(row[1] for row in rows):,.0f}")
+    if args.output_dir:
+        from pegasus.exporters.glow.run.profile import render_profile
+        from pegasus.fileio import atomic_write
+
+        chart = Path(args.output_dir) / "profile.png"
+        atomic_write(chart, render_profile(f"{name} on {target.cpu} ({board.machine})", rows))
+        print(f"wrote {chart}")
 
 
 def run(args: argparse.Namespace) -> int:

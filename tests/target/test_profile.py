@@ -25,11 +25,17 @@ def test_profile_sums_to_the_whole_inference(demo_model, tmp_path):
     x = tmp_path / "x.npy"
     np.save(x, np.random.default_rng(3).uniform(0, 1, (1, 1, 28, 28)).astype(np.float32))
     result = run_cli("run", "--model", model, "--model-data", data, "--input", x, "--target", "arm", "--mcpu",
-                     "cortex-m7", "--profile")
+                     "cortex-m7", "--profile", "--output-dir", tmp_path / "out")
     assert result.code == 0, result.stderr
     whole = _count(re.search(r"instructions per inference: ([\d,]+)", result.stdout).group(1))
-    rows = re.findall(r"^\s+([\d,]+)\s+[\d.]+%\s+(\S.*)$", result.stdout, re.M)
-    layers = {name: _count(cost) for cost, name in rows}
+    rows = re.findall(r"^\s+([\d,]+)\s+[\d.]+%\s+([\d,]+)\s+\S+\s+(\S.*)$", result.stdout, re.M)
+    layers = {name: _count(cost) for cost, _, name in rows}
+    macs = {name: _count(count) for _, count, name in rows}
+    # LeNet: conv1 1->20 5x5 on 24x24 outputs, conv2 20->50 5x5 on 8x8, fc1 800->500, fc2 500->10
+    assert macs["/conv1/Conv + /pool1/MaxPool"] == 24 * 24 * 20 * 25
+    assert macs["/conv2/Conv + /pool2/MaxPool"] == 8 * 8 * 50 * 20 * 25
+    assert macs["/fc1/Gemm"] == 800 * 500 and macs["/fc2/Gemm"] == 500 * 10 and macs["/relu/Relu"] == 0
+    assert (tmp_path / "out" / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(layers) == 7, result.stdout                 # LeNet fused: conv+pool twice, fc1, relu, fc2, ...
     probe_cost = float(re.search(r"probe cost ([\d.]+) instructions", result.stdout).group(1))
     assert 5 < probe_cost < 200

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow import bundle_files, memory_report
@@ -45,6 +46,7 @@ def _insert_probes(module: ir.Module, name: str) -> int:
 @dataclass
 class InstrumentedBundle:
     layers: list[str]      # layer names in call order
+    macs: list[int]        # multiply-accumulates of each layer (0 for layers without weights)
     probes: int
     graph: Graph           # the graph as compiled (tensor names as in the plan)
     dumps: list[tuple[int, str, str, int, int]]   # (probe, tensor, region, offset, size) of each layer output
@@ -72,22 +74,61 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target) 
               graph.type_of(tensor).nbytes)
              for index, layer in enumerate(units) for tensor in layer.outputs
              if tensor and plan.locations[tensor].region in (MUTABLE, ACTIVATIONS)]
-    return InstrumentedBundle(names, probes, graph, dumps)
+    macs = [sum(node_macs(graph, node) for node in layer.nodes) for layer in units]
+    return InstrumentedBundle(names, macs, probes, graph, dumps)
 
 
-def profile_table(layers: list[str], probe_ticks: tuple[int, ...], calibration_ticks: int,
-                  instructions_per_tick: float) -> tuple[str, list[tuple[str, float]]]:
-    """Per-layer instructions (probe cost subtracted) as a text table sorted by cost, and the rows."""
+def node_macs(graph: Graph, node) -> int:
+    """Multiply-accumulates of a node with a weight (its first constant input of rank 2 or more): output
+    elements x weights per output channel, the channel being the output's axis 1 (NCHW convolution, Gemm)
+    or its last axis (MatMul). 0 for a node without weights."""
+    weight = next((graph.value_of(name) for name in node.inputs
+                   if name and graph.tensors[name].is_constant and np.ndim(graph.value_of(name)) >= 2), None)
+    if weight is None or not node.outputs or not node.outputs[0]:
+        return 0
+    shape = graph.type_of(node.outputs[0]).shape
+    elements = int(np.prod(shape, dtype=np.int64))
+    channels = next((size for size in (shape[1] if len(shape) > 1 else None, shape[-1])
+                     if size in (weight.shape[0], weight.shape[-1])), None)
+    return elements * weight.size // channels if channels else 0
+
+
+def profile_table(bundle: InstrumentedBundle, probe_ticks: tuple[int, ...], calibration_ticks: int,
+                  instructions_per_tick: float) -> tuple[str, list[tuple[str, float, int]]]:
+    """Per-layer instructions (probe cost subtracted) and MACs as a text table sorted by cost, and the rows."""
     probe_cost = calibration_ticks * instructions_per_tick / CALIBRATION_CALLS
     rows = []
-    for index, layer in enumerate(layers):
+    for index, layer in enumerate(bundle.layers):
         raw = (probe_ticks[index + 1] - probe_ticks[index]) * instructions_per_tick
-        rows.append((layer, max(raw - probe_cost, 0.0)))
-    total = sum(cost for _, cost in rows)
+        rows.append((layer, max(raw - probe_cost, 0.0), bundle.macs[index]))
+    total = sum(cost for _, cost, _ in rows)
     lines = [f"per-layer instructions (probe cost {probe_cost:.1f} instructions per probe, subtracted; "
              f"resolution {instructions_per_tick:g} per layer):",
-             f"  {'instructions':>12}  {'share':>6}  layer"]
-    for layer, cost in sorted(rows, key=lambda row: -row[1]):
-        lines.append(f"  {cost:>12,.0f}  {100 * cost / total if total else 0:>5.1f}%  {layer}")
+             f"  {'instructions':>12}  {'share':>6}  {'MACs':>10}  {'MACs/instr':>10}  layer"]
+    for layer, cost, macs in sorted(rows, key=lambda row: -row[1]):
+        ratio = f"{macs / cost:.3f}" if macs and cost else "-"
+        lines.append(f"  {cost:>12,.0f}  {100 * cost / total if total else 0:>5.1f}%  {macs:>10,}  {ratio:>10}  "
+                     f"{layer}")
     lines.append(f"  {total:>12,.0f}  total of the layers")
     return "\n".join(lines) + "\n", rows
+
+
+def render_profile(title: str, rows: list[tuple[str, float, int]]) -> bytes:
+    """A horizontal bar chart of instructions per layer, the costliest on top, as PNG bytes."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ordered = sorted(rows, key=lambda row: row[1])
+    figure = Figure(figsize=(10, 1.5 + 0.35 * len(ordered)), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.barh([row[0] for row in ordered], [row[1] for row in ordered], color="tab:blue")
+    axes.set_xlabel("instructions (qemu -icount; not cycles)")
+    axes.set_title(title)
+    axes.tick_params(axis="y", labelsize=8)
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", metadata={"Software": None})
+    return out.getvalue()
