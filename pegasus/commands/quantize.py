@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                  "model); with --hybrid, the edited file to read")
     parser.add_argument("--quantizer",
                         help="asymmetric_affine (default; with --hybrid: the table's), dynamic_fixed_point, "
-                             "perchannel_symmetric_affine, qbfloat16")
+                             "perchannel_symmetric_affine, symmetric_affine (int8, or uint8 zero point 0), qbfloat16")
     parser.add_argument("--qtype", help="uint8 (default; with --hybrid: the table's), int8, int16, bfloat16 "
                                         "(qbfloat16)")
     mode = parser.add_mutually_exclusive_group()
