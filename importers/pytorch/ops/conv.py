@@ -1,10 +1,12 @@
 """PyTorch converters for the MAC-heavy ops: convolutions (1-D/2-D/3-D, groups, dilation, transposed), linear,
-addmm, matmul/mm/bmm.
+addmm, matmul/mm/bmm, scaled_dot_product_attention.
 
 PyTorch's layouts are the registry's: activations channels first, Conv weights (M, C/group, k...),
 ConvTranspose weights (C, M/group, k...); so weights pass as they are. A padding of ``n`` is ``n`` at both
 ends of each spatial axis; ``padding='same'`` puts the odd pixel at the end, as PyTorch does. ``linear`` is
 a Gemm (transB) on a 2-D input, else a MatMul with the transposed weight plus the bias.
+scaled_dot_product_attention is written out: softmax(q k^T * scale + mask) v, a boolean mask (or
+``is_causal``) adding float32's lowest value where attention is not allowed.
 """
 
 from __future__ import annotations
@@ -84,3 +86,32 @@ def matmul(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     other = args.get("other", args.get("mat2"))
     ctx.emit("MatMul", [args["self"], other], node=node)
+
+
+@converter("aten::scaled_dot_product_attention")
+def attention(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    q, k, v, mask = args["query"], args["key"], args["value"], args.get("attn_mask")
+    if args.get("enable_gqa"):
+        raise PegasusError(f"{node.describe()}: grouped-query attention (enable_gqa) is not supported")
+    rank, dtype = ctx.rank(q), ctx.type_of(q).dtype.numpy
+    scale = args.get("scale") or 1 / np.sqrt(ctx.shape(q)[-1])
+    perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+    kt = ctx.emit("Transpose", [k], {"perm": perm}, node=node, suffix="/key_t")[0]
+    scores = ctx.emit("MatMul", [q, kt], node=node, suffix="/scores")[0]
+    scores = ctx.emit("Mul", [scores, ctx.tensor(node, float(scale), q, "scale")], node=node, suffix="/scaled")[0]
+    lowest = np.finfo(dtype).min
+    if args.get("is_causal"):
+        length, source = ctx.shape(q)[-2], ctx.shape(k)[-2]
+        causal = np.where(np.tril(np.ones((length, source), bool)), 0, lowest).astype(dtype)
+        scores = ctx.emit("Add", [scores, ctx.add_constant(f"{node.name}/causal", causal)], node=node,
+                          suffix="/causal")[0]
+    if mask is not None:
+        if ctx.type_of(mask).dtype.value == "bool":
+            additive = ctx.emit("Where", [mask, ctx.tensor(node, 0.0, q, "allowed"),
+                                         ctx.tensor(node, float(lowest), q, "masked")], node=node, suffix="/mask")[0]
+        else:
+            additive = mask
+        scores = ctx.emit("Add", [scores, additive], node=node, suffix="/masked")[0]
+    weights = ctx.emit("Softmax", [scores], {"axis": rank - 1}, node=node, suffix="/softmax")[0]
+    ctx.emit("MatMul", [weights, v], node=node)

@@ -39,6 +39,16 @@ def view(ctx: TorchContext, node: SourceNode) -> None:
     _reshape(ctx, node, args["self"], shape)
 
 
+@converter("aten::unflatten")
+def unflatten(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    x = args["self"]
+    shape = ctx.shape(x)
+    axis = dim(int(args["dim"]), len(shape))
+    sizes = explicit_shape(node, args["sizes"], shape[axis])
+    _reshape(ctx, node, x, list(shape[:axis]) + list(sizes) + list(shape[axis + 1:]))
+
+
 @converter("aten::flatten")
 def flatten(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)

@@ -464,6 +464,24 @@ class ShapeZoo(nn.Module):
         return s * 2 - 1, m / 4 + 1.5, f, r.reshape(x.size(0), -1), p, 10 - x // 0.5, arithmetic
 
 
+class AttentionZoo(nn.Module):
+    """scaled_dot_product_attention (causal, float mask, boolean mask with a scale), unflatten, unbind."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8)
+        self.register_buffer("bias_mask", torch.randn(5, 5))
+        self.register_buffer("bool_mask", (torch.rand(5, 5) > 0.3) | torch.eye(5, dtype=torch.bool))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).unflatten(-1, [3, 2, 4]).permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        b = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias_mask)
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bool_mask, scale=0.3)
+        return self.norm((a + b + c).transpose(1, 2).flatten(2))
+
+
 # builder, input shapes, input dtypes (None: float32 everywhere)
 MODELS = {
     "mobilenet_v2": (MobileNetV2, [(1, 3, 32, 32)], None),
@@ -481,6 +499,7 @@ MODELS = {
     "norm_zoo": (NormZoo, [(2, 8, 6, 6)], None),
     "spatial_zoo": (SpatialZoo, [(1, 4, 8, 8)], None),
     "shape_zoo": (ShapeZoo, [(2, 4, 6), (2, 4)], [None, "int64"]),
+    "attention_zoo": (AttentionZoo, [(2, 5, 8)], None),
 }
 
 #: the six torchvision-style classifiers plus DS-CNN, the sequence models and the U-Net
