@@ -65,3 +65,39 @@ def test_separable_profile_sums_to_the_whole(separable, tmp_path):
     assert abs(total - whole) <= 40 * (len(rows) + 1), result.stdout
     macs = {name: int(count.replace(",", "")) for _, count, name in rows}
     assert sum(macs.values()) == 16 * 16 * 8 * 9 + 16 * 16 * 16 * 8 + 16 * 10, result.stdout
+
+
+@pytest.fixture(scope="module")
+def separable_int8(separable):
+    """The block quantized per-channel int8 on 8 random samples."""
+    folder, _, _ = separable
+    rng = np.random.default_rng(5)
+    lines = []
+    for i in range(8):
+        np.save(folder / f"s{i}.npy", rng.uniform(-1, 1, (1, 8, 16, 16)).astype(np.float32))
+        lines.append(f"s{i}.npy\n")
+    (folder / "dataset.txt").write_text("".join(lines))
+    meta = folder / "separable_inputmeta.yml"
+    assert run_cli("generate", "inputmeta", "--model", folder / "separable.json", "--source-file",
+                   folder / "dataset.txt", "--input-meta-output", meta).code == 0
+    result = run_cli("quantize", "--model", folder / "separable.json", "--model-data", folder / "separable.data",
+                     "--with-input-meta", meta, "--quantizer", "perchannel_symmetric_affine", "--qtype", "int8",
+                     "--batch-size", "8", "--iterations", "1", "--rebuild")
+    assert result.code == 0, result.stderr
+    return folder / "separable.quantize"
+
+
+@pytest.mark.parametrize("flags", [["--target", "arm", "--mcpu", "cortex-m7"], ["--target", "arm", "--mcpu",
+                                   "cortex-m4"], ["--target", "arm", "--mcpu", "cortex-m33"],
+                                   ["--target", "aarch64"], ["--target", "x86_64"]], ids=lambda f: f[-1])
+def test_quantized_separable_block_is_exact(separable, separable_int8, tmp_path, flags):
+    """Quantized, the target's outputs are the integer simulation's exactly (pegasus run compares them)."""
+    folder, x, expected = separable
+    result = run_cli("run", "--model", folder / "separable.json", "--model-data", folder / "separable.data",
+                     "--dtype", "quantized", "--model-quantize", separable_int8, "--input", x,
+                     "--output-dir", tmp_path, *flags)
+    assert result.code == 0, result.stderr
+    assert re.search(r"largest difference 0\b", result.stdout), result.stdout
+    (got,) = np.load(tmp_path / "outputs.npz").values()
+    scale = float(np.abs(expected).max())
+    assert np.abs(got[0] - expected).max() <= 0.1 * scale, (got, expected)   # and close to onnxruntime's float
