@@ -6,6 +6,7 @@ folder as it was. A tensor or buffer the code cannot address is refused before a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +31,11 @@ class BundleResult:
 
 
 def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
-                  bundle_api: str = "static", fuse: bool = True) -> BundleResult:
+                  bundle_api: str = "static", fuse: bool = True, board=None) -> BundleResult:
     """Export ``graph`` as a bundle in ``out_dir``; ``fuse`` computes each convolution's element-wise and
-    pooling consumers inside its loop nest (fuse.py), False generates one layer per node."""
+    pooling consumers inside its loop nest (fuse.py), False generates one layer per node. With ``board``
+    (pegasus.boards.Board) a bundle that does not fit it is refused before anything is written, and the
+    memory report ends with the fit."""
     check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
     graph = lower_for_export(graph)
     check_emitters(graph)
@@ -45,6 +48,8 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
     obj = compile_object(module, target)
     weights = bundle_files.weights_blob(graph, plan)
     report_text, report_json = memory_report.memory_report(name, plan, obj)
+    if board is not None:
+        report_text += "\n" + memory_report.board_fit(board, json.loads(report_json), None)
     contents = {
         f"{name}.o": obj,
         f"{name}.h": bundle_files.render_header(name, graph, plan, bundle_api),

@@ -61,6 +61,7 @@ def test_float_lenet_fits_rp2040_flash_but_not_stm32f401(demo_model, tmp_path):
     refused = _export(model, data, tmp_path / "f4", "STM32F401")
     assert refused.code == 2 and "Traceback" not in refused.stderr
     assert "of flash" in refused.stderr and "STM32F401 has 512.0 KB" in refused.stderr
+    assert not (tmp_path / "f4").exists() or not any((tmp_path / "f4").iterdir())   # refused before writing
 
 
 def test_ram_refused_when_a_buffer_exceeds_every_region(tmp_path):
@@ -69,6 +70,7 @@ def test_ram_refused_when_a_buffer_exceeds_every_region(tmp_path):
     assert refused.code == 2, refused.stdout
     assert "the largest region of STM32F746 has 240.0 KB (SRAM1)" in refused.stderr
     assert "try --dtype quantized or --quantized-io" in refused.stderr
+    assert not (tmp_path / "f7").exists() or not any((tmp_path / "f7").iterdir())   # refused before writing
     fits = _export(model, data, tmp_path / "h7", "STM32H743")
     assert fits.code == 0 and "in AXI SRAM (524,288 bytes)" in fits.stdout, fits.stdout + fits.stderr
 
