@@ -11,7 +11,7 @@ naming the node (and its place in the file) in any error a converter raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,21 @@ class SourceNode:
 
 
 ConvertFn = Callable[[Any, Any], None]
+
+
+def needed_nodes(nodes: Sequence[SourceNode], outputs: Sequence[str], stop_at: set[str]) -> list[SourceNode]:
+    """The nodes ``outputs`` depend on, in their given order, not looking past the tensors in ``stop_at`` (the
+    part of a model that a cut with --inputs/--outputs keeps)."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
+    needed: set[int] = set()
+    stack = [name for name in outputs if name not in stop_at]
+    while stack:
+        index = producer.get(stack.pop())
+        if index is None or index in needed:
+            continue
+        needed.add(index)
+        stack.extend(i for i in nodes[index].inputs if i and i not in stop_at)
+    return [nodes[i] for i in sorted(needed)]
 
 
 class ConverterTable:

@@ -1,14 +1,17 @@
-"""TF's strided slice, shared by the TF-family importers (TFLite's STRIDED_SLICE/SLICE, TensorFlow's
-StridedSlice/Slice): the begin/end/strides vectors and their five masks read as a NumPy index, which is TF's
-definition (``strided_index``), and any NumPy basic index emitted as registry ops (``emit_index``): one Slice
-over the input's axes, plus a Reshape for the axes the index adds (None, new_axis_mask) or drops (an integer,
-shrink_axis_mask)."""
+"""TF's slicing ops, shared by the TF-family importers (TFLite's STRIDED_SLICE/SLICE/SPLIT_V/UNPACK,
+TensorFlow's StridedSlice/Slice/SplitV/Unpack): the begin/end/strides vectors and their five masks read as a
+NumPy index, which is TF's definition (``strided_index``), and any NumPy basic index emitted as registry ops
+(``emit_index``): one Slice over the input's axes, plus a Reshape for the axes the index adds (None,
+new_axis_mask) or drops (an integer, shrink_axis_mask); a split by sizes where one size may be -1
+(``emit_split``), and an unpack into size-1 pieces without the axis (``emit_unpack``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import ImportContext, SourceNode
+from pegasus.ops.common import normalize_axis
 
 
 def _bit(mask: int, i: int) -> bool:
@@ -71,3 +74,27 @@ def emit_index(ctx: ImportContext, node: SourceNode, index: tuple) -> None:
         return
     sliced = ctx.emit("Slice", [x], attrs, node=node, suffix="/slice")[0]
     ctx.emit("Reshape", [sliced], {"shape": tuple(result_shape)}, node=node)
+
+
+def emit_split(ctx: ImportContext, node: SourceNode, x: str, axis: int, sizes: list[int]) -> None:
+    """Split ``x`` along ``axis`` into pieces of ``sizes`` (one of them may be -1: the rest) as the node's
+    outputs."""
+    shape = ctx.type_of(x).shape
+    axis = normalize_axis(axis, len(shape))
+    sizes = list(sizes)
+    if sizes.count(-1) == 1:
+        sizes[sizes.index(-1)] = shape[axis] - (sum(sizes) + 1)
+    if sum(sizes) != shape[axis] or min(sizes) < 0:
+        raise PegasusError(f"{node.describe()}: sizes {sizes} do not split axis {axis} of size {shape[axis]}")
+    ctx.emit("Split", [x], {"axis": axis, "split": tuple(sizes)}, node=node, outputs=node.outputs)
+
+
+def emit_unpack(ctx: ImportContext, node: SourceNode, axis: int) -> None:
+    """Split input 0 along ``axis`` into size-1 pieces and drop the axis, one piece per output."""
+    shape = ctx.type_of(node.inputs[0]).shape
+    axis = axis % len(shape)
+    count = shape[axis]
+    pieces = ctx.emit("Split", [node.inputs[0]], {"axis": axis, "split": (1,) * count}, node=node,
+                      outputs=[ctx.graph.unique_tensor_name(f"{node.name}/piece_{i}") for i in range(count)])
+    for i, (piece, out) in enumerate(zip(pieces, node.outputs)):
+        ctx.emit("Squeeze", [piece], {"axes": (axis,)}, node=node, outputs=[out], suffix=f"/squeeze_{i}")

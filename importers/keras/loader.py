@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pegasus.errors import PegasusError
-from pegasus.importers.common.converters import SourceNode, convert_nodes
+from pegasus.importers.common.converters import SourceNode, convert_nodes, needed_nodes
 from pegasus.importers.keras import layers as _layers  # noqa: F401  (registers the converters)
 from pegasus.importers.keras.context import TABLE, KerasContext
 from pegasus.importers.keras.graph import KerasGraph, KerasNode, domain, flatten, op_type
@@ -70,20 +70,6 @@ def check_supported(layers: Sequence[tuple[str, dict]], nodes: Sequence[KerasNod
         if node.tensor_keywords:
             raise PegasusError(f"{node.describe()} is called with a tensor for '{node.tensor_keywords[0]}', which "
                                "the import does not support")
-
-
-def needed_nodes(nodes: Sequence[KerasNode], outputs: Sequence[str], stop_at: set[str]) -> list[KerasNode]:
-    """The nodes ``outputs`` depend on, in order, not looking past the tensors in ``stop_at``."""
-    producer = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
-    needed: set[int] = set()
-    stack = [name for name in outputs if name not in stop_at]
-    while stack:
-        index = producer.get(stack.pop())
-        if index is None or index in needed:
-            continue
-        needed.add(index)
-        stack.extend(i for i in nodes[index].inputs if i and i not in stop_at)
-    return [nodes[i] for i in sorted(needed)]
 
 
 def _model_input_types(model: KerasGraph, note: Callable[[str], None],

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pegasus.errors import PegasusError
-from pegasus.importers.common.converters import SourceNode, convert_nodes
+from pegasus.importers.common.converters import SourceNode, convert_nodes, needed_nodes
 from pegasus.importers.tflite import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.tflite.context import TABLE, TfliteContext
 from pegasus.importers.tflite.quantized import integer_view
@@ -34,20 +34,6 @@ from pegasus.passes.pipeline import run_import_passes
 
 DEFAULT_BATCH = 1
 _INTEGER = ("int8", "uint8", "int16")
-
-
-def needed_nodes(nodes: Sequence[SourceNode], outputs: Sequence[str], stop_at: set[str]) -> list[SourceNode]:
-    """The nodes ``outputs`` depend on, in file order, not looking past the tensors in ``stop_at``."""
-    producer = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
-    needed: set[int] = set()
-    stack = [name for name in outputs if name not in stop_at]
-    while stack:
-        index = producer.get(stack.pop())
-        if index is None or index in needed:
-            continue
-        needed.add(index)
-        stack.extend(i for i in nodes[index].inputs if i and i not in stop_at)
-    return [nodes[i] for i in sorted(needed)]
 
 
 def _input_shape(tensor: TfliteTensor, given: Sequence[int] | None, note: Callable[[str], None] | None) -> tuple:

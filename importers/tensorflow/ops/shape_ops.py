@@ -14,7 +14,7 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
-from pegasus.importers.common.slicing import emit_index, strided_index
+from pegasus.importers.common.slicing import emit_index, emit_split, emit_unpack, strided_index
 from pegasus.importers.tensorflow.context import TfContext, converter
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
@@ -100,23 +100,7 @@ def pack(ctx: TfContext, node: SourceNode) -> None:
 @converter("Unpack")
 def unpack(ctx: TfContext, node: SourceNode) -> None:
     """Unpack: split along ``axis`` into size-1 pieces and drop the axis."""
-    in_shape = _shape(ctx, node)
-    axis = int(node.attrs.get("axis", 0)) % len(in_shape)
-    count = in_shape[axis]
-    pieces = ctx.emit("Split", [node.inputs[0]], {"axis": axis, "split": (1,) * count}, node=node,
-                      outputs=[ctx.graph.unique_tensor_name(f"{node.name}/piece_{i}") for i in range(count)])
-    for i, (piece, out) in enumerate(zip(pieces, node.outputs)):
-        ctx.emit("Squeeze", [piece], {"axes": (axis,)}, node=node, outputs=[out], suffix=f"/squeeze_{i}")
-
-
-def _split(ctx: TfContext, node: SourceNode, x: str, axis: int, sizes: list[int]) -> None:
-    in_shape = ctx.type_of(x).shape
-    axis = normalize_axis(axis, len(in_shape))
-    if sizes.count(-1) == 1:
-        sizes[sizes.index(-1)] = in_shape[axis] - (sum(sizes) + 1)
-    if sum(sizes) != in_shape[axis] or min(sizes) < 0:
-        raise PegasusError(f"{node.describe()}: sizes {sizes} do not split axis {axis} of size {in_shape[axis]}")
-    ctx.emit("Split", [x], {"axis": axis, "split": tuple(sizes)}, node=node, outputs=node.outputs)
+    emit_unpack(ctx, node, int(node.attrs.get("axis", 0)))
 
 
 @converter("Split")
@@ -127,13 +111,13 @@ def split(ctx: TfContext, node: SourceNode) -> None:
     dim = ctx.type_of(x).shape[normalize_axis(axis, ctx.type_of(x).rank)]
     if dim % count:
         raise PegasusError(f"{node.describe()}: axis {axis} of size {dim} does not split into {count} equal parts")
-    _split(ctx, node, x, axis, [dim // count] * count)
+    emit_split(ctx, node, x, axis, [dim // count] * count)
 
 
 @converter("SplitV")
 def split_v(ctx: TfContext, node: SourceNode) -> None:
     """SplitV(value, size_splits, split_dim); one size may be -1 (the rest)."""
-    _split(ctx, node, node.inputs[0], ctx.ints(node, 2, "split dimension")[0], ctx.ints(node, 1, "size splits"))
+    emit_split(ctx, node, node.inputs[0], ctx.ints(node, 2, "split dimension")[0], ctx.ints(node, 1, "size splits"))
 
 
 @converter("StridedSlice")

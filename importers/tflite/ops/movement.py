@@ -13,6 +13,7 @@ import numpy as np
 from pegasus.errors import PegasusError
 from pegasus.importers.common.channels_last import emit_depth_to_space, emit_pad
 from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.common.slicing import emit_split
 from pegasus.importers.tflite.context import TfliteContext, converter
 from pegasus.ops.common import normalize_axis
 
@@ -30,16 +31,6 @@ def mirror_pad(ctx: TfliteContext, node: SourceNode) -> None:
     emit_pad(ctx, node, node.inputs[0], ctx.constant(node, 1, "paddings"), str(node.attrs.get("mode", "REFLECT")))
 
 
-def _split(ctx: TfliteContext, node: SourceNode, x: str, axis: int, sizes: list[int]) -> None:
-    shape = ctx.type_of(x).shape
-    axis = normalize_axis(axis, len(shape))
-    if sizes.count(-1) == 1:
-        sizes[sizes.index(-1)] = shape[axis] - (sum(sizes) + 1)
-    if sum(sizes) != shape[axis] or min(sizes) < 0:
-        raise PegasusError(f"{node.describe()}: sizes {sizes} do not split axis {axis} of size {shape[axis]}")
-    ctx.emit("Split", [x], {"axis": axis, "split": tuple(sizes)}, node=node, outputs=node.outputs)
-
-
 @converter("SPLIT")
 def split(ctx: TfliteContext, node: SourceNode) -> None:
     """SPLIT: inputs (axis, x) into num_splits equal parts."""
@@ -48,13 +39,13 @@ def split(ctx: TfliteContext, node: SourceNode) -> None:
     dim = ctx.type_of(x).shape[normalize_axis(axis, len(ctx.type_of(x).shape))]
     if dim % count:
         raise PegasusError(f"{node.describe()}: axis {axis} of size {dim} does not split into {count} equal parts")
-    _split(ctx, node, x, axis, [dim // count] * count)
+    emit_split(ctx, node, x, axis, [dim // count] * count)
 
 
 @converter("SPLIT_V")
 def split_v(ctx: TfliteContext, node: SourceNode) -> None:
     """SPLIT_V: inputs (x, size_splits, axis); one size may be -1 (the rest)."""
-    _split(ctx, node, node.inputs[0], ctx.ints(node, 2, "axis")[0], ctx.ints(node, 1, "size splits"))
+    emit_split(ctx, node, node.inputs[0], ctx.ints(node, 2, "axis")[0], ctx.ints(node, 1, "size splits"))
 
 
 @converter("GATHER")

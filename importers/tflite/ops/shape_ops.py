@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
-from pegasus.importers.common.slicing import emit_index, strided_index
+from pegasus.importers.common.slicing import emit_index, emit_unpack, strided_index
 from pegasus.importers.tflite.context import TfliteContext, converter
 from pegasus.ops.shape_ops import resolve_reshape, resolve_squeeze_axes, resolve_unsqueeze_axes
 
@@ -78,13 +78,7 @@ def pack(ctx: TfliteContext, node: SourceNode) -> None:
 @converter("UNPACK")
 def unpack(ctx: TfliteContext, node: SourceNode) -> None:
     """UNPACK: split along ``axis`` into size-1 pieces and drop the axis."""
-    shape_ = _shape(ctx, node)
-    axis = int(node.attrs.get("axis", 0)) % len(shape_)
-    count = shape_[axis]
-    pieces = ctx.emit("Split", [node.inputs[0]], {"axis": axis, "split": (1,) * count}, node=node,
-                      outputs=[ctx.graph.unique_tensor_name(f"{node.name}/piece_{i}") for i in range(count)])
-    for i, (piece, out) in enumerate(zip(pieces, node.outputs)):
-        ctx.emit("Squeeze", [piece], {"axes": (axis,)}, node=node, outputs=[out], suffix=f"/squeeze_{i}")
+    emit_unpack(ctx, node, int(node.attrs.get("axis", 0)))
 
 
 @converter("STRIDED_SLICE")
