@@ -113,25 +113,36 @@ def parse_dtype_list(text: str | None) -> list[DType] | None:
 
 
 def output_paths(args: argparse.Namespace) -> tuple[Path, Path, str]:
+    """NAME.json and NAME.data to write (checked before any work: a path under a file is refused) and NAME."""
     stem = Path(args.model).stem
     json_path = Path(args.output_model) if args.output_model else Path(f"{stem}.json")
     data_path = Path(args.output_data) if args.output_data else json_path.with_suffix(".data")
+    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     name = re.sub(r"\W", "_", json_path.stem)
     return json_path, data_path, name
+
+
+def names(text: str | None) -> list[str] | None:
+    """--inputs/--outputs: tensor names separated by spaces; None when not given."""
+    return text.split() if text else None
+
+
+def note(line: str) -> None:
+    """A one-line remark of an importer for the user (a defaulted batch, dequantized weights...)."""
+    print(line, file=sys.stderr)
 
 
 def run_onnx(args: argparse.Namespace) -> int:
     from pegasus.importers.onnx.loader import declared_batches, import_onnx, load_model
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     model = load_model(args.model)
-    inputs = args.inputs.split() if args.inputs else None
+    inputs = names(args.inputs)
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, declared_batches(model, inputs))
-    graph = import_onnx(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+    graph = import_onnx(model, inputs=inputs, outputs=names(args.outputs),
                         input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list),
                         symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize,
-                        note=lambda line: print(line, file=sys.stderr))
+                        note=note)
     source = {"framework": "onnx", "file": Path(args.model).name, "opset": _opset(model)}
     return _save(args, graph, source, json_path, data_path)
 
@@ -178,14 +189,12 @@ def run_tflite(args: argparse.Namespace) -> int:
 
     json_path, data_path, name = output_paths(args)
     table_path = Path(args.output_quantize) if args.output_quantize else json_path.with_suffix(".quantize")
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     check_target(table_path, "--output-quantize")
     model = read_tflite(args.model, args.subgraph)
-    inputs = args.inputs.split() if args.inputs else None
-    outputs = args.outputs.split() if args.outputs else None
+    inputs = names(args.inputs)
+    outputs = names(args.outputs)
     batches = [1] * len(inputs or model.inputs)
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, batches)
-    note = lambda line: print(line, file=sys.stderr)  # noqa: E731
     graph = import_tflite(model, inputs=inputs, outputs=outputs, input_shapes=shapes, name=name,
                           optimize=not args.no_optimize, note=note)
     table = quantize_table(model, graph, inputs, outputs, note=note)
@@ -198,13 +207,12 @@ def run_keras(args: argparse.Namespace) -> int:
     from pegasus.importers.keras.reader import read_keras
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     model = read_keras(args.model)
-    inputs = args.inputs.split() if args.inputs else None
+    inputs = names(args.inputs)
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, [])   # batch 1 unless given
-    graph = import_keras(model, inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+    graph = import_keras(model, inputs=inputs, outputs=names(args.outputs),
                          input_shapes=shapes, name=name, optimize=not args.no_optimize, allow_unsafe=args.allow_unsafe,
-                         note=lambda line: print(line, file=sys.stderr))
+                         note=note)
     layout = "nchw" if any(getattr(node.attrs, "channels_last", None) is False for node in graph.nodes) else "nhwc"
     source = {"framework": "keras", "file": Path(args.model).name, "keras_version": model.version, "layout": layout}
     return _save(args, graph, source, json_path, data_path)
@@ -249,18 +257,17 @@ def run_tensorflow(args: argparse.Namespace) -> int:
     from pegasus.importers.tensorflow.reader import read_tensorflow
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     subgraphs = parse_subgraphs(args.subgraphs) if args.subgraphs else None
     mean, std = _floats(args.mean_values, "--mean-values"), _floats(args.std_values, "--std-values")
     predef = load_predef(args.predef_file) if args.predef_file else None
     model = read_tensorflow(args.model, args.signature)
-    inputs = args.inputs.split() if args.inputs else None
-    outputs = args.outputs.split() if args.outputs else None
+    inputs = names(args.inputs)
+    outputs = names(args.outputs)
     shapes = parse_size_list(args.input_size_list, args.size_with_batch,
                              declared_batches(model, interface(model, inputs, outputs, subgraphs)[0]))
     graph = import_tensorflow(model, inputs=inputs, outputs=outputs, input_shapes=shapes, mean_values=mean,
                               std_values=std, predef=predef, subgraphs=subgraphs, name=name,
-                              optimize=not args.no_optimize, note=lambda line: print(line, file=sys.stderr))
+                              optimize=not args.no_optimize, note=note)
     source = {"framework": "tensorflow", "file": Path(args.model).name, "format": model.kind, "layout": "nhwc"}
     return _save(args, graph, source, json_path, data_path)
 
@@ -295,17 +302,16 @@ def run_pytorch(args: argparse.Namespace) -> int:
     from pegasus.importers.pytorch.loader import declared_batches, import_pytorch, read_model
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     model_file, model = read_model(args.model)
-    inputs = args.inputs.split() if args.inputs else None
+    inputs = names(args.inputs)
     batches = declared_batches(model)
     if inputs:
         order = [n for n, _, _ in model.inputs]
         batches = [batches[order.index(n)] if n in order else None for n in inputs]
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, batches)
-    graph = import_pytorch((model_file, model), inputs=inputs, outputs=args.outputs.split() if args.outputs else None,
+    graph = import_pytorch((model_file, model), inputs=inputs, outputs=names(args.outputs),
                            input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list), name=name,
-                           optimize=not args.no_optimize, note=lambda line: print(line, file=sys.stderr))
+                           optimize=not args.no_optimize, note=note)
     source = {"framework": "pytorch", "file": Path(args.model).name, "format": model_file.kind, "layout": "nchw"}
     return _save(args, graph, source, json_path, data_path)
 
@@ -337,9 +343,8 @@ def run_caffe(args: argparse.Namespace) -> int:
     from pegasus.importers.caffe.loader import import_caffe
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     graph = import_caffe(args.model, args.weights, proto=args.proto, name=name, optimize=not args.no_optimize,
-                         note=lambda line: print(line, file=sys.stderr))
+                         note=note)
     source = {"framework": "caffe", "file": Path(args.model).name, "layout": "nchw"}
     if args.weights:
         source["weights"] = Path(args.weights).name
@@ -361,9 +366,8 @@ def run_darknet(args: argparse.Namespace) -> int:
     from pegasus.importers.darknet.loader import import_darknet
 
     json_path, data_path, name = output_paths(args)
-    check_target(json_path, "--output-model"), check_target(data_path, "--output-data")
     graph = import_darknet(args.model, args.weights, name=name, optimize=not args.no_optimize,
-                           note=lambda line: print(line, file=sys.stderr))
+                           note=note)
     source = {"framework": "darknet", "file": Path(args.model).name, "weights": Path(args.weights).name,
               "layout": "nchw"}
     return _save(args, graph, source, json_path, data_path)
