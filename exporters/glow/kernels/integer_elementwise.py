@@ -209,6 +209,18 @@ emitter("DtypeConverter")(identity)   # a float identity marking a precision bou
 SOFTMAX_QUOTIENT_BITS = 17
 
 
+def _row(b: ir.IRBuilder, x, base: Value, n: int, inner: int) -> tuple[Callable, Value]:
+    """One softmax row (``n`` elements ``inner`` apart from ``base``): a visitor over its flat indices, and its
+    largest value as i32."""
+    def along(visit: Callable[[Value], None]) -> None:
+        with for_range(b, n, name="j") as j:
+            visit(affine(b, 0, (base, 1), (j, inner)))
+
+    peak = Accumulator(b, load_as(b, x, base, DType.INT32))
+    along(lambda flat: peak.set(_max(b, peak.get(), load_as(b, x, flat, DType.INT32))))
+    return along, peak.get()
+
+
 @emitter("QSoftmax")
 def q_softmax(k: KernelContext) -> None:
     """Per row along ``axis``: m = max x; e = table[m - x] (two-level for int16, as the reference); total = Σ e (i64);
@@ -223,15 +235,7 @@ def q_softmax(k: KernelContext) -> None:
         return
     finish = _requantizer(a, y.element)
     with nest as (o, i):
-        base = affine(b, 0, (o, n * inner), (i, 1))
-
-        def along(visit: Callable[[Value], None]) -> None:
-            with for_range(b, n, name="j") as j:
-                visit(affine(b, 0, (base, 1), (j, inner)))
-
-        peak = Accumulator(b, load_as(b, x, base, DType.INT32))
-        along(lambda flat: peak.set(_max(b, peak.get(), load_as(b, x, flat, DType.INT32))))
-        m = peak.get()
+        along, m = _row(b, x, affine(b, 0, (o, n * inner), (i, 1)), n, inner)
 
         def exp_of(flat: Value) -> Value:
             d = b.sub(m, load_as(b, x, flat, DType.INT32))
@@ -299,15 +303,7 @@ def _tflite_softmax(k: KernelContext, axis: int) -> None:
     sixteen = table.type.rank == 2
     lo, hi = clamp_bounds(a)
     with nest as (o, i):
-        base = affine(b, 0, (o, n * inner), (i, 1))
-
-        def along(visit: Callable[[Value], None]) -> None:
-            with for_range(b, n, name="j") as j:
-                visit(affine(b, 0, (base, 1), (j, inner)))
-
-        peak = Accumulator(b, load_as(b, x, base, DType.INT32))
-        along(lambda flat: peak.set(_max(b, peak.get(), load_as(b, x, flat, DType.INT32))))
-        m = peak.get()
+        along, m = _row(b, x, affine(b, 0, (o, n * inner), (i, 1)), n, inner)
 
         def exp_of(flat: Value) -> Value:
             d = b.sub(m, load_as(b, x, flat, DType.INT32))
