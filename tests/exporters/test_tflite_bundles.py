@@ -18,6 +18,7 @@ from pegasus.quantized.rules.tflite import softmax16_tables, softmax_table
 from pegasus.runtime import interpreter
 from tests.exporters import toolchains
 from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.exporters.tflm import tflm_arena_bytes
 
 RNG = np.random.default_rng(41)
 INT32_MIN = -(1 << 31)
@@ -247,30 +248,6 @@ def test_model_bundle_equals_tflite_on_cortex_m(builder, cpu, lowered_models, tm
     outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
     for name in graph.outputs:
         np.testing.assert_array_equal(outputs[name], tflite[name], err_msg=name)
-
-
-def tflm_arena_bytes(path) -> int:
-    """TFLite Micro's arena total for the model: print_allocations() writes to C++ stderr, captured at fd 2."""
-    import os
-    import re
-    import sys
-    import tempfile
-
-    from tflite_micro.python.tflite_micro import runtime
-
-    interp = runtime.Interpreter.from_file(str(path), arena_size=4 << 20)
-    with tempfile.TemporaryFile() as capture:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(capture.fileno(), 2)
-        try:
-            interp.print_allocations()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        capture.seek(0)
-        text = capture.read().decode()
-    return int(re.search(r"Arena allocation total (\d+) bytes", text).group(1))
 
 
 def _ram_builders():
