@@ -177,6 +177,16 @@ def _model_info(name: str, graph: Graph, plan: MemoryPlan, idents: dict[str, str
     return lines + ["//"]
 
 
+def _overwrite_note(plan: MemoryPlan) -> list[str]:
+    """Exported with --reuse-input-memory: the inference overwrites its inputs (memory_plan.py)."""
+    if not plan.reuses_inputs:
+        return []
+    return ["// NOTE: exported with --reuse-input-memory: every tensor lives in",
+            '// "mutableWeight" (ACTIVATIONS_MEM_SIZE is 0) and the inference',
+            "// OVERWRITES the input placeholders: write the inputs again",
+            "// before every call."]
+
+
 def _static_api(upper: str, graph: Graph, plan: MemoryPlan, idents: dict[str, str]) -> list[str]:
     entries = [(idents[tensor], loc.offset) for tensor, loc in placeholders(graph, plan)]
     width = max((len(ident) for ident, _ in entries), default=0)
@@ -220,7 +230,7 @@ def render_header(name: str, graph: Graph, plan: MemoryPlan, api: str) -> str:
         RULE, "//                          Bundle API", RULE,
         *_model_info(name, graph, plan, idents),
         '// NOTE: Placeholders are allocated within the "mutableWeight"',
-        "// buffer and are identified using an offset relative to base.", RULE,
+        "// buffer and are identified using an offset relative to base.", *_overwrite_note(plan), RULE,
         "#ifdef __cplusplus", 'extern "C" {', "#endif", "", *model_api,
         "// Bundle entry point (inference function). Returns 0",
         "// for correct execution or some error code otherwise.",
@@ -296,6 +306,7 @@ def render_main_c(name: str, graph: Graph, plan: MemoryPlan) -> str:
     outs = [n for n in dict.fromkeys(graph.outputs) if plan.locations[n].region == MUTABLE]
     return _template("main.c", {
         "NAME": name, "CONSTANT_SIZE": str(plan.constant_size), "MUTABLE_SIZE": str(plan.mutable_size),
+        "INPUTS_OVERWRITTEN": str(int(plan.reuses_inputs)),
         "ACTIVATIONS_SIZE": str(plan.activations_size), "ALIGN": str(ALIGN),
         "NUM_INPUTS": str(len(ins)), "NUM_OUTPUTS": str(len(outs)),
         "INPUTS": _placeholder_rows(graph, plan, ins), "OUTPUTS": _placeholder_rows(graph, plan, outs),

@@ -19,7 +19,15 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.kernels.conv import Epilogue, emit_conv
 from pegasus.exporters.glow.kernels.pool import emit_conv_pool
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, get_emitter, llvm_type, workspace_bytes
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    Stream,
+    TensorRef,
+    get_emitter,
+    llvm_type,
+    stream_of,
+    workspace_bytes,
+)
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.target import Target
@@ -65,7 +73,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
                               inbounds=True)
             args.append(builder.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer()))
         if workspace is not None:
-            args.append(builder.gep(entry.args[REGION_ARG[ACTIVATIONS]],
+            args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
         builder.call(layer, args)
         _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0)
@@ -154,3 +162,16 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
         if size:
             sizes[index] = size
     return sizes
+
+
+def layer_streams(graph: Graph, layers: list[Layer], target: Target) -> dict[int, Stream]:
+    """The layers whose kernel streams on ``target`` (``kernels.registry.streams``; fused layers do not)."""
+    found = {}
+    for index, unit in enumerate(layers):
+        if unit.fused:
+            continue
+        stream = stream_of(unit.nodes[0], [graph.type_of(n) if n else None for n in unit.inputs],
+                           [graph.type_of(n) if n else None for n in unit.outputs], target)
+        if stream is not None:
+            found[index] = stream
+    return found

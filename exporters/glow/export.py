@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pegasus.exporters.glow import bundle_files, memory_report
-from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_workspaces
+from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_streams, layer_workspaces
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers, single_layers
 from pegasus.exporters.glow.lower import lower_for_export
@@ -30,17 +30,19 @@ class BundleResult:
     report: str
 
 
-def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *,
-                  bundle_api: str = "static", fuse: bool = True, board=None) -> BundleResult:
+def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bundle_api: str = "static",
+                  fuse: bool = True, board=None, reuse_input_memory: bool = False) -> BundleResult:
     """Export ``graph`` as a bundle in ``out_dir``; ``fuse`` computes each convolution's element-wise and
     pooling consumers inside its loop nest (fuse.py), False generates one layer per node. With ``board``
     (pegasus.boards.Board) a bundle that does not fit it is refused before anything is written, and the
-    memory report ends with the fit."""
+    memory report ends with the fit. ``reuse_input_memory`` plans every tensor in the mutable region, over
+    the inputs once they are read: the inference overwrites them (memory_plan.py)."""
     check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
     graph = lower_for_export(graph)
     check_emitters(graph)
     layers = fuse_layers(graph) if fuse else single_layers(graph)
-    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target))
+    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
+                       reuse_input_memory)
     check_limits(graph, plan, target.address_bits)
     module = build_module(graph, plan, target, name)
     if bundle_api == "dynamic":

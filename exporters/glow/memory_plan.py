@@ -9,6 +9,25 @@
   input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
   greedy best-fit by size, largest first (the usual static planner of AOT compilers).
 
+Streaming layers: a layer whose kernel finishes its output positions in row-major order
+(``kernels.registry.Stream``) may write its output over an input that dies there, the output starting
+``delta`` bytes below the input. Output position p (``out_bytes`` each) is written after every read of
+the positions before it, and from then on the kernel reads only input positions from ``first(q)`` on for
+q >= p, where ``first(q)`` is q's window origin clamped into the input (flat, ``in_bytes`` each). So the
+writes never reach a byte still to be read when ``(p + 1) * out_bytes <= delta + min(first(q), q >= p) *
+in_bytes`` for every p (``overlap_bytes``: for a 3x3 stride-1 depthwise layer on 25x5x64 int8, 448 bytes —
+a row and two positions —, for a 1x1 stride-1 layer with Cout <= Cin, one output position). The pair then
+takes max(out, delta + in) bytes instead of out + in. The planner places such an output either clear of
+its input or at least ``delta`` below it, tries that spot (and the input's spot above a placed output)
+besides the first fit, and keeps the one that grows the region least; offsets may go below zero and are
+shifted at the end. A chain of streaming layers (a depthwise-separable network) thus slides downward by
+its deltas instead of taking two tensors at every layer.
+
+``reuse_input_memory`` (export glow --reuse-input-memory): the inputs, outputs and every other buffer are
+planned together in the mutable region (ACTIVATIONS_MEM_SIZE is 0), the inputs as buffers that die at
+their last use — so later tensors take their bytes and the inference overwrites the caller's inputs.
+TFLite Micro's arena does the same; Glow (the default) keeps the inputs intact.
+
 What a bundle can hold: the kernels index a tensor's elements, and the code offsets into each buffer, with
 signed 32-bit integers, so a tensor of more than 2**31 - 1 elements or bytes, or a buffer larger than that,
 is refused (``check_limits``), as are buffers adding up past a 32-bit CPU's 4 GiB address space.
@@ -27,8 +46,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
+from pegasus.exporters.glow.kernels.registry import Stream, strides_of
 from pegasus.ir.graph import Graph
 from pegasus.ops.registry import get_op
 
@@ -77,6 +99,7 @@ class MemoryPlan:
     activations_size: int
     buffers: list[Buffer] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)   # the units planned for, in execution order
+    reuses_inputs: bool = False   # every buffer in the mutable region, over the inputs (module docstring)
 
     def workspace_of(self, layer: Layer) -> Location | None:
         """Where ``layer``'s kernel scratch lies in the activations, if it has any."""
@@ -111,9 +134,10 @@ def _place_constants(graph: Graph) -> tuple[dict[str, Location], int]:
     return placed, offset  # the buffer itself is MEM_ALIGN-aligned by the caller; its size needs no padding
 
 
-def _group_buffers(graph: Graph, layers: list[Layer]) -> dict[str, Buffer]:
+def _group_buffers(graph: Graph, layers: list[Layer], reuse_inputs: bool) -> dict[str, Buffer]:
     """Map every tensor a layer reads or writes (but constants) to its buffer (aliases and in-place
-    writes share one); buffer lifetimes are layer indices."""
+    writes share one); buffer lifetimes are layer indices. An in-place write over a graph input only with
+    ``reuse_inputs``."""
     placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
     last_use: dict[str, int] = {}
     for index, layer in enumerate(layers):
@@ -142,8 +166,8 @@ def _group_buffers(graph: Graph, layers: list[Layer]) -> dict[str, Buffer]:
             if can_share and opdef.alias:
                 pass
             elif (can_share and opdef.inplace and last_use.get(source) == index and source not in graph.outputs
-                  and not any(t in graph.inputs for t in shared.tensors)):  # the caller's input stays intact
-                pass
+                  and (reuse_inputs or not any(t in graph.inputs for t in shared.tensors))):
+                pass   # (without reuse_inputs the caller's input stays intact)
             else:
                 shared = None
             if shared is None:
@@ -163,41 +187,180 @@ def workspace_name(layer: Layer) -> str:
     return f"{layer.nodes[0].name}:workspace"
 
 
-def plan_memory(graph: Graph, layers: list[Layer] | None = None,
-                workspaces: dict[int, int] | None = None) -> MemoryPlan:
+def overlap_bytes(stream: Stream) -> int:
+    """The least ``offset(input) - offset(output)`` at which a streaming layer may write its output over its
+    input (module docstring): max over output positions p of (p + 1) * out_bytes - min(first(q), q >= p) *
+    in_bytes."""
+    axes = stream.axes
+    origins = np.meshgrid(*[np.maximum(0, np.arange(axis.out, dtype=np.int64) * axis.stride - axis.pad)
+                            for axis in axes], indexing="ij")
+    first = sum(origin * stride for origin, stride in zip(origins, strides_of(tuple(a.size for a in axes))))
+    still_read = np.minimum.accumulate(np.ravel(first)[::-1])[::-1]
+    written = np.arange(1, still_read.size + 1, dtype=np.int64) * stream.out_bytes
+    return max(0, int(np.max(written - still_read * stream.in_bytes)))
+
+
+def _overlaps(graph: Graph, layers: list[Layer], of: dict[str, Buffer], streams: dict[int, Stream],
+              movable_placeholders: bool) -> dict[tuple[int, int], int]:
+    """{(id(output buffer), id(input buffer)): least delta, aligned} for the streaming layers whose first
+    input's buffer dies there, read by no other input of the layer, and whose output's buffer starts there
+    (placeholders only when they are planned with the rest, ``movable_placeholders``)."""
+    links = {}
+    for index, stream in streams.items():
+        layer = layers[index]
+        source, out = layer.inputs[0], layer.outputs[0]
+        read, written = of.get(source), of.get(out)
+        if read is None or written is None or read is written or read.end != index or written.start != index:
+            continue
+        if written.tensors[0] != out or any(name in read.tensors for name in layer.present_inputs()[1:]):
+            continue
+        if not movable_placeholders and (read.placeholder or written.placeholder):
+            continue
+        links[(id(written), id(read))] = align(overlap_bytes(stream))
+    return links
+
+
+Group = list[tuple[Buffer, int]]   # buffers placed together, at offsets relative to the group's
+
+
+class _Placer:
+    """Offsets for buffers that must not share a byte while both live, but where the streaming ``links``
+    allow ({(id(output buffer), id(input buffer)): least delta}): offsets may go below zero (``bottom``)."""
+
+    def __init__(self, links: dict[tuple[int, int], int]) -> None:
+        self.links = links
+        self.partners: dict[int, list[Buffer]] = {}
+        self.placed: list[tuple[Buffer, int]] = []
+        self.at: dict[int, int] = {}
+        self.bottom = self.top = 0
+
+    def refused(self, group: Group) -> list[tuple[int, int]]:
+        """(lo, hi): the group's offset must be <= lo or >= hi, for each placed buffer a member meets."""
+        refused = []
+        for buffer, rel in group:
+            for other, at in self.placed:
+                if other.start > buffer.end or buffer.start > other.end:
+                    continue
+                lo = at - self.links.get((id(buffer), id(other)), buffer.size)   # written over ``other``
+                hi = at + self.links.get((id(other), id(buffer)), other.size)    # ``other`` written over it
+                refused.append((lo - rel, hi - rel))
+        return sorted(refused)
+
+    def spots(self, group: Group) -> list[int]:
+        """The group's lowest fitting offset (first fit), then the fitting ones next to placed partners."""
+        refused = self.refused(group)
+        offset = self.bottom - min(rel for _, rel in group)
+        for lo, hi in refused:
+            if offset <= lo:
+                break
+            offset = max(offset, align(hi))
+        spots = [offset]
+        for buffer, rel in group:
+            for other in self.partners.get(id(buffer), []):
+                if id(other) in self.at:
+                    below = (id(buffer), id(other)) in self.links
+                    delta = self.links[(id(buffer), id(other))] if below else self.links[(id(other), id(buffer))]
+                    spots.append(self.at[id(other)] + (-delta if below else delta) - rel)
+        return [spots[0]] + [at for at in spots[1:] if all(at <= lo or at >= hi for lo, hi in refused)]
+
+    def put(self, group: Group, offset: int) -> None:
+        for buffer, rel in group:
+            self.placed.append((buffer, offset + rel))
+            self.at[id(buffer)] = offset + rel
+            self.bottom, self.top = min(self.bottom, offset + rel), max(self.top, offset + rel + buffer.size)
+
+    def undo(self, count: int, bottom: int, top: int) -> None:
+        for buffer, _ in self.placed[count:]:
+            del self.at[id(buffer)]
+        del self.placed[count:]
+        self.bottom, self.top = bottom, top
+
+    def best(self, group: Group) -> int:
+        """The group's spot that grows the region least (ties: the first fit)."""
+        def size_after(offset: int) -> int:
+            return max(self.top, max(offset + rel + b.size for b, rel in group)) - min(
+                self.bottom, min(offset + rel for _, rel in group))
+        return min(self.spots(group), key=size_after)
+
+    def place(self, buffer: Buffer) -> None:
+        """``buffer``, and with it its unplaced streaming partners: the buffer at each of its spots, or tied to
+        one partner (the output ``delta`` below the input) at that pair's first fit, each partner then at its
+        best spot; keeps the choice that grows the region least."""
+        waiting = [other for other in self.partners.get(id(buffer), []) if id(other) not in self.at]
+        starts = [[(buffer, 0)]]
+        for other in waiting:
+            out, source = (buffer, other) if (id(buffer), id(other)) in self.links else (other, buffer)
+            starts.append([(out, 0), (source, self.links[(id(out), id(source))])])
+        mark = (len(self.placed), self.bottom, self.top)
+        best = None
+        for group in starts:
+            for offset in self.spots(group):
+                self.put(group, offset)
+                steps = [(group, offset)]
+                for other in waiting:
+                    if id(other) not in self.at:
+                        steps.append(([(other, 0)], self.best([(other, 0)])))
+                        self.put(*steps[-1])
+                if best is None or self.top - self.bottom < best[0]:
+                    best = (self.top - self.bottom, steps)
+                self.undo(*mark)
+        for step in best[1]:
+            self.put(*step)
+
+
+def _place(buffers: list[Buffer], links: dict[tuple[int, int], int]) -> tuple[dict[int, int], int]:
+    """Offsets (by id) of ``buffers``, largest first, and the region's size (module docstring)."""
+    placer = _Placer(links)
+    for out, source in links:
+        placer.partners.setdefault(out, [])
+        placer.partners.setdefault(source, [])
+    by_id = {id(b): b for b in buffers}
+    for out, source in links:
+        placer.partners[out].append(by_id[source])
+        placer.partners[source].append(by_id[out])
+    for buffer in sorted(buffers, key=lambda b: (-b.size, b.start, b.tensors[0])):
+        if id(buffer) not in placer.at:
+            placer.place(buffer)
+    return {key: at - placer.bottom for key, at in placer.at.items()}, align(placer.top - placer.bottom)
+
+
+def plan_memory(graph: Graph, layers: list[Layer] | None = None, workspaces: dict[int, int] | None = None,
+                streams: dict[int, Stream] | None = None, reuse_input_memory: bool = False) -> MemoryPlan:
     """Plan ``graph`` run as ``layers`` (default: one layer per node, unfused); ``workspaces`` gives the
-    scratch bytes of layers (by index) whose kernels need some."""
+    scratch bytes of layers (by index) whose kernels need some, ``streams`` the layers (by index) whose
+    kernels stream (``kernels.registry.Stream``); ``reuse_input_memory`` plans every buffer in the mutable
+    region, the inputs' bytes reused once they are read (module docstring)."""
     layers = single_layers(graph) if layers is None else layers
     constant_locations, constant_size = _place_constants(graph)
     placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
     mutable_locations, mutable_size = _stack(placeholders, {n: graph.type_of(n).nbytes for n in placeholders},
                                              MUTABLE)
     locations = {**constant_locations}
-    of = _group_buffers(graph, layers)
+    of = _group_buffers(graph, layers, reuse_input_memory)
     buffers = list({id(b): b for b in of.values()}.values())
+    if reuse_input_memory:   # a placeholder no layer writes (fed by a constant) lives throughout
+        buffers += [Buffer([name], graph.type_of(name).nbytes, -1, len(layers), name)
+                    for name in placeholders if name not in of]
     buffers += [Buffer([workspace_name(layers[index])], size, index, index, workspace=True)
                 for index, size in sorted((workspaces or {}).items()) if size]
-    placed: list[tuple[Buffer, int]] = []
-    for buffer in sorted(buffers, key=lambda b: (-b.size, b.start, b.tensors[0])):
-        if buffer.placeholder:
+    links = _overlaps(graph, layers, of, streams or {}, reuse_input_memory)
+    movable = [b for b in buffers if reuse_input_memory or not b.placeholder]
+    offsets, size = _place(movable, links)
+    region = MUTABLE if reuse_input_memory else ACTIVATIONS
+    for buffer in buffers:
+        if id(buffer) in offsets:
+            for name in buffer.tensors:
+                locations[name] = Location(region, offsets[id(buffer)], buffer.size if buffer.workspace else
+                                           graph.type_of(name).nbytes)
+        else:
             base = mutable_locations[buffer.placeholder]
             for name in buffer.tensors:
                 locations[name] = Location(MUTABLE, base.offset, graph.type_of(name).nbytes)
-            continue
-        offset = 0
-        clashes = sorted((off, off + b.size) for b, off in placed if b.start <= buffer.end and buffer.start <= b.end)
-        for lo, hi in clashes:
-            if offset + buffer.size <= lo:
-                break
-            offset = max(offset, align(hi))
-        placed.append((buffer, offset))
-        for name in buffer.tensors:
-            locations[name] = Location(ACTIVATIONS, offset, buffer.size if buffer.workspace else
-                                       graph.type_of(name).nbytes)
-    activations_size = align(max((off + b.size for b, off in placed), default=0))
+    if reuse_input_memory:
+        mutable_size, size = size, 0
     for name in placeholders:  # placeholders fed straight from a constant or another placeholder
         locations.setdefault(name, mutable_locations[name])
-    return MemoryPlan(locations, constant_size, mutable_size, activations_size, buffers, layers)
+    return MemoryPlan(locations, constant_size, mutable_size, size, buffers, layers, reuse_input_memory)
 
 
 def oversized_tensors(graph: Graph) -> list[str]:

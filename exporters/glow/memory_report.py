@@ -81,8 +81,9 @@ def _table(rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
 
 
 def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dict[str, int]]) -> str:
+    mutable = "Input/Output + activations" if plan.reuses_inputs else "Input/Output"
     rows = [("Weights", "CONSTANT_MEM_SIZE", plan.constant_size, "Flash, or RAM when copied there"),
-            ("Input/Output", "MUTABLE_MEM_SIZE", plan.mutable_size, "RAM"),
+            (mutable, "MUTABLE_MEM_SIZE", plan.mutable_size, "RAM"),
             ("Activations", "ACTIVATIONS_MEM_SIZE", plan.activations_size, "RAM"),
             ("Code", f".text + .rodata of {name}.o", sizes.code_size, "Flash")]
     if sizes.data:
@@ -99,6 +100,8 @@ def _text(name: str, plan: MemoryPlan, sizes: ObjectSizes, totals: dict[str, dic
         "(weights in Flash: declare the constantWeight array const). The three buffers are the header's",
         "*_MEM_SIZE values, each allocated 64-byte aligned.",
         f"Code counts these sections of {name}.o: {_listing(sizes.code)}.",
+        *(["--reuse-input-memory: every tensor lives in the mutable buffer and the inference OVERWRITES the "
+           "inputs (write them again before each call)."] if plan.reuses_inputs else []),
         _workspace_line(plan),
         "Not counted: the application around the bundle (startup, C library, stack, I/O), alignment padding",
         f"added by the linker, and other sections of {name}.o: {_listing(sizes.other)}.",
@@ -112,7 +115,8 @@ def _workspace_line(plan: MemoryPlan) -> str:
     if not workspaces:
         return "Kernel scratch: none (the layers keep their state in registers)."
     layer, size = max(workspaces.items(), key=lambda item: item[1])
-    return (f"Kernel scratch of {len(workspaces)} layers is planned inside the activations, the largest "
+    where = "the mutable buffer" if plan.reuses_inputs else "the activations"
+    return (f"Kernel scratch of {len(workspaces)} layers is planned inside {where}, the largest "
             f"{size:,} bytes ({layer}).")
 
 
@@ -126,7 +130,7 @@ def memory_report(name: str, plan: MemoryPlan, object_bytes: bytes) -> tuple[str
         "code": sizes.code_size, "code_sections": dict(sorted(sizes.code.items())),
         "data": sizes.data_size, "data_sections": dict(sorted(sizes.data.items())),
         "not_counted_sections": dict(sorted(sizes.other.items())),
-        "kernel_workspaces": plan.workspaces(),
+        "kernel_workspaces": plan.workspaces(), "inputs_overwritten": plan.reuses_inputs,
         **totals,
     }
     return _text(name, plan, sizes, totals), json.dumps(report, indent=2) + "\n"

@@ -32,6 +32,7 @@ class QAddRescaled(OpDef):
     name = "QAddRescaled"
     num_inputs = (2, 2)
     elementwise = True
+    inplace = True   # Y may take A's bytes when A dies here: each element of A is read before Y's is written
 
     @dataclass(frozen=True)
     class Attrs(RequantAttrs):

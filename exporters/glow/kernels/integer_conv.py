@@ -12,6 +12,9 @@ operands, accumulators and requantisation of integer_dot.py, channels first or c
 A channels-last layer runs natively when its weights are constants, re-laid at export for its kernel
 (``pack_weights``); one with computed weights runs channels first between transposes
 (exporters/glow/lower.py).
+
+Both channels-last kernels stream (``qconv_stream``): the output positions are finished in row-major order,
+so the memory planner may write a layer's output over its dying input.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from pegasus.exporters.glow.kernels.conv import weights_known
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, pack_weights
 from pegasus.exporters.glow.kernels.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer_im2col import qconv_im2col
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter, packer, piece, workspace
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    Stream,
+    emitter,
+    packer,
+    piece,
+    streams,
+    workspace,
+)
 from pegasus.ir.graph import Graph, Node
 
 
@@ -43,6 +54,24 @@ def pack_qconv(node: Node, graph: Graph) -> dict[int, np.ndarray]:
 def qconv_workspace(k: KernelContext) -> int:
     cp = conv_plan(k)
     return piece(cp.buffer_bytes) if kernel_of(cp) is qconv_im2col else 0
+
+
+@streams("QConv")
+def qconv_stream(k: KernelContext) -> Stream | None:
+    """A channels-last layer of batch 1 streams in both of its kernels (their loop nests, read for this):
+    ``qconv_depthwise_last`` loops over the positions in row-major order, each position's channel blocks
+    read and written before the next position; ``qconv_im2col`` copies the receptive fields of a tile of
+    consecutive positions into its workspace before writing any output of the tile — but loops over the
+    groups outside the positions, so only a layer of one group streams. Its border loads clamp a padding
+    tap into the input and discard the value."""
+    cp = conv_plan(k)
+    kernel = kernel_of(cp)
+    if not cp.channels_last or cp.x.shape[0] != 1 or (kernel is qconv_im2col and cp.group != 1):
+        return None
+    if kernel not in (qconv_depthwise_last, qconv_im2col):
+        return None
+    return Stream(tuple(cp.axes), cp.xa.channels * cp.x.type.dtype.itemsize,
+                  cp.ya.channels * cp.y.type.dtype.itemsize)
 
 
 @emitter("QConv", channels_last=weights_known)

@@ -15,6 +15,11 @@ emitter computes in that layout (True, or a per-layer predicate); a kernel that 
 weights in another order registers a ``@packer`` that re-lays them, which the exporter applies before
 code generation (exporters/glow/lower.py). Other channels-last layers run channels first, between
 transposes.
+
+A kernel that finishes its output positions in row-major order, reading only the inputs of the positions it
+has not finished, declares it with ``@streams("QConv")``: a function of the same context as a workspace size
+returning the layer's ``Stream`` (or None when this layer's loops do not stream). The memory planner may then
+write the layer's output over the bytes of an input that dies there (exporters/glow/memory_plan.py).
 """
 
 from __future__ import annotations
@@ -216,14 +221,55 @@ def workspace(*ops: str) -> Callable[[Sizer], Sizer]:
     return decorate
 
 
+def _sizing_context(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
+                    target: Any) -> KernelContext:
+    """A context without builder or pointers: what a workspace size or a stream is decided from."""
+    refs = [[TensorRef(None, t) if t is not None else None for t in types] for types in (types_in, types_out)]
+    return KernelContext(node, node.attrs, None, refs[0], refs[1], None, target)
+
+
 def workspace_bytes(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
                     target: Any) -> int:
     """The workspace ``node``'s emitter needs on ``target`` (0 for ops without one)."""
     import pegasus.exporters.glow.kernels  # noqa: F401
 
     sizer = _WORKSPACES.get(node.op)
-    if sizer is None:
-        return 0
-    refs = [[TensorRef(None, t) if t is not None else None for t in types] for types in (types_in, types_out)]
-    return sizer(KernelContext(node, node.attrs, None, refs[0], refs[1], None, target))
+    return 0 if sizer is None else sizer(_sizing_context(node, types_in, types_out, target))
+
+
+@dataclass(frozen=True)
+class Stream:
+    """How a streaming kernel walks its layer's first input X and first output Y, both (1, D1..Dn, C) with the
+    positions in row-major order: output position o (along each axis of ``axes``, conv.py's ``Axis``) reads
+    only input positions from ``max(0, o * stride - pad)`` on along every axis, and the kernel finishes the
+    positions in order — once it writes a byte of output position p (``out_bytes`` each), it reads only
+    inputs that positions p and later read (``in_bytes`` per input position). A load whose value is thrown
+    away (a padding tap clamped into the input) does not count as a read."""
+
+    axes: tuple[Any, ...]
+    in_bytes: int
+    out_bytes: int
+
+
+Streamer = Callable[[KernelContext], Stream | None]
+_STREAMS: dict[str, Streamer] = {}
+
+
+def streams(*ops: str) -> Callable[[Streamer], Streamer]:
+    """Register ``fn(context) -> Stream | None``: whether (and how) the emitter of ``ops`` streams a layer
+    (the context is a workspace sizer's: types and target only)."""
+    def decorate(fn: Streamer) -> Streamer:
+        for op in ops:
+            _STREAMS[op] = fn
+        return fn
+    return decorate
+
+
+def stream_of(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
+              target: Any) -> Stream | None:
+    """The ``Stream`` of ``node``'s emitter on ``target``, None when it does not stream."""
+    import pegasus.exporters.glow.kernels  # noqa: F401
+
+    streamer = _STREAMS.get(node.op)
+    return None if streamer is None else streamer(_sizing_context(node, types_in, types_out, target))
 

@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow import bundle_files, memory_report
-from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_workspaces
+from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_streams, layer_workspaces
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
@@ -52,12 +52,15 @@ class InstrumentedBundle:
     dumps: list[tuple[int, str, str, int, int]]   # (probe, tensor, region, offset, size) of each layer output
 
 
-def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target) -> InstrumentedBundle:
-    """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``."""
+def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
+                        reuse_input_memory: bool = False) -> InstrumentedBundle:
+    """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
+    planned as export_bundle plans it."""
     graph = lower_for_export(graph)
     check_emitters(graph)
     layers = fuse_layers(graph)
-    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target))
+    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
+                       reuse_input_memory)
     check_limits(graph, plan, target.address_bits)
     module = build_module(graph, plan, target, name)
     probes = _insert_probes(module, name)

@@ -9,6 +9,9 @@
  * (default 1); the program prints the top-5 (index: score) of every output and the time per
  * inference, and with -o writes the raw bytes of all outputs, one after another, to OUTPUT.bin.
  *
+ * A bundle exported with --reuse-input-memory overwrites its inputs: this program then keeps a copy of the
+ * mutable buffer as read and puts the inputs back before every run (the copy is timed with the runs).
+ *
  * The three bundle buffers are static arrays aligned as the bundle asks: no heap is used. Sizes and
  * offsets are written out below as numbers, so this program builds with the static and the dynamic
  * API alike; they are the values of @NAME@.h (static API) and of @NAME@_config (dynamic API).
@@ -27,6 +30,7 @@
 #define MUTABLE_MEM_SIZE @MUTABLE_SIZE@
 #define ACTIVATIONS_MEM_SIZE @ACTIVATIONS_SIZE@
 #define MEM_ALIGN @ALIGN@
+#define INPUTS_OVERWRITTEN @INPUTS_OVERWRITTEN@
 
 /* A zero-sized region still gets one byte: C has no empty arrays. */
 #define AT_LEAST_ONE(size) ((size) > 0 ? (size) : 1)
@@ -37,6 +41,9 @@ GLOW_MEM_ALIGN(MEM_ALIGN)
 static uint8_t mutableWeight[AT_LEAST_ONE(MUTABLE_MEM_SIZE)];
 GLOW_MEM_ALIGN(MEM_ALIGN)
 static uint8_t activations[AT_LEAST_ONE(ACTIVATIONS_MEM_SIZE)];
+#if INPUTS_OVERWRITTEN
+static uint8_t saved_inputs[AT_LEAST_ONE(MUTABLE_MEM_SIZE)];  /* the mutable buffer as the inputs were read */
+#endif
 
 enum ElemKind { K_F32, K_F64, K_F16, K_I8, K_U8, K_I16, K_U16, K_I32, K_U32, K_I64, K_U64, K_BOOL };
 
@@ -284,9 +291,17 @@ int main(int argc, char **argv) {
   for (i = 0; i < NUM_INPUTS; i++) {
     if (read_input(files[i], &inputs[i])) return 1;
   }
+#if INPUTS_OVERWRITTEN
+  memcpy(saved_inputs, mutableWeight, MUTABLE_MEM_SIZE);
+#endif
   start = now_ms();
   for (run = 0; run < runs; run++) {
-    int status = @NAME@(constantWeight, mutableWeight, activations);
+    int status;
+#if INPUTS_OVERWRITTEN
+    for (i = 0; i < NUM_INPUTS; i++)
+      memcpy(GLOW_GET_ADDR(mutableWeight, inputs[i].offset), saved_inputs + inputs[i].offset, inputs[i].bytes);
+#endif
+    status = @NAME@(constantWeight, mutableWeight, activations);
     if (status != GLOW_SUCCESS) {
       fprintf(stderr, "error: bundle returned %d\n", status);
       return 1;
