@@ -29,7 +29,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, intrinsic, llvm_type
 from pegasus.exporters.glow.llvm.loops import for_range
 from pegasus.ir.dtypes import DType
 
@@ -41,14 +41,6 @@ UNSIGNED = (DType.BOOL, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64)
 def compute_dtype(dtype: DType) -> DType:
     """The dtype a kernel computes in: float16 is widened to float32 (like NumPy's float16 loops)."""
     return DType.FLOAT32 if dtype is DType.FLOAT16 else dtype
-
-
-def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    """An LLVM intrinsic by full name (``llvm.fabs.f32``), declared once per module. Only intrinsics that
-    every target expands inline are used (no library calls)."""
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(ret, args), name=name)
 
 
 def _int_const(dtype: DType, value: Any) -> ir.Constant:

@@ -177,13 +177,16 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
                 b.store(b.add(b.load(slot), b.mul(xs, ws)), slot)
 
         taps(body)
+        terms, places = [], []
         for slot, (offset, width) in zip(slots, widths):
             sums = b.load(slot)
             for lane in range(width):
                 chan = affine(b, offset + lane, (m0, 1))
                 bias = None if cp.bias is None else cp.bias.load(b, chan)
-                value = rq(b, b.extract_element(sums, const(lane)), chan, bias)
-                cp.y.store(b, value, affine(b, offset + lane, (y_base, 1), (m0, 1)))
+                terms.append((b.extract_element(sums, const(lane)), chan, bias))
+                places.append(offset + lane)
+        for place, value in zip(places, rq.many(b, terms)):
+            cp.y.store(b, value, affine(b, place, (y_base, 1), (m0, 1)))
 
     with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in axes)], names="nabcdefg") as (batch, *coords):
         origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]

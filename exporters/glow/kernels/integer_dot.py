@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.elementwise import intrinsic
 from pegasus.exporters.glow.kernels.linear import simd_of
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, llvm_type
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, intrinsic, llvm_type
 from pegasus.exporters.glow.kernels.requant import (
+    I8,
     I32,
     I64,
     channel_table,
@@ -134,23 +134,46 @@ def acc_bound(mac: Mac, bias: TensorRef | None) -> int:
     return mac.depth * mac.x.magnitude * mac.w.magnitude + bias_bound
 
 
+#: Per-channel shift tables of the narrow form hold S - base as bytes: base per rounding.
+NARROW_BASE = {"tflite": 32, "half_up": 33}
+
+
+def narrow_pairs(rounding: str, multipliers: list[int], shifts: list[int]) -> list[tuple[int, int]] | None:
+    """The (M, S) pairs of ``Requant``'s narrow form, or None when a channel has no such pair: ``tflite``
+    needs 0 <= M < 2**31 and 32 <= S <= 61 (a right shift e = S - 31 of 1..30 after SRDHM); ``half_up`` needs
+    S >= 33 — a smaller S is raised with M scaled by the same power of two while M stays below 2**31 — and
+    S <= 64."""
+    if rounding == "tflite":
+        ok = all(0 <= m < (1 << 31) and 32 <= s <= 61 for m, s in zip(multipliers, shifts))
+        return list(zip(multipliers, shifts)) if ok else None
+    if rounding != "half_up":
+        return None
+    pairs = [(m << max(0, 33 - s), max(33, s)) for m, s in zip(multipliers, shifts)]
+    return pairs if all(0 <= m < (1 << 31) and s <= 64 for m, s in pairs) else None
+
+
 class Requant:
-    """The op's requantisation of a 64-bit accumulator, per tensor or per output channel.
+    """The op's requantisation of an accumulator plus bias, per tensor or per output channel.
 
-    Per-channel shifts are table values, and a 64-bit shift by a variable amount is a dozen instructions
-    on 32-bit CPUs. When every shift S is at least 33 (the usual case: M has 31 bits; a smaller S is
-    raised to 33 with M scaled by the same power of two, when M stays below 2**31) and nothing can
-    overflow, the rule is computed from the high word of the product instead, exactly: with
-    acc * M = hi * 2**32 + lo (0 <= lo < 2**32) and t = S - 32 >= 1,
-    floor((acc * M + 2**(S-1)) / 2**S) = floor((hi + 2**(t-1)) / 2**t) = ((hi >> (t-1)) + 1) >> 1
-    — the low word cannot carry into a multiple of 2**32 that the half already is, and halving
-    floor(hi / 2**(t-1)) + 1 rounds the same way. The table holds t - 1; the result has at most 31 bits,
-    so the zero point and the clamp are 32-bit too. Otherwise (and per tensor, where the shift is a
-    constant) requant.py's 64-bit form is used as it is.
+    Narrow form (the usual case: i32 accumulator and bias, ``narrow_pairs``): the sum x = acc + bias is taken
+    in 32 bits with an overflow check, and the rule is computed from the high word of x * M — one SMMUL or
+    SMMULR on Arm with the DSP extension — instead of 64-bit arithmetic; when the 32-bit sums overflow (a
+    bias near 2**31), a branch the code takes never for real layers computes the 64-bit rule. Both are exact:
 
-    The op's ``rounding`` is honoured: ``tflite_wide`` is the ``half_up`` rule of its reduced multipliers
-    (requant.wide_multiplier), high-word form included; ``tflite`` is requant.tflite_scale's SRDHM and
-    RoundingDivideByPOT (no high-word form), with constants or per-channel tables.
+    - ``half_up`` with S = 32 + t, t >= 1, acc * M = hi * 2**32 + lo (0 <= lo < 2**32):
+      floor((x * M + 2**(S-1)) / 2**S) = floor((hi + 2**(t-1)) / 2**t) = ((hi >> (t-1)) + 1) >> 1
+      (the low word cannot carry past the half; |hi| < 2**30, so nothing overflows);
+    - ``tflite`` (MultiplyByQuantizedMultiplier with S = 31 + e, 1 <= e <= 30): SRDHM(x, M) = floor((x*M +
+      2**30) / 2**31) — gemmlowp's sign-dependent nudge and truncating division give the same value — which is
+      SMMULR(2x, M) = floor((2x*M + 2**31) / 2**32) when 2x fits in 32 bits (checked too); then
+      RoundingDivideByPOT(y, e) = floor((y - [y < 0] + 2**(e-1)) / 2**e) = (((y + (y >> 31)) >> (e-1)) + 1) >> 1
+      (|y| <= 2**30, so nothing overflows).
+
+    A 64-bit accumulator (or bias) with narrow ``half_up`` pairs takes the same high-word form when its
+    product cannot overflow (``high_word``); otherwise the rule is requant.py's 64-bit form — whose shift by
+    a table value is a dozen instructions on 32-bit CPUs. ``tflite_wide`` is the ``half_up`` rule of
+    its reduced multipliers (requant.wide_multiplier); ``tflite`` is requant.tflite_scale's SRDHM and
+    RoundingDivideByPOT.
     """
 
     def __init__(self, module: ir.Module, attrs, out: TensorRef, name: str, bound: int):
@@ -164,47 +187,140 @@ class Requant:
             self.rounding = "half_up"
         self.multiplier: int | ir.GlobalVariable = multipliers[0]
         self.shift: int | ir.GlobalVariable = shifts[0]
-        self.saturate = any(m == INT32_MIN for m in multipliers)
         self.high_word = False
-        if len(multipliers) == 1:
+        self.saturate = any(m == INT32_MIN for m in multipliers)
+        self.narrow = (1 << 30) + 1 + abs(self.zero_point) < (1 << 31) and narrow_pairs(
+            self.rounding, multipliers, shifts)
+        if not self.narrow:
+            if len(multipliers) > 1:
+                fits = all(-(1 << 31) <= m < (1 << 31) for m in multipliers)
+                self.multiplier = channel_table(module, f"{name}_multiplier", tuple(multipliers), I32 if fits else I64)
+                self.shift = channel_table(module, f"{name}_shift", tuple(shifts))
             return
-        # (M * 2**j, S + j) is the same rule as (M, S): both halves of the fraction scale by 2**j
-        wide = [(m << max(0, 33 - s), max(33, s)) if m >= 0 else (m, s) for m, s in zip(multipliers, shifts)]
-        self.high_word = (self.rounding == "half_up" and all(0 <= m < (1 << 31) for m, _ in wide)
-                          and bound * max(m for m, _ in wide) + (1 << (max(s for _, s in wide) - 1)) < (1 << 63)
-                          and (1 << 30) + 1 + abs(self.zero_point) < (1 << 31))
-        if self.high_word:
-            self.multiplier = channel_table(module, f"{name}_multiplier", tuple(m for m, _ in wide))
-            self.shift = channel_table(module, f"{name}_shift", tuple(s - 33 for _, s in wide))
-            return
-        narrow = all(-(1 << 31) <= m < (1 << 31) for m in multipliers)
-        self.multiplier = channel_table(module, f"{name}_multiplier", tuple(multipliers), I32 if narrow else I64)
-        self.shift = channel_table(module, f"{name}_shift", tuple(shifts))
+        # a 64-bit accumulator's half_up high word stays exact while its product cannot overflow
+        self.high_word = (self.rounding == "half_up" and bound * max(m for m, _ in self.narrow)
+                          + (1 << (max(s for _, s in self.narrow) - 1)) < (1 << 63))
+        base = NARROW_BASE[self.rounding]
+        if len(self.narrow) == 1:
+            self.multiplier, self.shift = self.narrow[0][0], self.narrow[0][1] - base
+        else:
+            self.multiplier = channel_table(module, f"{name}_multiplier", tuple(m for m, _ in self.narrow))
+            self.shift = channel_table(module, f"{name}_shift", tuple(s - base for _, s in self.narrow), I8)
 
     def __call__(self, b: ir.IRBuilder, acc: Value, channel: Value, bias: Value | None = None) -> Value:
-        """The output of ``acc`` + ``bias`` (a loaded value, added in 64 bits as the reference does) for
-        ``channel``."""
-        multiplier, shift = (value if isinstance(value, int) else load_channel(b, value, channel)
-                             for value in (self.multiplier, self.shift))
-        if bias is not None:
-            acc = b.add(widen(b, acc, I64, True), widen(b, bias, I64, True))
-        if not self.high_word:
+        """The output of ``acc`` + ``bias`` (a loaded value, added exactly as the reference does: in 64 bits)
+        for ``channel``."""
+        return self.many(b, [(acc, channel, bias)])[0]
+
+    def many(self, b: ir.IRBuilder, items: list[tuple[Value, Value, Value | None]]) -> list[Value]:
+        """The outputs of several (acc, channel, bias): in the narrow form with one overflow branch for all
+        of them, so the sums are all formed before it (none is kept across blocks)."""
+        loaded = [(acc, *self._parameters(b, channel), bias) for acc, channel, bias in items]
+        if not self.narrow or not all(acc.type.width == 32 and (bias is None or bias.type.width == 32)
+                                      for acc, _, _, bias in loaded):
+            return [self._one(b, *item) for item in loaded]
+        if self.rounding != "tflite" and all(bias is None for *_, bias in loaded):
+            return [self._narrow(b, acc, bias, multiplier, shift, None) for acc, multiplier, shift, bias in loaded]
+        wide = b.append_basic_block("rq.wide")
+        fast = [self._narrow(b, acc, bias, multiplier, shift, wide) for acc, multiplier, shift, bias in loaded]
+        join = b.append_basic_block("rq.join")
+        quick = b.block
+        b.branch(join)
+        b.position_at_end(wide)
+        slow = [self._wide(b, acc, bias, multiplier, shift) for acc, multiplier, shift, bias in loaded]
+        wide_end = b.block
+        b.branch(join)
+        b.position_at_end(join)
+        results = []
+        for value, other in zip(fast, slow):
+            phi = b.phi(value.type)
+            phi.add_incoming(value, quick)
+            phi.add_incoming(other, wide_end)
+            results.append(phi)
+        return results
+
+    def _parameters(self, b: ir.IRBuilder, channel: Value) -> tuple[Value | int, Value | int]:
+        return tuple(value if isinstance(value, int) else load_channel(b, value, channel)
+                     for value in (self.multiplier, self.shift))
+
+    def _one(self, b: ir.IRBuilder, acc: Value, multiplier: Value | int, shift: Value | int,
+             bias: Value | None) -> Value:
+        """One output without the narrow form's 32-bit sums."""
+        if not self.narrow:
+            if bias is not None:
+                acc = b.add(widen(b, acc, I64, True), widen(b, bias, I64, True))
             return requantize(b, acc, multiplier, shift, self.zero_point, self.lo, self.hi, self.out, self.rounding,
                               self.saturate)
-        product = b.mul(widen(b, acc, I64, True), b.zext(multiplier, I64))
-        high = b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
-        value = b.ashr(b.add(b.ashr(high, shift), const(1)), const(1))
+        if not self.high_word:
+            return self._wide(b, acc, bias, multiplier, shift)
+        total = widen(b, acc, I64, True)
+        if bias is not None:
+            total = b.add(total, widen(b, bias, I64, True))
+        m = ir.Constant(I64, multiplier) if isinstance(multiplier, int) else b.sext(multiplier, I64)
+        high = b.trunc(b.ashr(b.mul(total, m), ir.Constant(I64, 32)), I32)
+        return self._finish(b, halve_rounding(b, high, shift))
+
+    def _finish(self, b: ir.IRBuilder, value: Value) -> Value:
+        """+ zero point, clamp, in the output type (value: the scaled i32)."""
         if self.zero_point:
             value = b.add(value, const(self.zero_point))
         return widen(b, clamp(b, value, self.lo, self.hi), self.out, True)
 
+    def _wide(self, b: ir.IRBuilder, acc: Value, bias: Value | None, multiplier: Value | int,
+              shift: Value | int) -> Value:
+        """The narrow form's pairs through requant.py's 64-bit rule (any accumulator)."""
+        total = widen(b, acc, I64, True)
+        if bias is not None:
+            total = b.add(total, widen(b, bias, I64, True))
+        base = NARROW_BASE[self.rounding]
+        shift = shift + base if isinstance(shift, int) else b.add(widen(b, shift, I32, True), const(base))
+        return requantize(b, total, multiplier, shift, self.zero_point, self.lo, self.hi, self.out, self.rounding,
+                          False)
 
-def finish(b: ir.IRBuilder, mac: Mac, acc: Value, sum_x: Value | None, bias: TensorRef | None, channel: Value,
-           rq: Requant) -> Value:
-    """acc - zw * Σ x̃ + bias[channel], requantised."""
-    if mac.fold:
-        acc = b.sub(acc, b.mul(sum_x, ir.Constant(mac.acc, mac.w.zero_point)))
-    return rq(b, acc, channel, None if bias is None else bias.load(b, channel))
+    def _narrow(self, b: ir.IRBuilder, acc: Value, bias: Value | None, multiplier: Value | int,
+                shift: Value | int, wide: ir.Block | None) -> Value:
+        """The narrow form (class docstring); each 32-bit sum that overflows branches to ``wide`` (ADDS, BVS)."""
+        x = acc
+        if bias is not None:
+            x = add_checked(b, acc, bias, wide)
+        if self.rounding == "tflite":
+            x = add_checked(b, x, x, wide)
+        m = ir.Constant(I64, multiplier) if isinstance(multiplier, int) else b.sext(multiplier, I64)
+        product = b.mul(b.sext(x, I64), m)
+        if self.rounding == "tflite":
+            product = b.add(product, ir.Constant(I64, 1 << 31))
+        high = b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
+        if self.rounding == "tflite":
+            high = b.add(high, b.ashr(high, const(31)))
+        return self._finish(b, halve_rounding(b, high, shift))
+
+
+def halve_rounding(b: ir.IRBuilder, high: Value, shift: Value | int) -> Value:
+    """((high >> shift) + 1) >> 1: floor((high + 2**shift) / 2**(shift + 1)) without overflow (``shift`` an int
+    or an i8/i32 table value)."""
+    shift = const(shift) if isinstance(shift, int) else widen(b, shift, I32, True)
+    return b.ashr(b.add(b.ashr(high, shift), const(1)), const(1))
+
+
+def add_checked(b: ir.IRBuilder, x: Value, y: Value, overflow: ir.Block) -> Value:
+    """x + y in 32 bits, branching to ``overflow`` when the signed sum overflows (ADDS and BVS on Arm)."""
+    pair = b.call(intrinsic(b.module, "llvm.sadd.with.overflow.i32", ir.LiteralStructType([I32, ir.IntType(1)]),
+                            [I32, I32]), [x, y])
+    rest = b.append_basic_block("rq.sum")
+    b.cbranch(b.extract_value(pair, 1), overflow, rest).set_weights([1, 1 << 20])
+    b.position_at_end(rest)
+    return b.extract_value(pair, 0)
+
+
+def finish(b: ir.IRBuilder, mac: Mac, items: list[tuple[Value, Value | None, Value]], bias: TensorRef | None,
+           rq: Requant) -> list[Value]:
+    """acc - zw * Σ x̃ + bias[channel], requantised, for each (acc, Σ x̃, channel) of a block of outputs."""
+    terms = []
+    for acc, sum_x, channel in items:
+        if mac.fold:
+            acc = b.sub(acc, b.mul(sum_x, ir.Constant(mac.acc, mac.w.zero_point)))
+        terms.append((acc, channel, None if bias is None else bias.load(b, channel)))
+    return rq.many(b, terms)
 
 
 def zeroed(b: ir.IRBuilder, typ: ir.Type) -> Value:

@@ -266,12 +266,13 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
         acc = dot(b, cp, buffer, w_rows, count)
-        for c, chan in enumerate(chans):
-            y_row = affine(b, 0, (batch, ya.batch), (chan, ya.channel), (first, ya.position))
-            for p in range(count):
-                sum_x = b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
-                value = finish(b, cp.mac, acc[c][p], sum_x, cp.bias, chan, rq)
-                cp.y.store(b, value, affine(b, p * ya.position, (y_row, 1)))
+        sum_xs = [b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
+                  for p in range(count)]
+        cells = [(c, p) for c in range(width) for p in range(count)]
+        values = finish(b, cp.mac, [(acc[c][p], sum_xs[p], chans[c]) for c, p in cells], cp.bias, rq)
+        for (c, p), value in zip(cells, values):
+            y_row = affine(b, 0, (batch, ya.batch), (chans[c], ya.channel), (first, ya.position))
+            cp.y.store(b, value, affine(b, p * ya.position, (y_row, 1)))
 
     def tile(batch: Value, group: Value, first: Value, count: int) -> None:
         im2col(b, cp, taps, batch, group, first, count, buffer, sums)

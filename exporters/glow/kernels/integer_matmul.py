@@ -263,12 +263,11 @@ def qmatmul(k: KernelContext) -> None:
     def tile(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int, products) -> None:
         sums = [zeroed(b, acc) for _ in range(nrows)] if mac.fold else None
         totals = products(base, row0, nrows, col0, ncols, sums)
-        for r in range(nrows):
-            sum_x = b.load(sums[r]) if sums is not None else None
-            for c in range(ncols):
-                col = affine(b, c, (col0, 1))
-                value = finish(b, mac, totals[r][c], sum_x, bias, col, rq)
-                y.store(b, value, affine(b, r * cols + c, (base[2], 1), (row0, cols), (col0, 1)))
+        sum_xs = [b.load(sums[r]) if sums is not None else None for r in range(nrows)]
+        cells = [(r, c) for r in range(nrows) for c in range(ncols)]
+        values = finish(b, mac, [(totals[r][c], sum_xs[r], affine(b, c, (col0, 1))) for r, c in cells], bias, rq)
+        for (r, c), value in zip(cells, values):
+            y.store(b, value, affine(b, r * cols + c, (base[2], 1), (row0, cols), (col0, 1)))
 
     def paired_rows(base: list[Value], row0: Value, nrows: int) -> None:
         """pair_words[r][k / 2] = (A[row0 + r, k], A[row0 + r, k + 1]) - zero point as 16-bit halves (an

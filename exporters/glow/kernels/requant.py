@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.registry import intrinsic
 from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN
 
 I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -52,10 +53,16 @@ def rounding_shift(b: ir.IRBuilder, value: ir.Value, shift: Scalar) -> ir.Value:
 
 
 def clamp(b: ir.IRBuilder, value: ir.Value, lo: int, hi: int) -> ir.Value:
+    """min(max(value, lo), hi) by LLVM's smax/smin, which Arm turns into one SSAT/USAT when the bounds are a
+    signed or unsigned n-bit range (an int8 output's clamp), and x86 into CMOVs or PMAXSD/PMINSD."""
     ty = value.type
+    suffix = f"v{ty.count}{ty.element.intrinsic_name}" if isinstance(ty, ir.VectorType) else ty.intrinsic_name
     low, high = ir.Constant(ty, lo), ir.Constant(ty, hi)
-    value = b.select(b.icmp_signed("<", value, low), low, value)
-    return b.select(b.icmp_signed(">", value, high), high, value)
+    if isinstance(ty, ir.VectorType):
+        low, high = (ir.Constant(ty, [ir.Constant(ty.element, v)] * ty.count) for v in (lo, hi))
+    smax = intrinsic(b.module, f"llvm.smax.{suffix}", ty, [ty, ty])
+    smin = intrinsic(b.module, f"llvm.smin.{suffix}", ty, [ty, ty])
+    return b.call(smin, [b.call(smax, [value, low]), high])
 
 
 def wide_multiplier(multiplier: int, shift: int) -> tuple[int, int]:

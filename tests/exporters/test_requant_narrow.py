@@ -1,0 +1,143 @@
+"""The narrow requantisation of the integer MAC kernels (integer_dot.Requant: acc + bias in 32 bits, the high
+word of one 32x32 multiply, a branch to the 64-bit rule when a 32-bit sum overflows) computes exactly the
+64-bit rule: layers whose biases put ``acc + bias`` past 2**31 and ``2 (acc + bias)`` past 2**31 (TFLite's
+SMMULR operand) on both sides, per tensor and per channel, for ``tflite`` and ``half_up`` rounding, through
+every kernel that calls it (im2col with SMLAD on Cortex-M, channels-last depthwise, matrix product), and
+tables the narrow form does not take (TFLite's e = 0, half_up's S = 32) — checked against Python integers
+written out here from TFLite's C definitions, then bundle against reference on the host and Cortex-M7.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pegasus.exporters.glow.export import export_bundle
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.runtime import interpreter
+from tests.exporters import toolchains
+from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.exporters.test_tflite_bundles import tflite_requant
+
+RNG = np.random.default_rng(1917)
+BIG = [(1 << 31) - 700, -(1 << 31) + 650, (1 << 30) - 300, -(1 << 30) + 250, (1 << 30) + 20, 17, -(1 << 29)]
+
+
+def i8(shape, low=-128, high=127) -> np.ndarray:
+    return RNG.integers(low, high, shape, endpoint=True).astype(np.int8)
+
+
+def biases(count: int) -> np.ndarray:
+    return np.array([BIG[i % len(BIG)] for i in range(count)], np.int32)
+
+
+def half_up(acc: int, m: int, s: int) -> int:
+    return (acc * m + (1 << (s - 1))) >> s
+
+
+def rule(rounding: str):
+    return tflite_requant if rounding == "tflite" else half_up
+
+
+def attrs(rounding: str, multipliers, shifts, zp: int = 3, **extra) -> dict:
+    return {"multiplier": tuple(multipliers), "shift": tuple(shifts), "out_zero_point": zp, "out_dtype": "int8",
+            "rounding": rounding, **extra}
+
+
+# multipliers small enough that the huge sums land inside int8 after the shift, so the rounding is seen
+TFLITE = ((1900, 1 << 30, 2100, (1 << 31) - 1, 1500, 1 << 30, 2300), (37, 61, 37, 60, 36, 55, 38))
+HALF_UP = ((1700, 1 << 29, 2100, (1 << 31) - 1, 1300, 1 << 30, 2500), (38, 62, 38, 63, 37, 57, 39))
+
+
+def matmul_case(rounding: str, table, per_channel: bool) -> Case:
+    m, s = table if per_channel else ((table[0][0],), (table[1][0],))
+    return Case(f"QMatMul-{rounding}-{'pc' if per_channel else 'pt'}", "QMatMul",
+                [i8((5, 40)), i8((40, 7), -127), biases(7)], {**attrs(rounding, m, s), "a_zero_point": -9},
+                constant=(1, 2))
+
+
+def conv_case(rounding: str, table, kernel: int, depthwise: bool) -> Case:
+    channels = 7
+    x = i8((1, 6, 5, channels))
+    w = i8((channels, 1 if depthwise else channels, kernel, kernel), -127)   # (M, C/group, k, k) as stored
+    extra = {"channels_last": True, "pads": (kernel // 2,) * 4, "x_zero_point": 5,
+             "group": channels if depthwise else 1}
+    return Case(f"QConv-{rounding}-{'dw' if depthwise else 'dense'}{kernel}", "QConv",
+                [x, w, biases(channels)], {**attrs(rounding, *table), **extra}, constant=(1, 2))
+
+
+CASES = [matmul_case(r, t, pc) for r, t in (("tflite", TFLITE), ("half_up", HALF_UP)) for pc in (True, False)]
+CASES += [conv_case(r, t, k, dw) for r, t in (("tflite", TFLITE), ("half_up", HALF_UP))
+          for k, dw in ((1, False), (3, False), (3, True))]
+# tables outside the narrow form: TFLite's e = 0 (S = 31) beside others, half_up's S = 32 with M >= 2**30
+CASES += [conv_case("tflite", ((1 << 30,) + TFLITE[0][1:], (31,) + TFLITE[1][1:]), 1, False),
+          conv_case("half_up", (((1 << 30) + 5,) + HALF_UP[0][1:], (32,) + HALF_UP[1][1:]), 3, True)]
+CASES[-2].id += "-e0"
+CASES[-1].id += "-s32"
+
+
+def expected(case: Case) -> np.ndarray:
+    """The layer in Python integers (no NumPy arithmetic that could wrap): sums, bias, rule, zero point."""
+    a = case.attrs
+    requant = rule(a["rounding"])
+    x, w, bias = (v.astype(np.int64) for v in case.inputs)
+    if case.op == "QMatMul":
+        acc = (x - a["a_zero_point"]) @ w
+        channel_axis = -1
+    else:
+        pad = a["pads"][0]
+        xp = np.pad(x - a["x_zero_point"], ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        k, channels = w.shape[-1], w.shape[0]
+        acc = np.zeros((1, x.shape[1], x.shape[2], channels), np.int64)
+        for i in range(x.shape[1]):
+            for j in range(x.shape[2]):
+                window = xp[0, i:i + k, j:j + k, :]
+                for c in range(channels):
+                    taps = w[c].transpose(1, 2, 0)          # (k, k, C/group)
+                    acc[0, i, j, c] = (window[..., c:c + 1] * taps).sum() if a["group"] > 1 else (window * taps).sum()
+        channel_axis = -1
+    m, s = a["multiplier"], a["shift"]
+    out = np.empty(acc.shape, np.int64)
+    for index in np.ndindex(acc.shape):
+        c = index[channel_axis] if len(m) > 1 else 0
+        value = requant(int(acc[index]) + int(bias[index[channel_axis]]), m[c], s[c]) + a["out_zero_point"]
+        out[index] = min(max(value, -128), 127)
+    return out.astype(np.int8)
+
+
+def test_cases_reach_the_overflow_branches():
+    """The cases are what they claim: 32-bit sums overflow in both directions, and outputs are not all clamped."""
+    for case in CASES:
+        x, w, bias = (v.astype(np.int64) for v in case.inputs)
+        zx = case.attrs.get("a_zero_point", case.attrs.get("x_zero_point"))
+        bound = np.abs(x - zx).max() * np.abs(w).max() * (w.size // w.shape[0] if case.op == "QConv" else w.shape[0])
+        assert bias.max() + bound >= 1 << 31 and bias.min() - bound < -(1 << 31), case.id
+        ref = next(iter(interpreter.run(*build_graph([case])).values()))
+        assert (np.abs(ref.astype(int)) < 127).mean() > 0.3, case.id
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_reference_is_the_integer_rule(case):
+    got = next(iter(interpreter.run(*build_graph([case])).values()))
+    np.testing.assert_array_equal(got, expected(case))
+
+
+@pytest.fixture(scope="module")
+def host_results(tmp_path_factory):
+    return run_cases(CASES, tmp_path_factory.mktemp("narrow"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_bundle_on_host(host_results, case):
+    check_case(host_results, case)
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m0"])
+def test_bundle_on_cortex_m(cpu, tmp_path):
+    graph, feeds = build_graph(CASES)
+    want = interpreter.run(graph, feeds)
+    export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
+    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
+    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
+    for name, value in want.items():
+        np.testing.assert_array_equal(outputs[name], value, err_msg=name)
