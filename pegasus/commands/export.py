@@ -46,6 +46,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--quantized-io", action="store_true",
                       help="with --dtype quantized: the input/output placeholders hold the integer tensors (scale "
                            "and zero point in the header) instead of float, which the bundle converts itself")
+    glow.add_argument("--reuse-input-memory", action="store_true",
+                      help="plan every tensor in the mutable buffer, over the input placeholders once they are read "
+                           "(ACTIVATIONS_MEM_SIZE 0, less RAM in all): the inference overwrites its inputs, as "
+                           "TFLite Micro's does; without it (Glow's way) the caller's inputs stay intact")
     glow.add_argument("--dump-graph-DAG", dest="dump_graph_dag", metavar="FILE.dot",
                       help="write the graph as Graphviz dot")
     glow.add_argument("--dump-memory-plan", metavar="FILE.png",
@@ -81,7 +85,8 @@ def run_glow(args: argparse.Namespace) -> int:
     elif args.quantized_io or args.model_quantize:
         raise PegasusError("--model-quantize and --quantized-io need --dtype quantized")
     name = c_identifier(args.network_name or Path(args.model).stem)
-    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api, fuse=args.fuse, board=board)
+    result = export_bundle(graph, out_dir, name, target, bundle_api=args.bundle_api, fuse=args.fuse, board=board,
+                           reuse_input_memory=args.reuse_input_memory)
     if args.dump_graph_dag:
         from pegasus.exporters.glow.graph_dot import write_dot
 

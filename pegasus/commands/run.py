@@ -48,6 +48,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compare-layers", action="store_true",
                         help="Cortex-M: read every layer's output back from the board and compare it with the "
                              "reference interpreter; names the first layer that differs")
+    parser.add_argument("--reuse-input-memory", action="store_true",
+                        help="export as export glow --reuse-input-memory does: every tensor in the mutable buffer, "
+                             "over the inputs once read (the inference overwrites them)")
     parser.add_argument("--output-dir", help="write the target's outputs there as outputs.npz")
     parser.add_argument("--keep-build", metavar="DIR", help="keep the bundle and the linked program there")
     parser.set_defaults(run=run)
@@ -79,7 +82,7 @@ def _prepare(args: argparse.Namespace, graph, target, work: Path) -> tuple[Path,
     from pegasus.exporters.glow.export import export_bundle
 
     name = c_identifier(Path(args.model).stem)
-    export_bundle(graph, work, name, target)
+    export_bundle(graph, work, name, target, reuse_input_memory=args.reuse_input_memory)
     return work, name
 
 
@@ -90,7 +93,7 @@ def _profile(args, graph, target, name: str, feeds, spec, folder: Path, whole: i
     from pegasus.exporters.glow.run.compare_layers import compare_layers
     from pegasus.exporters.glow.run.profile import export_instrumented, profile_table
 
-    bundle = export_instrumented(graph, folder, name, target)
+    bundle = export_instrumented(graph, folder, name, target, args.reuse_input_memory)
     if args.compare_layers:
         print(compare_layers(bundle, folder, name, target.cpu, feeds, spec)[0], end="")
     if not args.profile:

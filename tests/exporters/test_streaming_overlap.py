@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import json
 import subprocess
 from pathlib import Path
 
@@ -286,3 +287,24 @@ def test_example_program_of_a_reusing_bundle_runs_repeatedly(tmp_path):
     assert run.returncode == 0, run.stderr
     expected = interpreter.run(graph, feeds)[graph.outputs[0]]
     assert (tmp_path / "out.bin").read_bytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def test_cli_reuse_input_memory(tmp_path):
+    """export glow --reuse-input-memory writes a bundle whose report says the inputs are overwritten (no
+    activations buffer); pegasus run --reuse-input-memory runs it on the host exactly as the interpreter."""
+    from pegasus.ir import serialize
+    from tests.conftest import run_cli
+
+    graph = Graph("reuse")
+    _chain(graph, "net", (1, 9, 7, 16), (16, 16, 3, 3), pads=(1, 1, 1, 1))
+    serialize.save(graph, tmp_path / "m.json", tmp_path / "m.data")
+    np.save(tmp_path / "x.npy", _feeds(graph)["net_x"])
+    model = ["--model", tmp_path / "m.json", "--model-data", tmp_path / "m.data"]
+    for flags, overwritten in (([], False), (["--reuse-input-memory"], True)):
+        result = run_cli("export", "glow", *model, "--output-path", tmp_path / f"b{overwritten}", *flags)
+        assert result.code == 0, result.stderr
+        report = json.loads((tmp_path / f"b{overwritten}" / "m.memory.json").read_text())
+        assert report["inputs_overwritten"] == overwritten and (report["activations"] == 0) == overwritten
+    result = run_cli("run", *model, "--input", tmp_path / "x.npy", "--reuse-input-memory")
+    assert result.code == 0, result.stderr
+    assert "largest difference 0\n" in result.stdout and "activations 0 B" in result.stdout, result.stdout
