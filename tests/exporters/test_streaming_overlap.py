@@ -35,10 +35,12 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
+from tests.exporters import test_tflite_bundles
 from tests.exporters.host_runner import _aligned
 from tests.exporters.test_kernels_integer_linear import I8, conv
 
 RNG = np.random.default_rng(57)
+lowered_models = test_tflite_bundles.lowered_models   # the fixture: builder -> (.tflite, lowered graph)
 
 
 # ---- overlap_bytes against the reads, enumerated --------------------------------------------------------
@@ -308,3 +310,74 @@ def test_cli_reuse_input_memory(tmp_path):
     result = run_cli("run", *model, "--input", tmp_path / "x.npy", "--reuse-input-memory")
     assert result.code == 0, result.stderr
     assert "largest difference 0\n" in result.stdout and "activations 0 B" in result.stdout, result.stdout
+
+
+# ---- the MLPerf Tiny models -----------------------------------------------------------------------------
+
+
+def _mlperf_builders():
+    from tests.importers.tflite import test_quantized as tq
+    return [tq.int8_ds_cnn, tq.int8_mobilenet_v1, tq.int8_resnet8, tq.int8_autoencoder]
+
+
+def _m7_plan(graph: Graph, reuse: bool):
+    """The Cortex-M7 bundle's plan, as export_bundle makes it (planning only)."""
+    from pegasus.exporters.glow.codegen import layer_streams, layer_workspaces
+    from pegasus.exporters.glow.fuse import fuse_layers
+    from pegasus.exporters.glow.lower import lower_for_export
+    from pegasus.exporters.glow.memory_plan import plan_memory
+
+    lowered, target = lower_for_export(graph), resolve_target("arm", "cortex-m7")
+    layers = fuse_layers(lowered)
+    return plan_memory(lowered, layers, layer_workspaces(lowered, layers, target),
+                       layer_streams(lowered, layers, target), reuse)
+
+
+def test_mlperf_ram_against_half_the_tflm_arena(lowered_models):
+    """Issue 17: ACTIVATIONS + MUTABLE (Cortex-M7, integer I/O) at most half TFLite Micro's arena — DS-CNN
+    and the autoencoder as Glow plans (inputs intact), MobileNetV1 0.25 with --reuse-input-memory (its input
+    alone is 27,648 B). ResNet-8 cannot: a residual block keeps its 32x32x16 input (16,384 B) beside the
+    layer writing the next 32x32x16 tensor over its own input, 32,768 B and more, over half of 55,920."""
+    met = {"int8_ds_cnn": False, "int8_mobilenet_v1": True, "int8_autoencoder": False}
+    for builder in _mlperf_builders():
+        path, graph = lowered_models(builder)
+        arena = test_tflite_bundles.tflm_arena_bytes(path)
+        ram = {reuse: (lambda plan: plan.activations_size + plan.mutable_size)(_m7_plan(graph, reuse))
+               for reuse in (False, True)}
+        print(f"{builder.__name__}: RAM {ram[False]:,} B, with --reuse-input-memory {ram[True]:,} B; TFLite Micro "
+              f"arena {arena:,} B")
+        assert ram[True] <= ram[False] <= arena
+        if builder.__name__ in met:
+            assert ram[met[builder.__name__]] <= arena // 2, builder.__name__
+        else:
+            assert 2 * 16384 <= ram[True] < 2 * 16384 + 2048 and arena // 2 < 2 * 16384
+
+
+@pytest.mark.parametrize("builder", _mlperf_builders(), ids=lambda b: b.__name__)
+def test_mlperf_model_reusing_its_input_equals_the_interpreter_on_host(builder, lowered_models, tmp_path):
+    """Overlapping layers and --reuse-input-memory: the host bundle gives the reference interpreter's bytes
+    (the default plan, overlaps included, is test_tflite_bundles.py's test against TFLite)."""
+    _, graph = lowered_models(builder)
+    feeds = _feeds(graph)
+    _, outputs, _, _ = _run_host(graph, feeds, tmp_path, reuse=True)
+    expected = interpreter.run(graph, feeds)
+    for name in graph.outputs:
+        np.testing.assert_array_equal(outputs[name], expected[name], err_msg=name)
+
+
+def test_mlperf_models_reusing_their_input_on_cortex_m7(lowered_models, tmp_path):
+    """DS-CNN and MobileNetV1 0.25 bundles for Cortex-M7 (overlapping layers, --reuse-input-memory) run bare
+    metal under qemu and give the reference interpreter's bytes."""
+    from tests.exporters import toolchains
+    from tests.importers.tflite import test_quantized as tq
+
+    for builder in (tq.int8_ds_cnn, tq.int8_mobilenet_v1):
+        _, graph = lowered_models(builder)
+        feeds = _feeds(graph)
+        folder = tmp_path / builder.__name__
+        export_bundle(graph, folder, "net", resolve_target("arm", "cortex-m7"), reuse_input_memory=True)
+        spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
+        outputs = toolchains.run_cortex_m(folder, "net", "cortex-m7", feeds, spec)
+        expected = interpreter.run(graph, feeds)
+        for name in graph.outputs:
+            np.testing.assert_array_equal(outputs[name], expected[name], err_msg=f"{builder.__name__} {name}")
