@@ -25,8 +25,10 @@ def _label(buffer: Buffer) -> str:
 
 
 def activation_buffers(plan: MemoryPlan) -> list[tuple[Buffer, int]]:
-    """(buffer, offset) of every buffer in the activations region, by offset then start."""
-    items = [(b, plan.locations[b.tensors[0]].offset) for b in plan.buffers if b.placeholder is None]
+    """(buffer, offset) of every buffer in the activations region (with --reuse-input-memory, of every buffer:
+    all are in the mutable region), by offset then start."""
+    items = [(b, plan.locations[b.tensors[0]].offset) for b in plan.buffers
+             if b.placeholder is None or plan.reuses_inputs]
     return sorted(items, key=lambda item: (item[1], item[0].start, item[0].tensors[0]))
 
 
@@ -47,11 +49,12 @@ def render_memory_plan(graph: Graph, plan: MemoryPlan) -> bytes:
                                  facecolor=colours(index % 20), edgecolor="black", linewidth=0.6, alpha=0.85))
         axes.text(buffer.start + (buffer.end + 1 - buffer.start) / 2, offset + buffer.size / 2, _label(buffer),
                   ha="center", va="center", fontsize=8, clip_on=True)
+    region, size = ("mutable", plan.mutable_size) if plan.reuses_inputs else ("activations", plan.activations_size)
     axes.set_xlim(0, max(layers, 1))
-    axes.set_ylim(0, max(plan.activations_size, 1))
+    axes.set_ylim(0, max(size, 1))
     axes.set_xlabel("layer index (a buffer lives from the layer writing it to the last layer reading it)")
-    axes.set_ylabel("offset in activations (bytes)")
-    axes.set_title(f"{graph.name}: activations {plan.activations_size:,} bytes, {len(buffers)} buffers")
+    axes.set_ylabel(f"offset in {region} (bytes)")
+    axes.set_title(f"{graph.name}: {region} {size:,} bytes, {len(buffers)} buffers")
     axes.grid(True, linewidth=0.3, alpha=0.5)
     if not buffers:
         axes.text(0.5, 0.5, "no activations: every tensor is a weight or a placeholder", ha="center",

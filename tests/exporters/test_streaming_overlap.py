@@ -381,3 +381,16 @@ def test_mlperf_models_reusing_their_input_on_cortex_m7(lowered_models, tmp_path
         expected = interpreter.run(graph, feeds)
         for name in graph.outputs:
             np.testing.assert_array_equal(outputs[name], expected[name], err_msg=f"{builder.__name__} {name}")
+
+
+def test_memory_plan_drawing_shows_the_mutable_region_when_inputs_are_reused():
+    from pegasus.exporters.glow import plan_plot
+    from pegasus.exporters.glow.memory_plan import plan_memory
+
+    graph = Graph("reuse")
+    _chain(graph, "net", (1, 9, 7, 16), (16, 16, 3, 3), pads=(1, 1, 1, 1))
+    plan = plan_memory(graph, reuse_input_memory=True)
+    drawn = {name for buffer, _ in plan_plot.activation_buffers(plan) for name in buffer.tensors}
+    assert {"net_x", "net_pre_y", "net_y", "net_post_y"} <= drawn
+    assert all(plan.locations[name].region == "mutable" for name in drawn)
+    assert plan_plot.render_memory_plan(graph, plan).startswith(b"\x89PNG")
