@@ -209,6 +209,11 @@ def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     return [totals[c * count:(c + 1) * count] for c in range(len(w_rows))]
 
 
+#: Groups of four taps from which the SMLAD loop stays rolled (measured on Cortex-M7: a 1x1 64 -> 64 conv
+#: takes 1.69 instructions per MAC rolled, 1.84 unrolled; a 10x4 conv of 40 taps 1.70 unrolled, 1.96 rolled).
+LONG_REDUCTION = 16
+
+
 def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
     """The same dot products with SMLAD (SMLALD into i64) over groups of four taps, single MACs for the
     last depth % 4."""
@@ -220,7 +225,8 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     byte_weights = cp.w.type.dtype.itemsize == 1
     slots = [[zeroed(b, acc) for _ in range(count)] for _ in w_rows]
     groups = cp.mac.depth // 4
-    with for_range(b, groups, name="q") as q:
+    # fully unrolled, a long reduction's loads are hoisted past the 14 registers and spilled
+    with for_range(b, groups, name="q", unroll=groups < LONG_REDUCTION) as q:
         pairs = []
         for p in range(count):
             first = affine(b, 2 * p, (q, 2 * cp.positions))

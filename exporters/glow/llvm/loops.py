@@ -17,8 +17,9 @@ def const(value: int) -> ir.Constant:
 
 @contextmanager
 def for_range(builder: ir.IRBuilder, count: int | ir.Value, start: int | ir.Value = 0, step: int = 1,
-              name: str = "i") -> Iterator[ir.Value]:
-    """``for (i = start; i < count; i += step) { body }``; yields i (i32)."""
+              name: str = "i", unroll: bool = True) -> Iterator[ir.Value]:
+    """``for (i = start; i < count; i += step) { body }``; yields i (i32). ``unroll=False`` tells LLVM not to
+    unroll it (a body that already uses every register: unrolled, its loads are hoisted and spilled)."""
     count = const(count) if isinstance(count, int) else count
     start = const(start) if isinstance(start, int) else start
     before = builder.block
@@ -34,8 +35,18 @@ def for_range(builder: ir.IRBuilder, count: int | ir.Value, start: int | ir.Valu
     yield index
     following = builder.add(index, const(step), name=f"{name}.next", flags=("nsw",))
     index.add_incoming(following, builder.block)
-    builder.branch(header)
+    latch = builder.branch(header)
+    if not unroll:
+        latch.set_metadata("llvm.loop", no_unroll(builder.module))
     builder.position_at_end(after)
+
+
+def no_unroll(module: ir.Module) -> ir.MDValue:
+    """A loop ID (self-referential, as LLVM's loop metadata must be) saying ``llvm.loop.unroll.disable``."""
+    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    loop_id = module.add_metadata([disable, ir.MetaDataString(module, f"pegasus.loop.{len(module.metadata)}")])
+    loop_id.operands = (loop_id, disable)
+    return loop_id
 
 
 @contextmanager
