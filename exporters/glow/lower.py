@@ -8,6 +8,11 @@
   that kernel reads them (``kernels.registry.packer``: e.g. conv_channels_last.py's (k..., C/group, M)),
   so NAME.weights.bin holds that layout. Any other channels-last layer runs channels first between two
   transposes: correct for every op, at the cost of a buffer and a pass each way.
+- a QMatMul of 8-bit rows by a constant 8-bit matrix (a Dense / fully connected layer) is computed as the
+  1x1 channels-last QConv it equals (rows as positions, the matrix's columns as output channels): that
+  kernel reads each column's weights contiguously along the reduction (SMLAD pairs on Cortex-M, PMADDWD on
+  x86) where the matrix product walks across columns. Two Reshapes (aliases: no copy) keep the tensors'
+  names and shapes; the result is bit for bit the QMatMul's (the same sums, bias and requantisation).
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
+import numpy as np
+
 from pegasus.exporters.glow.kernels.registry import packed_weights, supports_channels_last
+from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.layout import first_shape, to_first_perm, to_last_perm
@@ -86,8 +94,52 @@ def channels_last_layers(graph: Graph) -> bool:
     return changed
 
 
+BYTES = (DType.INT8, DType.UINT8)
+
+
+def _dense_as_conv(graph: Graph, node: Node) -> list[Node] | None:
+    """The nodes computing QMatMul ``node`` as a 1x1 channels-last QConv, or None when it is not a dense
+    layer of 8-bit rows by a constant 8-bit matrix."""
+    if node.op != "QMatMul":
+        return None
+    a, b = (graph.type_of(name) for name in node.inputs[:2])
+    if (a.rank != 2 or b.rank != 2 or a.dtype not in BYTES or b.dtype not in BYTES
+            or not graph.tensors[node.inputs[1]].is_constant):
+        return None
+    (rows, depth), columns = a.shape, b.shape[1]
+    y = node.outputs[0]
+    x4, y4 = (graph.unique_tensor_name(f"{name}_as_conv") for name in (node.inputs[0], y))
+    graph.tensors[x4] = Tensor(x4, TensorType((1, rows, 1, depth), a.dtype, a.quant))
+    y_type = graph.type_of(y)
+    graph.tensors[y4] = Tensor(y4, TensorType((1, rows, 1, columns), y_type.dtype, y_type.quant))
+    weights = graph.add_constant(f"{node.inputs[1]}_as_conv",
+                                 np.ascontiguousarray(graph.value_of(node.inputs[1]).T)[:, :, None, None])
+    requant = {field: getattr(node.attrs, field) for field in
+               ("multiplier", "shift", "out_zero_point", "out_dtype", "lo", "hi", "rounding")}
+    conv = make_attrs("QConv", kernel_shape=(1, 1), channels_last=True, x_zero_point=node.attrs.a_zero_point,
+                      w_zero_point=node.attrs.b_zero_point, **requant)
+    shape = (graph.add_constant(f"{node.name}_shape", np.array(s, np.int32)) for s in ((1, rows, 1, depth),
+                                                                                        (rows, columns)))
+    x_shape, y_shape = shape
+    return [Node(graph.unique_node_name(f"{node.name}_rows"), "Reshape", make_attrs("Reshape"),
+                 [node.inputs[0], x_shape], [x4]),
+            Node(node.name, "QConv", conv, [x4, weights, *node.inputs[2:]], [y4]),
+            Node(graph.unique_node_name(f"{node.name}_columns"), "Reshape", make_attrs("Reshape"), [y4, y_shape], [y])]
+
+
+def dense_layers_as_convs(graph: Graph) -> bool:
+    """Every dense QMatMul computed as a 1x1 QConv (module docstring)."""
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        nodes += _dense_as_conv(graph, node) or [node]
+    changed = len(nodes) != len(graph.nodes)
+    graph.nodes = nodes
+    return changed
+
+
 def lower_for_export(graph: Graph) -> Graph:
     lowered = copy.deepcopy(graph)
+    dense_layers_as_convs(lowered)
     channels_last_layers(lowered)
     materialize_outputs(lowered)
     return lowered
