@@ -17,13 +17,13 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
-from pegasus.exporters.glow.kernels.conv import Epilogue, emit_conv
-from pegasus.exporters.glow.kernels.pool import emit_conv_pool
+from pegasus.exporters.glow.kernels.pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
     Stream,
     TensorRef,
     get_emitter,
+    get_group_emitter,
     llvm_type,
     stream_of,
     workspace_bytes,
@@ -130,10 +130,20 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
     return function
 
 
+def constant_bounds(graph: Graph, name: str) -> tuple[int, int] | None:
+    """(min, max) of a non-empty integer constant (TensorRef.bounds)."""
+    tensor = graph.tensors.get(name)
+    if tensor is None or not tensor.is_constant or not tensor.type.dtype.is_integer or not tensor.type.size:
+        return None
+    values = graph.value_of(name)
+    return int(values.min()), int(values.max())
+
+
 def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,
                      target: Target, workspace_size: int) -> None:
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    refs = {name: TensorRef(arg, graph.type_of(name)) for name, arg in zip(present, function.args)}
+    refs = {name: TensorRef(arg, graph.type_of(name), constant_bounds(graph, name))
+            for name, arg in zip(present, function.args)}
     inputs = [refs[n] if n else None for n in unit.inputs]
     outputs = [refs[n] if n else None for n in unit.outputs]
     head = unit.nodes[0]
@@ -141,12 +151,8 @@ def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: 
                       function.args[-1] if workspace_size else None, workspace_size)
     if not unit.fused:
         get_emitter(head.op)(k)
-    else:     # a convolution group (fuse.py): the element-wise nodes as epilogue, then the pooling if any
-        epilogue = Epilogue(tuple((node.op, node.attrs) for node in unit.epilogue), math)
-        if unit.pool is None:
-            emit_conv(k, epilogue)
-        else:
-            emit_conv_pool(k, epilogue, unit.pool)
+    else:     # a group (fuse.py), computed by its head op's group kernel
+        get_group_emitter(head.op)(k, unit)
     builder.ret_void()
 
 
@@ -154,11 +160,12 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
     """Scratch bytes each layer's kernel needs on ``target`` (layers without a workspace left out)."""
     sizes = {}
     for index, unit in enumerate(layers):
-        if unit.fused:
-            continue
         types_in = [graph.type_of(n) if n else None for n in unit.inputs]
-        types_out = [graph.type_of(n) if n else None for n in unit.outputs]
-        size = workspace_bytes(unit.nodes[0], types_in, types_out, target)
+        if unit.fused:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)
+            size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target) if unit.pool else 0
+        else:
+            types_out = [graph.type_of(n) if n else None for n in unit.outputs]
+            size = workspace_bytes(unit.nodes[0], types_in, types_out, target)
         if size:
             sizes[index] = size
     return sizes

@@ -141,3 +141,21 @@ def test_bundle_on_cortex_m(cpu, tmp_path):
     outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
     for name, value in want.items():
         np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+
+
+def test_overflow_branch_only_where_the_biases_need_it(tmp_path):
+    """The bias values as exported bound the 32-bit sums (TensorRef.bounds): small biases compile without the
+    overflow branch (no BVS on Cortex-M7), biases near 2**31 keep it — and both stay exact on the host above."""
+    import subprocess
+
+    small = conv_case("tflite", TFLITE, 1, False)
+    small.inputs[2] = np.array([-1000, 2000, 5, 0, 77, -3, 12], np.int32)
+    listings = {}
+    for name, case in (("small", small), ("huge", conv_case("tflite", TFLITE, 1, False))):
+        graph, feeds = build_graph([case])
+        folder = tmp_path / name
+        export_bundle(graph, folder, "net", resolve_target("arm", "cortex-m7"))
+        listings[name] = subprocess.run([toolchains.require_tool("arm-none-eabi-objdump"), "-d", str(folder / "net.o")],
+                                        capture_output=True, text=True, check=True).stdout
+        np.testing.assert_array_equal(run_cases([case], folder)[case.id][0][0], expected(case))
+    assert "bvs" not in listings["small"] and "bvs" in listings["huge"]

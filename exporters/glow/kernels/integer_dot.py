@@ -41,7 +41,7 @@ from pegasus.exporters.glow.kernels.requant import (
 from pegasus.exporters.glow.llvm.loops import const
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
-from pegasus.ops.fixedpoint import INT32_MIN, integer_range
+from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN, integer_range
 from pegasus.ops.integer import clamp_bounds
 
 Value = ir.Value
@@ -129,8 +129,9 @@ def centered(b: ir.IRBuilder, ref: TensorRef, flat: Value, side: Operand) -> Val
 
 
 def acc_bound(mac: Mac, bias: TensorRef | None) -> int:
-    """A bound on |Σ x̃ * (w - zw) + bias| (the bias as large as its type allows)."""
-    bias_bound = 0 if bias is None else 1 << (8 * bias.type.dtype.itemsize - 1)
+    """A bound on |Σ x̃ * (w - zw) + bias| (the bias as large as its values, or its type, allow)."""
+    bias_bound = 0 if bias is None else (max(abs(v) for v in bias.bounds) if bias.bounds
+                                         else 1 << (8 * bias.type.dtype.itemsize - 1))
     return mac.depth * mac.x.magnitude * mac.w.magnitude + bias_bound
 
 
@@ -178,6 +179,7 @@ class Requant:
 
     def __init__(self, module: ir.Module, attrs, out: TensorRef, name: str, bound: int):
         self.lo, self.hi = clamp_bounds(attrs)
+        self.bound = bound
         self.zero_point = attrs.out_zero_point
         self.out = llvm_type(out.type.dtype)
         self.rounding = getattr(attrs, "rounding", "half_up")
@@ -219,7 +221,7 @@ class Requant:
         if not self.narrow or not all(acc.type.width == 32 and (bias is None or bias.type.width == 32)
                                       for acc, _, _, bias in loaded):
             return [self._one(b, *item) for item in loaded]
-        if self.rounding != "tflite" and all(bias is None for *_, bias in loaded):
+        if not self._checks(any(bias is not None for *_, bias in loaded)):
             return [self._narrow(b, acc, bias, multiplier, shift, None) for acc, multiplier, shift, bias in loaded]
         wide = b.append_basic_block("rq.wide")
         fast = [self._narrow(b, acc, bias, multiplier, shift, wide) for acc, multiplier, shift, bias in loaded]
@@ -238,6 +240,11 @@ class Requant:
             phi.add_incoming(other, wide_end)
             results.append(phi)
         return results
+
+    def _checks(self, bias: bool) -> bool:
+        """Whether a 32-bit sum of the narrow form can overflow: acc + bias, or TFLite's doubled sum (|x| < 2**30
+        makes 2x fit), as far as ``bound`` (the accumulator's and the bias's ranges) tells."""
+        return (bias and self.bound >= INT32_MAX) or (self.rounding == "tflite" and self.bound >= 1 << 30)
 
     def _parameters(self, b: ir.IRBuilder, channel: Value) -> tuple[Value | int, Value | int]:
         return tuple(value if isinstance(value, int) else load_channel(b, value, channel)
@@ -282,9 +289,9 @@ class Requant:
         """The narrow form (class docstring); each 32-bit sum that overflows branches to ``wide`` (ADDS, BVS)."""
         x = acc
         if bias is not None:
-            x = add_checked(b, acc, bias, wide)
+            x = add_checked(b, acc, bias, wide) if self.bound >= INT32_MAX else b.add(acc, bias)
         if self.rounding == "tflite":
-            x = add_checked(b, x, x, wide)
+            x = add_checked(b, x, x, wide) if self.bound >= 1 << 30 else b.add(x, x)
         m = ir.Constant(I64, multiplier) if isinstance(multiplier, int) else b.sext(multiplier, I64)
         product = b.mul(b.sext(x, I64), m)
         if self.rounding == "tflite":

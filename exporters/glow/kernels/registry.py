@@ -62,6 +62,9 @@ class TensorRef:
 
     ptr: ir.Value
     type: TensorType
+    #: (min, max) of an integer constant's values as exported (None: not a constant, or not integers): lets a
+    #: kernel prove a sum cannot overflow instead of testing it at run time
+    bounds: tuple[int, int] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -281,3 +284,24 @@ def stream_of(node: Node, types_in: list[TensorType | None], types_out: list[Ten
     streamer = _STREAMS.get(node.op)
     return None if streamer is None else streamer(_sizing_context(node, types_in, types_out, target))
 
+
+
+#: the kernel of a fused layer (exporters/glow/fuse.py): ``fn(context, layer)``, the context's outputs the
+#: layer's (its last node's), its inputs and attributes the head's
+GroupEmitter = Callable[[KernelContext, Any], None]
+_GROUPS: dict[str, GroupEmitter] = {}
+
+
+def group_emitter(*ops: str) -> Callable[[GroupEmitter], GroupEmitter]:
+    """Register ``fn`` as the kernel of the fused layers headed by ``ops`` (fuse.py says which nodes join)."""
+    def decorate(fn: GroupEmitter) -> GroupEmitter:
+        for op in ops:
+            _GROUPS[op] = fn
+        return fn
+    return decorate
+
+
+def get_group_emitter(op: str) -> GroupEmitter | None:
+    import pegasus.exporters.glow.kernels  # noqa: F401
+
+    return _GROUPS.get(op)
