@@ -40,10 +40,13 @@ from pegasus.exporters.glow.kernels.conv import (
     conv_correlation,
     correlate,
     edge_of,
+    emit_conv,
     row_runs,
     sweep,
     sweep_runs,
+    sweep_tiles,
     tile_positions,
+    tile_shape,
 )
 from pegasus.exporters.glow.kernels.linear import (
     BIT,
@@ -61,10 +64,19 @@ from pegasus.exporters.glow.kernels.linear import (
     simd_of,
     vconst,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, entry_alloca, strides_of
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    TensorRef,
+    emitter,
+    entry_alloca,
+    group_emitter,
+    strides_of,
+)
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node
+from pegasus.ir.tensor import TensorType
+from pegasus.ops.conv import Conv
 from pegasus.ops.pool import AveragePool, MaxPool
 from pegasus.ops.spatial import prod
 
@@ -429,14 +441,79 @@ def _conv_pool_tile(num: Numeric, cp: ConvPool, batch: Value, group: Value, loca
         num.store(y, affine(b, j * y.strides[1], (y_flat, 1)), value, stored)
 
 
+def stages_conv_output(target) -> bool:
+    """Whether a fused convolution whose pooling windows overlap computes its output once into a workspace
+    (one block of channels at a time) and pools from there: on hosted targets, where the recomputation of
+    the shared convolution values costs far more than the workspace (ResNet-50's 7x7 stem and its 3x3
+    stride-2 max pool: 2.25 times the convolution, read at stride 4). Cortex-M keeps the RAM."""
+    return not target.is_cortex_m
+
+
+def _overlaps(pool: Node, conv_out: tuple[int, ...]) -> bool:
+    geometry = (AveragePool if pool.op == "AveragePool" else MaxPool).geometry(pool.attrs, (1, 1) + conv_out)
+    return any(s < (k - 1) * d + 1 for s, k, d in zip(geometry.strides, geometry.kernel, geometry.dilations))
+
+
+def _staged_block(target, conv: Node, x: TensorType, w: TensorType) -> tuple[tuple[int, ...], int]:
+    """The convolution's output positions and the channels of one staged block (Conv's channel block)."""
+    conv_out = Conv.geometry(conv.attrs, x.shape, w.shape).out
+    num = Numeric(None, x.dtype)
+    return conv_out, tile_shape(simd_of(target), num, conv_out[-1], w.shape[0] // conv.attrs.group)[1]
+
+
+def conv_pool_workspace(conv: Node, types_in: list[TensorType | None], pool: Node, target) -> int:
+    """Bytes of the workspace a channels-first Conv fused with ``pool`` stages its output in (0: none,
+    the pooled tiles are reduced from convolution tiles in registers)."""
+    x, w = types_in[0], types_in[1]
+    if conv.attrs.channels_last or x.dtype not in FLOATS or not stages_conv_output(target):
+        return 0
+    conv_out, block = _staged_block(target, conv, x, w)
+    return block * prod(conv_out) * x.dtype.itemsize if _overlaps(pool, conv_out) else 0
+
+
+def _emit_staged(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) -> None:
+    """Per block of output channels: the convolution tiles through the epilogue into the workspace, then
+    the pooling kernel (MaxPool / AveragePool's own emitter) from there into the block's channels of Y."""
+    b = k.builder
+    x, y = cr.x, cr.y
+    conv_out, block = _staged_block(k.target, k.node, x.type, k.inputs[1].type)
+    stage_ptr = k.scratch(x.element, block * prod(conv_out) * x.type.dtype.itemsize)
+    width = tile_positions(simd_of(k.target), num, conv_out[-1])
+    pool_emitter = average_pool if pool.op == "AveragePool" else max_pool
+
+    def channel_block(batch: Value, group: Value, local0: Value, channels: int) -> None:
+        stage = TensorRef(stage_ptr, TensorType((1, channels, *conv_out), x.type.dtype))
+
+        def tile(t: Tile) -> None:
+            acc = correlate(num, cr, batch, group, local0, channels, t)
+            flat = affine(b, 0, *zip([*t.outer, t.first], stage.strides[2:]))
+            for j in range(channels):
+                num.store(stage, affine(b, j * stage.strides[1], (flat, 1)), cr.epilogue(num, acc.get(j)),
+                          t.edge.stored if t.edge else None)
+
+        sweep_tiles(b, cr.axes, width, tile)
+        channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
+        first = b.gep(y.ptr, [affine(b, 0, (batch, y.strides[0]), (channel0, y.strides[1]))], inbounds=True)
+        pooled = TensorRef(first, TensorType((1, channels, *y.shape[2:]), y.type.dtype))
+        pool_emitter(KernelContext(pool, pool.attrs, b, [stage], [pooled], k.math, k.target))
+
+    with loop_nest(b, [x.shape[0], cr.group]) as (batch, group):
+        for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+
+
 def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
     """A Conv layer (k: the Conv node, its inputs, and the pooling's output Y) fused with its element-wise
-    consumers (``epilogue``) and the MaxPool or AveragePool node ``pool``."""
+    consumers (``epilogue``) and the MaxPool or AveragePool node ``pool``: staged through the workspace when
+    it has one (``conv_pool_workspace``), else pooled straight from the convolution's register tiles."""
     if k.attrs.channels_last:
         pool_channels_last.emit_conv_pool(k, epilogue, pool)
         return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     cr = conv_correlation(k, epilogue)
+    if conv_pool_workspace(k.node, [ref.type for ref in k.inputs if ref], pool, k.target):
+        assert k.workspace is not None, f"layer '{k.node.name}': its staged convolution has no workspace"
+        _emit_staged(k, num, cr, pool)
+        return
     conv_out = tuple(a.out for a in cr.axes)
     average = pool.op == "AveragePool"
     geometry = (AveragePool if average else MaxPool).geometry(pool.attrs, cr.y.shape[:2] + conv_out)
@@ -452,6 +529,16 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
 
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
         for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+
+
+@group_emitter("Conv")
+def conv_group(k: KernelContext, layer) -> None:
+    """A float convolution group (fuse.py): its element-wise nodes as the epilogue, then its pooling if any."""
+    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math)
+    if layer.pool is None:
+        emit_conv(k, epilogue)
+    else:
+        emit_conv_pool(k, epilogue, layer.pool)
 
 
 # the channels-last kernels build on this file (imported last: they import it)

@@ -1,0 +1,93 @@
+"""A float Conv fused with a pooling whose windows overlap (kernels/pool.py ``conv_pool_workspace``): on hosted
+targets it computes the convolution once, a block of channels at a time, into a planned workspace and pools from
+there (the recomputation of the shared values cost ResNet-50's stem 2.25 times its convolution); Cortex-M
+keeps pooling from the convolution's register tiles, in no extra RAM.
+
+Checked: ImageNet stems (7x7 stride 2 + 3x3 stride 2 max pool, SqueezeNet's 3x3 stride 2 + ceil_mode max pool,
+an overlapping average) against onnxruntime on the host, with the workspace planned there and not for
+Cortex-M7; and every chain of test_fusion.py both staged and pooled from registers on the host, against the
+reference interpreter, under each register file of test_kernels_conv.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pegasus.exporters.glow.codegen import layer_workspaces
+from pegasus.exporters.glow.fuse import fuse_layers
+from pegasus.exporters.glow.kernels import pool as pool_kernels
+from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.importers.onnx.loader import import_onnx
+from pegasus.runtime import interpreter
+from tests.exporters.host_runner import run_bundle_host
+from tests.exporters.test_fusion import FEEDS, GRAPH
+from tests.exporters.test_kernels_conv import TILINGS, tiling
+
+RNG = np.random.default_rng(17)
+
+#: id: (input shape, weight shape, conv attrs, pooling op, pooling attrs)
+STEMS = {
+    "resnet-stem": ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "MaxPool",
+                    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "squeezenet-stem": ((1, 3, 45, 47), (13, 3, 3, 3), {"strides": [2, 2]}, "MaxPool",
+                        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "average-overlap": ((2, 5, 17, 19), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "AveragePool",
+                        {"kernel_shape": [3, 3], "strides": [1, 2], "pads": [1, 1, 1, 1]}),
+}
+
+
+def _stem(x_shape, w_shape, conv, pool, pool_attrs):
+    weights = (RNG.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **conv), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(pool, ["r"], ["y"], **pool_attrs)]
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("key", list(STEMS))
+def test_stem_matches_onnxruntime_with_a_workspace_on_the_host_only(key, tmp_path):
+    model = _stem(*STEMS[key])
+    graph = import_onnx(model, name="stem")
+    lowered = lower_for_export(graph)
+    layers = fuse_layers(lowered)
+    assert [layer.op for layer in layers] == [f"Conv_Relu_{STEMS[key][3]}"]
+    host = layer_workspaces(lowered, layers, resolve_target(None, None, None, "pic"))
+    assert host and host[0] > 0
+    assert layer_workspaces(lowered, layers, resolve_target("arm", "cortex-m7")) == {}
+    x = RNG.uniform(-1, 1, STEMS[key][0]).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    actual = run_bundle_host(graph, {"x": x}, workdir=tmp_path)["y"]
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_non_overlapping_pooling_needs_no_workspace():
+    model = _stem((1, 3, 16, 16), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}, "MaxPool",
+                  {"kernel_shape": [2, 2], "strides": [2, 2]})
+    lowered = lower_for_export(import_onnx(model, name="stem"))
+    assert layer_workspaces(lowered, fuse_layers(lowered), resolve_target(None, None, None, "pic")) == {}
+
+
+@pytest.fixture(scope="module", params=[(t, s) for t in TILINGS for s in (True, False)],
+                ids=[f"{t}-{'staged' if s else 'registers'}" for t in TILINGS for s in (True, False)])
+def chain_results(request, tmp_path_factory):
+    simd, staged = TILINGS[request.param[0]], request.param[1]
+    with tiling(simd), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pool_kernels, "stages_conv_output", lambda target: staged)
+        actual = run_bundle_host(GRAPH, FEEDS, workdir=tmp_path_factory.mktemp("staged"))
+    return actual, interpreter.run(GRAPH, FEEDS)
+
+
+@pytest.mark.parametrize("output", GRAPH.outputs)
+def test_fusion_chains_staged_or_not_match_reference(chain_results, output):
+    actual, expected = chain_results
+    np.testing.assert_allclose(actual[output], expected[output], rtol=1e-4, atol=1e-5, err_msg=output)
