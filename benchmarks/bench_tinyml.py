@@ -5,7 +5,7 @@ imported with ``pegasus import tflite`` and its own .quantize, rounding tflite) 
 by pegasus (per-channel int8, bench_quantized.quantized_lenet, integer I/O as ``export glow --quantized-io``),
 on each CPU of --cpus (qemu mps2 boards, ``-icount shift=0``), one row per model and CPU:
 - INSTRUCTIONS per inference of the int8 bundle (qemu -icount: instructions, not cycles) and MACs per
-  instruction (MACs: profile.node_macs over the compiled graph);
+  instruction (MACs: profile.node_macs over the integer graph);
 - beside them the best published cycles for that core and TFLite Micro + CMSIS-NN's reference submission on
   the M4 (constants below, with their source);
 - on cortex-m7 the float bundle's instructions (the float .tflite, or the float LeNet) and float / int8;
@@ -168,7 +168,7 @@ def measure(graph: Graph, feeds: dict[str, np.ndarray], cpu: str, folder: Path) 
     result = export_bundle(graph, folder, NAME, target)
     code = object_sizes((folder / f"{NAME}.o").read_bytes()).code_size
     run = run_bundle(folder, NAME, target, feeds, output_spec(result.graph))
-    macs = sum(node_macs(result.graph, node) for node in result.graph.nodes)
+    macs = sum(node_macs(graph, node) for node in graph.nodes)
     plan = result.plan
     return Measured(run.instructions, run.stack, plan.activations_size, plan.mutable_size, code, macs)
 

@@ -38,7 +38,7 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     memory report ends with the fit. ``reuse_input_memory`` plans every tensor in the mutable region, over
     the inputs once they are read: the inference overwrites them (memory_plan.py)."""
     check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
-    graph = lower_for_export(graph)
+    graph = lower_for_export(graph, target)
     check_emitters(graph)
     layers = fuse_layers(graph) if fuse else single_layers(graph)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),

@@ -57,15 +57,15 @@ def materialize_outputs(graph: Graph) -> bool:
     return changed
 
 
-def _pack_weights(graph: Graph, node: Node) -> None:
+def _pack_weights(graph: Graph, node: Node, target=None) -> None:
     """Replace the constant weights of a channels-last ``node`` by the re-laid ones its kernel reads (new
     constants: a weight another layer shares keeps its own layout there)."""
-    for position, array in packed_weights(node, graph).items():
+    for position, array in packed_weights(node, graph, target).items():
         name = graph.add_constant(f"{node.inputs[position]}_channels_last", array)
         node.inputs = [name if i == position else n for i, n in enumerate(node.inputs)]
 
 
-def channels_last_layers(graph: Graph) -> bool:
+def channels_last_layers(graph: Graph, target=None) -> bool:
     """Channels-last layers with a channels-last kernel get their weights re-laid for it; each other one
     runs channels first, between transposes."""
     changed = False
@@ -76,7 +76,7 @@ def channels_last_layers(graph: Graph) -> bool:
             continue
         changed = True
         if supports_channels_last(node, graph):
-            _pack_weights(graph, node)
+            _pack_weights(graph, node, target)
             nodes.append(node)
             continue
         x, y = node.inputs[0], node.outputs[0]
@@ -137,9 +137,11 @@ def dense_layers_as_convs(graph: Graph) -> bool:
     return changed
 
 
-def lower_for_export(graph: Graph) -> Graph:
+def lower_for_export(graph: Graph, target=None) -> Graph:
+    """The graph code is generated from; ``target`` (exporters.glow.target.Target) lets packers lay weights
+    out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension)."""
     lowered = copy.deepcopy(graph)
     dense_layers_as_convs(lowered)
-    channels_last_layers(lowered)
+    channels_last_layers(lowered, target)
     materialize_outputs(lowered)
     return lowered

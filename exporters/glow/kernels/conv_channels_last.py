@@ -58,14 +58,14 @@ from pegasus.ops.conv import Conv, ConvTranspose
 
 
 @packer("Conv")
-def pack_conv(node: Node, graph: Graph) -> dict[int, np.ndarray]:
+def pack_conv(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     """W[m, ci, k...] -> W'[k..., ci, m]."""
     w = graph.value_of(node.inputs[1])
     return {1: np.ascontiguousarray(w.transpose(*range(2, w.ndim), 1, 0))}
 
 
 @packer("ConvTranspose")
-def pack_conv_transpose(node: Node, graph: Graph) -> dict[int, np.ndarray]:
+def pack_conv_transpose(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     """W[g*Cg + ci, j, k...] connects input channel g*Cg + ci to output g*Mg + j: W'[k..., ci, g*Mg + j]."""
     w = graph.value_of(node.inputs[1])
     group, n = node.attrs.group, w.ndim - 2

@@ -46,8 +46,8 @@ def kernel_of(cp: ConvPlan) -> Callable[[KernelContext, ConvPlan], None]:
 
 
 @packer("QConv")
-def pack_qconv(node: Node, graph: Graph) -> dict[int, np.ndarray]:
-    return pack_weights(node, graph)
+def pack_qconv(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+    return pack_weights(node, graph, target)
 
 
 @workspace("QConv")

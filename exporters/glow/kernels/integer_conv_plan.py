@@ -19,12 +19,14 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.conv import Axis, axes_of
-from pegasus.exporters.glow.kernels.integer_dot import SCRATCH_BYTES, Mac, madd_fits, operand
+from pegasus.exporters.glow.kernels.integer_dot import SCRATCH_BYTES, Mac, Operand, madd_fits, operand
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, strides_of
 from pegasus.exporters.glow.kernels.requant import I16, I32
 from pegasus.exporters.glow.llvm.loops import const
+from pegasus.exporters.glow.target import CPUS
+from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv
 from pegasus.ops.layout import first_shape
@@ -71,13 +73,42 @@ def depthwise(group: int, in_group: int) -> bool:
     return group > 1 and in_group == 1
 
 
-def pack_weights(node: Node, graph: Graph) -> dict[int, np.ndarray]:
-    """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring)."""
+def spreads_pairs(node: Node, graph: Graph, target) -> bool:
+    """Whether a channels-last depthwise QConv's weights are stored as 16-bit pairs for Cortex-M's DSP
+    kernel (integer_depthwise.py): 8-bit inputs and weights, one output channel per input channel, a
+    multiple of four channels, a CPU with the DSP extension."""
+    x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
+    info = CPUS.get(getattr(target, "cpu", ""))
+    return (info is not None and info.has_dsp and target.is_cortex_m and depthwise(node.attrs.group, w.shape[1])
+            and w.shape[0] == x.shape[-1] and w.shape[0] % 4 == 0
+            and x.dtype.itemsize == 1 and w.dtype.itemsize == 1)
+
+
+def spread_pairs(w: np.ndarray) -> np.ndarray:
+    """(..., M) weights, already centred, as int32 words of 16-bit pairs: per group of four channels
+    (w0 | w2 << 16, w1 | w3 << 16) — what SXTB16 would make of the bytes, made once at export."""
+    v = w.astype(np.int64).reshape(w.shape[:-1] + (w.shape[-1] // 4, 4)) & 0xFFFF
+    words = np.stack([v[..., 0] | v[..., 2] << 16, v[..., 1] | v[..., 3] << 16], axis=-1)
+    return words.astype(np.uint32).view(np.int32).reshape(w.shape[:-1] + (w.shape[-1] // 2,))
+
+
+def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+    """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring);
+    a depthwise layer's for a DSP CPU as 16-bit pairs of ``w - zw`` (``spread_pairs``: int32 weights, which no
+    layer has otherwise, mark the layout)."""
     w = graph.value_of(node.inputs[1])
     n = w.ndim - 2
     if depthwise(node.attrs.group, w.shape[1]):
-        return {1: np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))}
+        relaid = np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))
+        if spreads_pairs(node, graph, target):
+            return {1: spread_pairs(relaid.astype(np.int64) - node.attrs.w_zero_point)}
+        return {1: relaid}
     return {1: np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))}
+
+
+def paired(w: TensorRef) -> bool:
+    """Weights ``pack_weights`` spread into 16-bit pairs (int32 words)."""
+    return w.type.dtype is DType.INT32
 
 
 def weight_shape(w_shape: tuple[int, ...], channels_last: bool, packed_depthwise: bool) -> tuple[int, ...]:
@@ -178,13 +209,16 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     last, group = bool(k.attrs.channels_last), k.attrs.group
     xa = Activation(x, last)
     w_shape = weight_shape(w.shape, last, depthwise(group, xa.channels // group))
+    if paired(w):           # (k..., 1, M / 2) words of two centred 16-bit weights
+        w_shape = (w_shape[0] * 2,) + w_shape[1:]
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
-    mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), operand(k, w, k.attrs.w_zero_point, "weight"),
-              prod(w_shape[1:]))
+    w_side = Operand(DType.INT16, 0) if paired(w) else operand(k, w, k.attrs.w_zero_point, "weight")
+    mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, prod(w_shape[1:]))
     dual = mac.dual(k.target)
     element = 2 if mac.x.centered_is_i16 else 4
     wanted = 2 if k.target.is_cortex_m else 4       # 2 x 2 accumulators: what 13 Thumb registers hold
-    positions = max(1, min(wanted, SCRATCH_BYTES // ((mac.depth + 1) * element)))
+    # no more rows than the layer has positions (a dense layer as a 1x1 convolution has one)
+    positions = max(1, min(wanted, prod(win.out), SCRATCH_BYTES // ((mac.depth + 1) * element)))
     madd = madd_lanes(k.target) if not dual and madd_fits(mac) else 0
     block = 4 if madd == 32 else 2          # 4 x 4 accumulators of AVX-512's 32 registers
     return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block)

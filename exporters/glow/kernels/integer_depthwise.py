@@ -24,7 +24,7 @@ import itertools
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_offsets, window_inside
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired, tap_at, tap_offsets, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles, pieces, range_nest
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, llvm_type, strides_of
@@ -120,7 +120,7 @@ def _splat(value: int, typ: ir.IntType, lanes: int) -> ir.Constant:
 def _uses_dsp(k: KernelContext, cp: ConvPlan) -> bool:
     """Four channels by SXTAB16/SXTB16 and SMLAxy: 8-bit operands, multiplier 1, i32 sums, a DSP CPU."""
     return (cp.mac.dual(k.target) and cp.out_group == 1 and cp.mac.acc is I32
-            and cp.x.type.dtype.itemsize == 1 and cp.w.type.dtype.itemsize == 1)
+            and cp.x.type.dtype.itemsize == 1 and (cp.w.type.dtype.itemsize == 1 or paired(cp.w)))
 
 
 def depthwise_block(k: KernelContext, cp: ConvPlan) -> tuple[int, int]:
@@ -141,7 +141,8 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     dsp_path = _uses_dsp(k, cp)
     limits = [axis.interior() for axis in axes]
     kernel = tuple(axis.kernel for axis in axes)
-    w_steps = [stride * channels for stride in strides_of(kernel)]    # W' is (k..., 1, M)
+    # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
+    w_steps = [stride * channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
     x_element, w_element = llvm_type(cp.x.type.dtype), llvm_type(cp.w.type.dtype)
 
     def tap_vector(ref, element, flat: Value, indices: list[int], signed: bool, zero: int) -> Value:
@@ -166,8 +167,9 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
         def body(x_at: Value, w_at: Value) -> None:
             for slot, (offset, width) in zip(slots, widths):
                 if dsp_path and width == 4:
+                    w_first = b.lshr(m0, const(1)) if paired(cp.w) else m0
                     b.store(_dsp_tap(b, cp, b.load(slot), affine(b, 0, (x_at, 1), (c0, 1)),
-                                     affine(b, 0, (w_at, 1), (m0, 1))), slot)
+                                     affine(b, 0, (w_at, 1), (w_first, 1))), slot)
                     continue
                 x_first = affine(b, offset // mult, (x_at, 1), (c0, 1))
                 x_lanes = [(offset + lane) // mult - offset // mult for lane in range(width)]
@@ -244,9 +246,13 @@ def _dsp_tap(b: ir.IRBuilder, cp: ConvPlan, sums: Value, x_flat: Value, w_flat: 
     def rotated(word: Value) -> Value:
         return b.or_(b.lshr(word, const(8)), b.shl(word, const(24)))
 
-    x_word, w_word = load_word(b, cp.x, x_flat), load_word(b, cp.w, w_flat)
+    x_word = load_word(b, cp.x, x_flat)
     xs = [b.call(xtab, [minus_zx, x_word]), b.call(xtab, [minus_zx, rotated(x_word)])]
-    ws = [b.call(xtb, [w_word]), b.call(xtb, [rotated(w_word)])]
+    if paired(cp.w):        # spread and centred at export
+        ws = [cp.w.load(b, w_flat), cp.w.load(b, affine(b, 1, (w_flat, 1)))]
+    else:
+        w_word = load_word(b, cp.w, w_flat)
+        ws = [b.call(xtb, [w_word]), b.call(xtb, [rotated(w_word)])]
     if mac.w.zero_point:
         ssub16 = dsp(module, "ssub16", 2)
         zw = ir.Constant(I32, (mac.w.zero_point & 0xFFFF) * 0x10001)

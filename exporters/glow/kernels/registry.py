@@ -192,7 +192,8 @@ def supports_channels_last(node: Node, graph: Any) -> bool:
 
 def packer(*ops: str) -> Callable[[Packer], Packer]:
     """Register how a channels-last kernel of ``ops`` wants its constant weights laid out: ``fn(node,
-    graph)`` returns the re-laid arrays by input position. The exporter replaces those inputs with the
+    graph, target)`` returns the re-laid arrays by input position (``target``: the bundle's, or None when
+    no target is known — then the layout may not depend on one). The exporter replaces those inputs with the
     re-laid constants before code generation (exporters/glow/lower.py), so NAME.weights.bin holds what
     the kernel reads."""
     def decorate(fn: Packer) -> Packer:
@@ -202,12 +203,12 @@ def packer(*ops: str) -> Callable[[Packer], Packer]:
     return decorate
 
 
-def packed_weights(node: Node, graph: Any) -> dict[int, Any]:
+def packed_weights(node: Node, graph: Any, target: Any = None) -> dict[int, Any]:
     """The re-laid weights of a channels-last ``node`` whose kernel has a ``packer`` (else none)."""
     import pegasus.exporters.glow.kernels  # noqa: F401
 
     pack = _PACKERS.get(node.op)
-    return pack(node, graph) if pack is not None else {}
+    return pack(node, graph, target) if pack is not None else {}
 
 
 def get_emitter(op: str) -> Emitter | None:

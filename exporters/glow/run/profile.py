@@ -56,7 +56,8 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
                         reuse_input_memory: bool = False) -> InstrumentedBundle:
     """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
     planned as export_bundle plans it."""
-    graph = lower_for_export(graph)
+    macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
+    graph = lower_for_export(graph, target)
     check_emitters(graph)
     layers = fuse_layers(graph)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
@@ -77,23 +78,23 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
               graph.type_of(tensor).nbytes)
              for index, layer in enumerate(units) for tensor in layer.outputs
              if tensor and plan.locations[tensor].region in (MUTABLE, ACTIVATIONS)]
-    macs = [sum(node_macs(graph, node) for node in layer.nodes) for layer in units]
+    macs = [sum(macs_of.get(node.name, 0) for node in layer.nodes) for layer in units]
     return InstrumentedBundle(names, macs, probes, graph, dumps)
 
 
 def node_macs(graph: Graph, node) -> int:
-    """Multiply-accumulates of a node with a weight (its first constant input of rank 2 or more): output
-    elements x weights per output channel, the channel being the output's axis 1 (NCHW convolution, Gemm)
-    or its last axis (MatMul). 0 for a node without weights."""
+    """Multiply-accumulates of a node with a weight (its first constant input of rank 2 or more), on the
+    graph as imported or quantized (not the export's re-laid weights): output elements x weights per output
+    channel — a convolution's channel axis 1, or the last when channels last; a matrix product's last axis.
+    0 for a node without weights."""
     weight = next((graph.value_of(name) for name in node.inputs
                    if name and graph.tensors[name].is_constant and np.ndim(graph.value_of(name)) >= 2), None)
     if weight is None or not node.outputs or not node.outputs[0]:
         return 0
     shape = graph.type_of(node.outputs[0]).shape
-    elements = int(np.prod(shape, dtype=np.int64))
-    channels = next((size for size in (shape[1] if len(shape) > 1 else None, shape[-1])
-                     if size in (weight.shape[0], weight.shape[-1])), None)
-    return elements * weight.size // channels if channels else 0
+    spatial = hasattr(node.attrs, "group") and not getattr(node.attrs, "channels_last", False)
+    channels = shape[1] if spatial and len(shape) > 1 else shape[-1]
+    return int(np.prod(shape, dtype=np.int64)) * weight.size // channels if channels else 0
 
 
 def profile_table(bundle: InstrumentedBundle, probe_ticks: tuple[int, ...], calibration_ticks: int,
