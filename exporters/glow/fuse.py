@@ -1,13 +1,16 @@
 """Layer fusion: the units of code a bundle is generated and planned in.
 
 A ``Layer`` is one or more graph nodes computed by a single layer function. Fusion groups a
-convolution with the layers that consume its output on the spot:
+convolution with the layers that consume its output on the spot (``FUSIONS``):
 
     Conv → zero or more unary element-wise layers (Relu, Clip, Sigmoid...) → at most one MaxPool/AveragePool
+    QConv → at most one MaxPool
 
 The element-wise layers become an epilogue applied to each convolution accumulator before it is stored
-or pooled, and the pooling reduces convolution values computed in registers, so the tensors between
-the nodes of a group are never written to memory and the memory planner never allocates them. A chain
+or pooled, and the pooling reduces convolution values computed in registers (a QConv's requantised
+integers: kernels/integer_conv_pool.py), so the tensors between the nodes of a group are never written to
+memory and the memory planner never allocates them. The kernel of a group is its head op's
+``kernels.registry.group_emitter``. A chain
 only grows through a tensor that exactly one node reads and that is not a graph output. A pooling joins a
 convolution of its own layout (channels first, or channels last: kernels/pool_channels_last.py). The graph
 itself is untouched: the reference interpreter still runs every node, and a fused bundle must give
@@ -25,9 +28,26 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ops.registry import get_op
 
 POOLS = ("MaxPool", "AveragePool")
-#: dtypes a fused group computes in: the epilogue and the pooling then see exactly the values the
+#: dtypes a fused float group computes in: the epilogue and the pooling then see exactly the values the
 #: unfused layers would read back from memory (float16 would be rounded in between)
 FUSED_DTYPES = (DType.FLOAT32, DType.FLOAT64)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Which layers may join a group headed by an op."""
+
+    dtypes: tuple[DType, ...]   # the head's output dtypes the group computes in
+    epilogue: bool              # whether unary element-wise layers may join
+    pools: tuple[str, ...]      # the poolings that may end the group
+
+
+#: the ops that head groups. A QConv's output is requantised integers: their max is exact, while an
+#: element-wise layer or an average on them would need a requantisation of its own in the kernel
+FUSIONS = {
+    "Conv": Fusion(FUSED_DTYPES, True, POOLS),
+    "QConv": Fusion((DType.INT8, DType.UINT8, DType.INT16), False, ("MaxPool",)),
+}
 
 
 @dataclass
@@ -75,19 +95,21 @@ def single_layers(graph: Graph) -> list[Layer]:
 
 def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
     """Whether ``node`` can join ``layer`` (whose last output it reads)."""
+    fusion = FUSIONS[layer.nodes[0].op]
     if layer.pool is not None or [n for n in node.inputs if n] != [layer.outputs[0]]:
         return False
-    if node.op in POOLS:   # MaxPool's Indices need the whole tensor
+    if node.op in fusion.pools:   # MaxPool's Indices need the whole tensor
         same_layout = layer.nodes[0].attrs.channels_last == node.attrs.channels_last
         return same_layout and all(not name for name in node.outputs[1:])
     source, result = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
-    return (node.op in UNARY and get_op(node.op).elementwise and len(node.outputs) == 1
+    return (fusion.epilogue and node.op in UNARY and get_op(node.op).elementwise and len(node.outputs) == 1
             and result.dtype == source.dtype and result.shape == source.shape)
 
 
 def _starts_group(graph: Graph, node: Node) -> bool:
-    return (node.op == "Conv" and len(node.outputs) == 1
-            and graph.type_of(node.outputs[0]).dtype in FUSED_DTYPES)
+    fusion = FUSIONS.get(node.op)
+    return (fusion is not None and len(node.outputs) == 1
+            and graph.type_of(node.outputs[0]).dtype in fusion.dtypes)
 
 
 def fuse_layers(graph: Graph) -> list[Layer]:

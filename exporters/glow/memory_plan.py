@@ -7,7 +7,8 @@
 - activations: every intermediate tensor. Tensors are grouped into buffers first: an ``alias`` op
   (Reshape, Flatten, Squeeze...) reuses its input's bytes, and an ``inplace`` op may write over an
   input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
-  greedy best-fit by size, largest first (the usual static planner of AOT compilers).
+  greedy best-fit by size, largest first (the usual static planner of AOT compilers). Every buffer
+  starts 64-byte aligned; the region ends with its last byte in use (no padding after it).
 
 Streaming layers: a layer whose kernel finishes its output positions in row-major order
 (``kernels.registry.Stream``) may write its output over an input that dies there, the output starting
@@ -321,7 +322,7 @@ def _place(buffers: list[Buffer], links: dict[tuple[int, int], int]) -> tuple[di
     for buffer in sorted(buffers, key=lambda b: (-b.size, b.start, b.tensors[0])):
         if id(buffer) not in placer.at:
             placer.place(buffer)
-    return {key: at - placer.bottom for key, at in placer.at.items()}, align(placer.top - placer.bottom)
+    return {key: at - placer.bottom for key, at in placer.at.items()}, placer.top - placer.bottom
 
 
 def plan_memory(graph: Graph, layers: list[Layer] | None = None, workspaces: dict[int, int] | None = None,

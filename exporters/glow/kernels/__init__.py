@@ -6,6 +6,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     elementwise,
     identity,
     integer_conv,
+    integer_conv_pool,
     integer_elementwise,
     integer_lut,
     integer_matmul,

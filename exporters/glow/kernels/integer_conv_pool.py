@@ -1,0 +1,296 @@
+"""A QConv fused with the MaxPool that reads its output (exporters/glow/fuse.py), in either layout.
+
+Unfused, a QConv writes its whole output and im2col (integer_im2col.py) copies the receptive fields of a tile
+of positions into a workspace; fused, the layer needs neither: the convolution values are summed straight
+from the input, requantised (integer_dot.Requant) and pooled in registers. Each pooled output is the max of
+the requantised integers of the convolution positions in its window — what QConv then MaxPool compute, bit
+for bit — so the activations hold the input and the pooled output only (LeNet int8: 14,400 -> 3,680 bytes).
+
+Per batch, group and block of output channels (``BLOCK``), per pooled position, the pooling taps inside the
+convolution's output (conv.py's ``Axis.taps``: the pooling's padding and ceil_mode overrun are never read) are
+visited along the last axis two at a time (a pair whose second tap is missing computes its first twice: the
+max is the same). A convolution value is a reduction over ``Reduction.dims`` loops around runs of taps that
+lie contiguous both in the input and in the weight row: channels first, a row of the window along its last
+axis (dilation 1); channels last, a tap's C/group channels (weights re-laid (M, k..., C/group) at export,
+integer_conv_plan.pack_weights). On Cortex-M with the DSP extension a run is taken a word at a time: four
+8-bit inputs become the centred pairs (x0, x2), (x1, x3) by SXTAB16/UXTAB16, four weights (w0 - zw, w2 - zw),
+(w1 - zw, w3 - zw) the same way, and SMLAD multiplies the pairs (SMLALD into 64 bits; two int16 are a pair as
+loaded); the rest of a run, and every tap elsewhere, is a single multiply-accumulate of centred values. A
+window that crosses the convolution's padding sums only its taps inside the input (a padded tap reads zx:
+(zx - zx) * w = 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.conv import axes_of
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
+from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, load_word
+from pegasus.exporters.glow.kernels.linear import affine, for_tiles, range_nest
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    TensorRef,
+    entry_alloca,
+    group_emitter,
+    intrinsic,
+    strides_of,
+)
+from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ir.dtypes import DType
+from pegasus.ir.tensor import TensorType
+from pegasus.ops.conv import Conv
+from pegasus.ops.fixedpoint import integer_range
+from pegasus.ops.layout import first_shape
+from pegasus.ops.pool import MaxPool
+
+Value = ir.Value
+#: output channels per block: their accumulators and the pair of positions' fit the Thumb registers
+BLOCK = 2
+#: most words of a run summed unrolled (a longer run is a loop)
+UNROLLED_WORDS = 4
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One convolution value as loops over ``dims`` ((count, input step, weight step), outermost first) around
+    runs of ``run`` taps contiguous in the input and in the weight row."""
+
+    dims: tuple[tuple[int, int, int], ...]
+    run: int
+
+
+def reduction(cp: ConvPlan) -> Reduction:
+    """The loops of ``cp``'s reduction: over the group's channels and the kernel axes, the innermost one that
+    is contiguous on both sides (stride 1) folded into the runs, with the next ones while they stay so."""
+    xa = cp.xa
+    taps = [(axis.kernel, axis.dilation * step) for axis, step in zip(cp.axes, xa.spatial)]
+    _, w_channel, w_taps = weight_steps(cp)
+    channel = (cp.in_group, xa.channel, w_channel)
+    kernel = [(count, x_step, w_step) for (count, x_step), w_step in zip(taps, w_taps)]
+    dims = kernel + [channel] if cp.channels_last else [channel] + kernel
+    run = 1
+    while dims and dims[-1][1] == run and dims[-1][2] == run:
+        run *= dims.pop()[0]
+    return Reduction(tuple(dims), run)
+
+
+def weight_steps(cp: ConvPlan) -> tuple[int, int, tuple[int, ...]]:
+    """The weights' strides as stored: (output channel, input channel of the group, each kernel axis)."""
+    w = strides_of(cp.w.shape)
+    if cp.channels_last and cp.depthwise:       # (k..., 1, M)
+        return w[-1], w[-2], w[:-2]
+    if cp.channels_last:                        # (M, k..., C/group)
+        return w[0], w[-1], w[1:-1]
+    return w[0], w[1], w[2:]                    # (M, C/group, k...)
+
+
+def conv_output(k: KernelContext) -> TensorRef:
+    """The convolution's output, never stored: its type only (the group's output is the pooling's)."""
+    a, x, w = k.attrs, k.inputs[0], k.inputs[1]
+    last = bool(a.channels_last)
+    channels = x.shape[-1] if last else x.shape[1]
+    packed = last and a.group > 1 and channels // a.group == 1       # depthwise weights (k..., 1, M)
+    out_channels = k.outputs[0].shape[-1 if last else 1]              # the pooling keeps the channels
+    kernel = w.shape[:-2] if packed else (w.shape[1:-1] if last else w.shape[2:])
+    w_first = (out_channels, channels // a.group, *kernel)
+    out = Conv.geometry(a, first_shape(x.shape, last), w_first).out
+    shape = (x.shape[0], *out, out_channels) if last else (x.shape[0], out_channels, *out)
+    return TensorRef(None, TensorType(shape, DType(a.out_dtype)))
+
+
+class Dot:
+    """Sums of centred products over the taps of a few positions for a block of output channels."""
+
+    def __init__(self, k: KernelContext, cp: ConvPlan):
+        self.b, self.cp, self.mac = k.builder, cp, cp.mac
+        x_bytes, w_bytes = cp.x.type.dtype.itemsize, cp.w.type.dtype.itemsize
+        zero = self.mac.x.zero_point == 0 and self.mac.w.zero_point == 0
+        self.dual = self.mac.dual(k.target) and ((x_bytes == w_bytes == 1) or (x_bytes == w_bytes == 2 and zero))
+        self.per_word = 4 // x_bytes
+
+    def single(self, slots: list[list[Value]], xs: list[Value], ws: list[Value]) -> None:
+        """slots[p][c] += (X[xs[p]] - zx) * (W[ws[c]] - zw)."""
+        b, mac = self.b, self.mac
+        acc = mac.acc
+
+        def centred(ref: TensorRef, flat: Value, side) -> Value:
+            value = widen(b, ref.load(b, flat), acc, side.signed)
+            return b.sub(value, ir.Constant(acc, side.zero_point)) if side.zero_point else value
+
+        x_values = [centred(self.cp.x, flat, mac.x) for flat in xs]
+        for c, flat in enumerate(ws):
+            weight = centred(self.cp.w, flat, mac.w)
+            for p, value in enumerate(x_values):
+                slot = slots[p][c]
+                b.store(b.add(b.load(slot), b.mul(value, weight)), slot)
+
+    def pairs(self, ref: TensorRef, flat: Value, side) -> list[Value]:
+        """The centred 16-bit pairs of the word at ref[flat]: (v0, v2), (v1, v3) of four bytes, or two int16."""
+        b = self.b
+        word = load_word(b, ref, flat)
+        if self.per_word == 2:
+            return [word]
+        rotated = b.or_(b.lshr(word, const(8)), b.shl(word, const(24)))
+        if not side.zero_point:
+            unpack = dsp(b.module, "sxtb16" if side.signed else "uxtb16", 1)
+            return [b.call(unpack, [word]), b.call(unpack, [rotated])]
+        centre = dsp(b.module, "sxtab16" if side.signed else "uxtab16", 2)
+        minus = const((-side.zero_point & 0xFFFF) * 0x10001)
+        return [b.call(centre, [minus, word]), b.call(centre, [minus, rotated])]
+
+    def word(self, slots: list[list[Value]], xs: list[Value], ws: list[Value]) -> None:
+        """slots[p][c] += the products of the word of taps at X[xs[p]] and W[ws[c]] (SMLAD / SMLALD)."""
+        b, acc = self.b, self.mac.acc
+        dual = dsp(b.module, "smlad", 3) if acc is I32 else intrinsic(b.module, "llvm.arm.smlald", I64,
+                                                                       [I32, I32, I64])
+        x_pairs = [self.pairs(self.cp.x, flat, self.mac.x) for flat in xs]
+        for c, flat in enumerate(ws):
+            w_pairs = self.pairs(self.cp.w, flat, self.mac.w)
+            for p, pairs in enumerate(x_pairs):
+                total = b.load(slots[p][c])
+                for x_pair, w_pair in zip(pairs, w_pairs):
+                    total = b.call(dual, [x_pair, w_pair, total])
+                b.store(total, slots[p][c])
+
+    def run(self, slots: list[list[Value]], xs: list[Value], ws: list[Value], length: int) -> None:
+        """The products of ``length`` contiguous taps from X[xs[p]] and W[ws[c]]: whole words, then singles."""
+        b = self.b
+        words = length // self.per_word if self.dual else 0
+        step = self.per_word
+
+        def at(first: Value | int, bases: list[Value]) -> list[Value]:
+            return [affine(b, 0, (base, 1), (first, 1)) for base in bases]
+
+        if words > UNROLLED_WORDS:
+            with for_range(b, words, name="word") as j:
+                first = b.mul(j, const(step))
+                self.word(slots, at(first, xs), at(first, ws))
+        else:
+            for j in range(words):
+                self.word(slots, at(j * step, xs), at(j * step, ws))
+        if words * step == length:
+            return
+        if self.dual or length - words * step <= UNROLLED_WORDS:
+            for t in range(words * step, length):
+                self.single(slots, at(t, xs), at(t, ws))
+            return
+        with for_range(b, length, name="tap") as t:
+            self.single(slots, at(t, xs), at(t, ws))
+
+
+@group_emitter("QConv")
+def qconv_pool(k: KernelContext, layer) -> None:
+    """A QConv and its MaxPool (module docstring); ``k.outputs`` is the pooling's output."""
+    b = k.builder
+    pooled = k.outputs[0]
+    cp = conv_plan(replace(k, outputs=[conv_output(k)]))
+    paired = cp.w.type.dtype is DType.INT32     # depthwise weights stored as centred 16-bit pairs (pack_weights)
+    if paired:
+        cp = replace(cp, w=TensorRef(b.bitcast(cp.w.ptr, I16.as_pointer()),
+                                     TensorType((*cp.w.shape[:-1], cp.w.shape[-1] * 2), DType.INT16)))
+    conv = cp.y
+    last = cp.channels_last
+    pool_attrs = layer.pool.attrs
+    conv_sizes = conv.shape[1:-1] if last else conv.shape[2:]
+    pool_axes = axes_of(MaxPool.geometry(pool_attrs, first_shape(conv.shape, last)), conv_sizes)
+    rq = Requant(k.module, k.attrs, conv, k.node.name, acc_bound(cp.mac, cp.bias))
+    red = reduction(cp)
+    dot = Dot(k, cp)
+    xa, acc = cp.xa, cp.mac.acc
+    out = conv.element
+    signed = conv.type.dtype != DType.UINT8
+    lowest = integer_range(conv.type.dtype.numpy)[0]
+    pair = 2 if pool_axes[-1].kernel % 2 == 0 else 1
+    limits = [axis.interior() for axis in cp.axes]
+    checked = [i for i, (limit, axis) in enumerate(zip(limits, cp.axes)) if limit != (0, axis.out)]
+    y_spatial = pooled.strides[1:-1] if last else pooled.strides[2:]
+    y_channel = 1 if last else pooled.strides[1]
+
+    def sums(batch: Value, group: Value, rows: list[Value], positions: list[list[Value]]) -> list[list[Value]]:
+        """acc[p][c]: the convolution's sums at ``positions`` (output coordinates) for the block's weight rows."""
+        slots = [[entry_alloca(b, acc) for _ in rows] for _ in positions]
+        for row in slots:
+            for slot in row:
+                b.store(ir.Constant(acc, 0), slot)
+        origins = [[axis.origin(b, o) for axis, o in zip(cp.axes, coords)] for coords in positions]
+        x_group = affine(b, 0, (batch, xa.batch), (group, cp.in_group * xa.channel))
+        bases = [affine(b, 0, (x_group, 1), *zip(origin, xa.spatial)) for origin in origins]
+
+        def interior() -> None:
+            with loop_nest(b, [count for count, _, _ in red.dims], names="rstuvwxyz") as indices:
+                x_at = affine(b, 0, *((i, x_step) for i, (_, x_step, _) in zip(indices, red.dims)))
+                w_at = affine(b, 0, *((i, w_step) for i, (_, _, w_step) in zip(indices, red.dims)))
+                dot.run(slots, [b.add(base, x_at) for base in bases], [b.add(row, w_at) for row in rows], red.run)
+
+        def border() -> None:
+            """Each position alone, over its taps inside the input."""
+            steps = [axis.dilation * step for axis, step in zip(cp.axes, xa.spatial)]
+            _, w_channel, w_taps = weight_steps(cp)
+            for p, (coords, base) in enumerate(zip(positions, bases)):
+                ranges = [axis.taps(b, o) for axis, o in zip(cp.axes, coords)]
+                with for_range(b, cp.in_group, name="ci") as ci:
+                    with range_nest(b, ranges) as ks:
+                        x_at = affine(b, 0, (base, 1), (ci, xa.channel), *zip(ks, steps))
+                        w_at = affine(b, 0, (ci, w_channel), *zip(ks, w_taps))
+                        dot.single([slots[p]], [x_at], [b.add(row, w_at) for row in rows])
+
+        inside = None
+        for coords in positions:
+            ok = window_inside(b, [coords[i] for i in checked], [limits[i] for i in checked])
+            inside = ok if inside is None else b.and_(inside, ok)
+        if inside is None:
+            interior()
+        else:
+            with b.if_else(inside, likely=True) as (then, otherwise):
+                with then:
+                    interior()
+                with otherwise:
+                    border()
+        return [[b.load(slot) for slot in row] for row in slots]
+
+    def block(batch: Value, group: Value, local0: Value, width: int) -> None:
+        chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
+        rows = [b.mul(_place(b, chan, paired), const(weight_steps(cp)[0])) for chan in chans]
+        biases = [None if cp.bias is None else cp.bias.load(b, chan) for chan in chans]
+        with loop_nest(b, [axis.out for axis in pool_axes], names="abcdefgh") as pool_coords:
+            best = [entry_alloca(b, out) for _ in chans]
+            for slot in best:
+                b.store(ir.Constant(out, lowest), slot)
+            ranges = [axis.taps(b, o) for axis, o in zip(pool_axes, pool_coords)]
+            starts = [axis.origin(b, o) for axis, o in zip(pool_axes, pool_coords)]
+            *outer, (lo, hi) = ranges
+            with range_nest(b, outer) as outer_taps:
+                count = b.udiv(b.add(b.sub(hi, lo), const(pair - 1)), const(pair)) if pair > 1 else b.sub(hi, lo)
+                with for_range(b, count, name="pair") as index:
+                    first = affine(b, 0, (lo, 1), (index, pair))
+                    taps = [first] + [b.select(b.icmp_signed("<", affine(b, j, (first, 1)), hi),
+                                               affine(b, j, (first, 1)), first) for j in range(1, pair)]
+                    positions = [[affine(b, 0, (start, 1), (t, axis.dilation)) for start, t, axis in
+                                  zip(starts, [*outer_taps, tap], pool_axes)] for tap in taps]
+                    totals = sums(batch, group, rows, positions)
+                    cells = [(p, c) for p in range(len(taps)) for c in range(width)]
+                    values = rq.many(b, [(totals[p][c], chans[c], biases[c]) for p, c in cells])
+                    for (_, c), value in zip(cells, values):
+                        current = b.load(best[c])
+                        larger = b.icmp_signed(">", value, current) if signed else b.icmp_unsigned(">", value, current)
+                        b.store(b.select(larger, value, current), best[c])
+            y_at = affine(b, 0, (batch, pooled.strides[0]), *zip(pool_coords, y_spatial))
+            for chan, slot in zip(chans, best):
+                pooled.store(b, b.load(slot), affine(b, 0, (y_at, 1), (chan, y_channel)))
+
+    with loop_nest(b, [cp.x.shape[0], cp.group], names="ng") as (batch, group):
+        for_tiles(b, 0, cp.out_group, BLOCK, lambda local0, width: block(batch, group, local0, width))
+
+
+
+def _place(b: ir.IRBuilder, chan: Value, paired: bool) -> Value:
+    """Where output channel ``chan``'s weights lie among the channels: in order, or — weights stored as 16-bit
+    pairs (integer_conv_plan.spread_pairs) — each group of four as w0 w2 w1 w3."""
+    if not paired:
+        return chan
+    j = b.and_(chan, const(3))
+    return b.or_(b.sub(chan, j), b.or_(b.shl(b.and_(j, const(1)), const(1)), b.lshr(j, const(1))))
