@@ -67,6 +67,10 @@ def conv_case(rounding: str, table, kernel: int, depthwise: bool) -> Case:
 
 
 CASES = [matmul_case(r, t, pc) for r, t in (("tflite", TFLITE), ("half_up", HALF_UP)) for pc in (True, False)]
+# one row (a dense layer: 4 channels per block on Cortex-M), 13 columns (a block of 1 at the end)
+CASES += [Case("QMatMul-tflite-one-row", "QMatMul", [i8((1, 44)), i8((44, 13), -127), biases(13)],
+               {**attrs("tflite", (TFLITE[0] * 2)[:13], (TFLITE[1] * 2)[:13]),
+                "a_zero_point": 7}, constant=(1, 2))]
 CASES += [conv_case(r, t, k, dw) for r, t in (("tflite", TFLITE), ("half_up", HALF_UP))
           for k, dw in ((1, False), (3, False), (3, True))]
 # tables outside the narrow form: TFLite's e = 0 (S = 31) beside others, half_up's S = 32 with M >= 2**30

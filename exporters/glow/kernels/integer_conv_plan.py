@@ -220,7 +220,9 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # no more rows than the layer has positions (a dense layer as a 1x1 convolution has one)
     positions = max(1, min(wanted, prod(win.out), SCRATCH_BYTES // ((mac.depth + 1) * element)))
     madd = madd_lanes(k.target) if not dual and madd_fits(mac) else 0
-    block = 4 if madd == 32 else 2          # 4 x 4 accumulators of AVX-512's 32 registers
+    # 4 x 4 accumulators of AVX-512's 32 registers; with SMLAD, 2 x 2, or 4 channels of a single position
+    # (a dense layer: each pair of inputs loaded once for four channels)
+    block = 4 if madd == 32 or (dual and positions == 1) else 2
     return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block)
 
 
