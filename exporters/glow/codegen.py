@@ -59,6 +59,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         arg.add_attribute("noalias")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
     code_constants: dict[str, ir.GlobalVariable] = {}
+    bodies: dict[str, ir.Function] = {}
     for index, unit in enumerate(plan.layers or single_layers(graph)):
         present = [n for n in unit.inputs + unit.outputs if n]
         workspace = plan.workspace_of(unit)
@@ -75,11 +76,24 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
-        builder.call(layer, args)
         _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0)
+        builder.call(_shared(module, layer, bodies), args)
     builder.ret(ir.Constant(ir.IntType(32), 0))
     forbid_library_calls(module)
     return module
+
+
+def _shared(module: ir.Module, function: ir.Function, bodies: dict[str, ir.Function]) -> ir.Function:
+    """The layer function to call for ``function``: an earlier one whose IR is the same text but for its name
+    (same kernel, shapes, argument attributes), ``function`` being dropped from the module, or ``function``
+    itself (``bodies`` remembers it). DenseNet-121's 607 layers are 375 distinct functions: LLVM optimises and
+    compiles each once."""
+    text = str(function)
+    key = text.replace(f'@"{function.name}"(', "@(", 1)
+    kept = bodies.setdefault(key, function)
+    if kept is not function:
+        del module.globals[function.name]
+    return kept
 
 
 def forbid_library_calls(module: ir.Module) -> None:

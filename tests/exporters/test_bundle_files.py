@@ -132,6 +132,14 @@ def test_weights_txt_lines_hold_20_items(length):
     assert bytes(int(h, 16) for h in re.findall(r"0X([0-9A-F]{2}),", text)) == blob
 
 
+@pytest.mark.parametrize("length", [0, 1, 20, 41, 1000])
+def test_weights_txt_is_glows_text(length):
+    """Byte for byte the text of Glow's writer: ' 0X%02X,' per byte, a newline after every 20, one at the end."""
+    blob = np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8).tobytes()
+    expected = "".join(f" 0X{b:02X}," + ("\n" if i % 20 == 19 else "") for i, b in enumerate(blob)) + "\n"
+    assert bundle_files.render_weights_txt(blob) == expected
+
+
 def test_weights_txt_in_a_static_array_gives_weights_bin(weighted, tmp_path):
     graph, plan = weighted
     blob = bundle_files.weights_blob(graph, plan)
