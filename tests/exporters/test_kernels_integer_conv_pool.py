@@ -3,7 +3,8 @@ into bundles and compared byte for byte with the reference interpreter running t
 
 The geometries are chosen to break the kernel: pooling stride different from its kernel (overlapping and
 gapped windows), pads in the pooling and in the convolution (windows crossing the input's padding), ceil_mode,
-pooling dilation, odd pooling widths (no pairs of positions), strided and dilated convolutions, groups,
+pooling dilation, odd pooling widths (no pairs of positions), rows of 4q + 1 taps (neighbouring windows
+sharing words) at the edges, strided and dilated convolutions, groups,
 depthwise (channels last on a DSP CPU: weights stored as 16-bit pairs), 1-D, batch 2, odd output channel
 counts; operands int8, uint8 (zero points on both sides), int16 (SMLALD pairs, and single MACs when a zero
 point keeps them from pairing); outputs int8, uint8 (an unsigned max) and int16 with clamps; channels first and
@@ -74,6 +75,11 @@ def fused_graph(cases) -> tuple[Graph, dict[str, np.ndarray]]:
 CASES = [
     chain(P22, "lenet-conv1", (1, 1, 16, 16), (6, 1, 5, 5), ("int8", -128), I8),
     chain(P22, "lenet-conv2", (1, 8, 12, 12), (10, 8, 5, 5), ("int8", 3), I8),
+    chain({"kernel_shape": (2, 2), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": 1},
+          "neighbours-edges-u8", (1, 3, 11, 12), (4, 3, 5, 5), U8, ("uint8", 119), out_dtype="uint8",
+          pads=(2, 2, 1, 1)),
+    chain({"kernel_shape": (2, 2), "strides": (1, 1)}, "neighbours-9-taps", (1, 2, 12, 14), (3, 2, 2, 9), ("int8", 1),
+          ("int8", -3)),
     chain({"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)},
           "overlap-pads", (1, 5, 9, 10), (7, 5, 3, 3), ("int8", -9), I8, pads=(1, 1, 1, 1)),
     chain({"kernel_shape": (2, 2), "strides": (3, 3), "pads": (1, 0, 0, 1)},

@@ -29,7 +29,7 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, load_word
-from pegasus.exporters.glow.kernels.linear import affine, for_tiles, range_nest
+from pegasus.exporters.glow.kernels.linear import affine, for_tiles, range_nest, simd_of
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
     TensorRef,
@@ -111,6 +111,8 @@ class Dot:
         zero = self.mac.x.zero_point == 0 and self.mac.w.zero_point == 0
         self.dual = self.mac.dual(k.target) and ((x_bytes == w_bytes == 1) or (x_bytes == w_bytes == 2 and zero))
         self.per_word = 4 // x_bytes
+        # without pairs, a target with vector registers sums each run as one vector product (reduced once)
+        self.vector = not self.dual and simd_of(k.target).width >= 16
 
     def single(self, slots: list[list[Value]], xs: list[Value], ws: list[Value]) -> None:
         """slots[p][c] += (X[xs[p]] - zx) * (W[ws[c]] - zw)."""
@@ -155,6 +157,55 @@ class Dot:
                 for x_pair, w_pair in zip(pairs, w_pairs):
                     total = b.call(dual, [x_pair, w_pair, total])
                 b.store(total, slots[p][c])
+
+    def vector_run(self, slots: list[list[Value]], xs: list[Value], ws: list[Value], length: int) -> None:
+        """slots[p][c] (vectors of ``length`` lanes) += the centred products of the run's taps, lane by lane."""
+        b, mac = self.b, self.mac
+        # a product of two centred values fits 32 bits unless both are wide (64-bit lanes multiply slowly)
+        word = I32 if mac.x.magnitude * mac.w.magnitude < (1 << 31) else mac.acc
+        vector = ir.VectorType(word, length)
+
+        def load(ref: TensorRef, flat: Value, side) -> Value:
+            pointer = b.bitcast(ref.address(b, flat), ir.VectorType(ref.element, length).as_pointer())
+            value = (b.sext if side.signed else b.zext)(b.load(pointer, align=ref.type.dtype.itemsize), vector)
+            zero = ir.Constant(vector, [ir.Constant(word, side.zero_point)] * length)
+            return b.sub(value, zero) if side.zero_point else value
+
+        x_values = [load(self.cp.x, flat, mac.x) for flat in xs]
+        for c, flat in enumerate(ws):
+            weights = load(self.cp.w, flat, mac.w)
+            for p, value in enumerate(x_values):
+                product = b.mul(value, weights)
+                if word is not mac.acc:
+                    product = b.sext(product, ir.VectorType(mac.acc, length))
+                b.store(b.add(b.load(slots[p][c]), product), slots[p][c])
+
+    def neighbours(self, slots: list[list[Value]], x0: Value, ws: list[Value], length: int) -> None:
+        """``run`` for two positions whose taps start at X[x0] and X[x0 + 1], ``length`` = 4q + 1: the words at
+        x0 + 4m and x0 + 4m + 2 give the pairs (4m, 4m+2), (4m+1, 4m+3), (4m+2, 4m+4), (4m+3, 4m+5) that both
+        positions need (the first's group m is (4m, 4m+2), (4m+1, 4m+3), the second's (4m+1, 4m+3),
+        (4m+2, 4m+4), against the same weight pairs); the last taps, 4q and 4q + 1, are the high halves of the
+        last two pairs (SMLATB) — so no byte past the second window is read."""
+        b = self.b
+        dual, single = dsp(b.module, "smlad", 3), dsp(b.module, "smlatb", 3)
+        mac = self.mac
+        for m in range(length // 4):
+            low = self.pairs(self.cp.x, affine(b, 4 * m, (x0, 1)), mac.x)
+            high = self.pairs(self.cp.x, affine(b, 4 * m + 2, (x0, 1)), mac.x)
+            for c, w_at in enumerate(ws):
+                w_pairs = self.pairs(self.cp.w, affine(b, 4 * m, (w_at, 1)), mac.w)
+                for p, xs in enumerate(([low[0], low[1]], [low[1], high[0]])):
+                    total = b.load(slots[p][c])
+                    for x_pair, w_pair in zip(xs, w_pairs):
+                        total = b.call(dual, [x_pair, w_pair, total])
+                    b.store(total, slots[p][c])
+        last = length - 1
+        for c, w_at in enumerate(ws):
+            weight = widen(b, self.cp.w.load(b, affine(b, last, (w_at, 1))), I32, mac.w.signed)
+            if mac.w.zero_point:
+                weight = b.sub(weight, const(mac.w.zero_point))
+            for p, x_pair in enumerate(high):
+                b.store(b.call(single, [x_pair, weight, b.load(slots[p][c])]), slots[p][c])
 
     def run(self, slots: list[list[Value]], xs: list[Value], ws: list[Value], length: int) -> None:
         """The products of ``length`` contiguous taps from X[xs[p]] and W[ws[c]]: whole words, then singles."""
@@ -205,6 +256,12 @@ def qconv_pool(k: KernelContext, layer) -> None:
     signed = conv.type.dtype != DType.UINT8
     lowest = integer_range(conv.type.dtype.numpy)[0]
     pair = 2 if pool_axes[-1].kernel % 2 == 0 else 1
+    # the pair's windows one byte apart along rows of 4q + 1 taps: their words are shared (Dot.neighbours)
+    reduce_add = intrinsic(k.module, f"llvm.vector.reduce.add.v{red.run}i{acc.width}", acc,
+                           [ir.VectorType(acc, red.run)])
+    neighbours = (pair == 2 and dot.dual and dot.per_word == 4 and acc is I32 and not last
+                  and cp.axes[-1].stride * pool_axes[-1].dilation == 1 and red.run % 4 == 1
+                  and 1 <= red.run // 4 <= UNROLLED_WORDS)
     limits = [axis.interior() for axis in cp.axes]
     checked = [i for i, (limit, axis) in enumerate(zip(limits, cp.axes)) if limit != (0, axis.out)]
     y_spatial = pooled.strides[1:-1] if last else pooled.strides[2:]
@@ -216,6 +273,13 @@ def qconv_pool(k: KernelContext, layer) -> None:
         for row in slots:
             for slot in row:
                 b.store(ir.Constant(acc, 0), slot)
+        lanes = None
+        if dot.vector and red.run > 1:
+            vector = ir.VectorType(acc, red.run)
+            lanes = [[entry_alloca(b, vector) for _ in rows] for _ in positions]
+            for row in lanes:
+                for slot in row:
+                    b.store(ir.Constant(vector, None), slot)
         origins = [[axis.origin(b, o) for axis, o in zip(cp.axes, coords)] for coords in positions]
         x_group = affine(b, 0, (batch, xa.batch), (group, cp.in_group * xa.channel))
         bases = [affine(b, 0, (x_group, 1), *zip(origin, xa.spatial)) for origin in origins]
@@ -224,7 +288,16 @@ def qconv_pool(k: KernelContext, layer) -> None:
             with loop_nest(b, [count for count, _, _ in red.dims], names="rstuvwxyz") as indices:
                 x_at = affine(b, 0, *((i, x_step) for i, (_, x_step, _) in zip(indices, red.dims)))
                 w_at = affine(b, 0, *((i, w_step) for i, (_, _, w_step) in zip(indices, red.dims)))
-                dot.run(slots, [b.add(base, x_at) for base in bases], [b.add(row, w_at) for row in rows], red.run)
+                xs, ws = [b.add(base, x_at) for base in bases], [b.add(row, w_at) for row in rows]
+                if neighbours:
+                    dot.neighbours(slots, xs[0], ws, red.run)
+                elif lanes:
+                    dot.vector_run(lanes, xs, ws, red.run)
+                else:
+                    dot.run(slots, xs, ws, red.run)
+            for row, lane_row in zip(slots, lanes or []):
+                for slot, lane_slot in zip(row, lane_row):
+                    b.store(b.add(b.load(slot), b.call(reduce_add, [b.load(lane_slot)])), slot)
 
         def border() -> None:
             """Each position alone, over its taps inside the input."""
@@ -267,13 +340,15 @@ def qconv_pool(k: KernelContext, layer) -> None:
                 count = b.udiv(b.add(b.sub(hi, lo), const(pair - 1)), const(pair)) if pair > 1 else b.sub(hi, lo)
                 with for_range(b, count, name="pair") as index:
                     first = affine(b, 0, (lo, 1), (index, pair))
-                    taps = [first] + [b.select(b.icmp_signed("<", affine(b, j, (first, 1)), hi),
-                                               affine(b, j, (first, 1)), first) for j in range(1, pair)]
+                    taps = [affine(b, j, (first, 1)) for j in range(pair)]
                     positions = [[affine(b, 0, (start, 1), (t, axis.dilation)) for start, t, axis in
                                   zip(starts, [*outer_taps, tap], pool_axes)] for tap in taps]
                     totals = sums(batch, group, rows, positions)
                     cells = [(p, c) for p in range(len(taps)) for c in range(width)]
                     values = rq.many(b, [(totals[p][c], chans[c], biases[c]) for p, c in cells])
+                    if pair > 1:    # a last tap past the window's: its value is the first's
+                        ok = b.icmp_signed("<", taps[1], hi)
+                        values = values[:width] + [b.select(ok, v, values[c]) for c, v in enumerate(values[width:])]
                     for (_, c), value in zip(cells, values):
                         current = b.load(best[c])
                         larger = b.icmp_signed(">", value, current) if signed else b.icmp_unsigned(">", value, current)
