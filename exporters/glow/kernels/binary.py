@@ -25,9 +25,17 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.elementwise import Arith, compute_dtype, convert, load_as, store_as
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, strides_of
-from pegasus.exporters.glow.llvm.loops import const, loop_nest
+from pegasus.exporters.glow.kernels.elementwise import (
+    Arith,
+    LaneArith,
+    compute_dtype,
+    convert,
+    load_as,
+    store_as,
+)
+from pegasus.exporters.glow.kernels.linear import simd_of
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 
 # ---- broadcasting loops ---------------------------------------------------------------------------
@@ -82,6 +90,57 @@ def broadcast_loop(b: ir.IRBuilder, out: TensorRef, operands: Sequence[TensorRef
     strides = [out.strides] + [broadcast_strides(out.shape, ref.shape) for ref in operands]
     with strided_loop(b, out.shape, strides) as flats:
         yield flats
+
+
+def lane_loop(b: ir.IRBuilder, shape: Sequence[int], strides: Sequence[Sequence[int]], lanes: int,
+              body: Callable[[list[ir.Value], int], None], bases: Sequence[ir.Value] | None = None) -> None:
+    """``strided_loop`` with the innermost dimension in chunks of ``lanes`` elements: body(flats, lanes) for
+    each whole chunk, then body(flats, 1) for each element left, when the first operand (the output) walks
+    that dimension contiguously and every other one contiguously or not at all (stride 0: one element for
+    the chunk). Otherwise (or lanes 1) body(flats, 1) for every element. Explicit vectors leave LLVM's loop
+    vectoriser nothing to do: no run-time overlap checks, no scalar copies of the loop, smaller functions."""
+    sizes, merged = coalesce(shape, strides)
+    bases = list(bases) if bases is not None else [const(0)] * len(strides)
+    if lanes == 1 or not sizes or sizes[-1] < lanes or merged[0][-1] != 1 or any(s[-1] > 1 for s in merged):
+        with loop_nest(b, sizes) as indices:
+            body([offset(b, base, indices, steps) for base, steps in zip(bases, merged)], 1)
+        return
+    *outer, inner = sizes
+    chunks, rest = divmod(inner, lanes)
+    with loop_nest(b, outer) as indices:
+        rows = [offset(b, base, indices, steps[:-1]) for base, steps in zip(bases, merged)]
+        for count, width, start in ((chunks, lanes, 0), (rest, 1, chunks * lanes)):
+            if count == 0:
+                continue
+            with for_range(b, count, name="lane" if width > 1 else "rest") as i:
+                position = b.add(b.mul(i, const(width), flags=("nsw",)), const(start), flags=("nsw",)) \
+                    if (width, start) != (1, 0) else i
+                body([offset(b, row, [position], steps[-1:]) for row, steps in zip(rows, merged)], width)
+
+
+def splat(b: ir.IRBuilder, scalar: ir.Value, lanes: int) -> ir.Value:
+    """``scalar`` in every one of ``lanes`` lanes."""
+    one = b.insert_element(ir.Constant(ir.VectorType(scalar.type, 1), None), scalar, const(0))
+    return b.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def load_lanes(b: ir.IRBuilder, ref: TensorRef, flat: ir.Value, lanes: int, stride: int) -> ir.Value:
+    """``lanes`` elements of ``ref`` from ``flat`` (stride 1), or one element repeated (stride 0); lanes 1: the
+    element itself (not a vector)."""
+    if lanes == 1:
+        return ref.load(b, flat)
+    if stride == 0:
+        return splat(b, ref.load(b, flat), lanes)
+    return b.load(b.bitcast(ref.address(b, flat), ir.VectorType(ref.element, lanes).as_pointer()),
+                  align=ref.type.dtype.itemsize)
+
+
+def store_lanes(b: ir.IRBuilder, ref: TensorRef, flat: ir.Value, value: ir.Value) -> None:
+    """Store ``value`` (an element, or a vector of contiguous elements) at ``flat``."""
+    if not isinstance(value.type, ir.VectorType):
+        ref.store(b, value, flat)
+        return
+    b.store(value, b.bitcast(ref.address(b, flat), value.type.as_pointer()), align=ref.type.dtype.itemsize)
 
 
 # ---- the formulas ---------------------------------------------------------------------------------
@@ -222,12 +281,44 @@ BROADCAST: dict[str, Broadcast] = {
 }
 
 
+#: formulas that take vectors as they take elements (LaneArith), used in vectors on float tensors
+VECTOR_SAFE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "PRelu")
+
+
+def vector_lanes(target, element: ir.Type) -> int:
+    """Lanes of ``element`` the explicit-vector loops use on ``target``: its vector registers' on hosted CPUs;
+    1 on Cortex-M, whose loops stay as they are (LLVM picks their vectors, or none)."""
+    return 1 if target.is_cortex_m else simd_of(target).lanes(element)
+
+
+def float_lanes(k: KernelContext, compute: DType, refs: Sequence[TensorRef]) -> int:
+    """``vector_lanes`` for an element-wise layer whose tensors are all stored as float ``compute`` (float32 or
+    float64: float16 goes through conversions element by element), else 1."""
+    if compute not in (DType.FLOAT32, DType.FLOAT64) or any(ref.type.dtype is not compute for ref in refs):
+        return 1
+    return vector_lanes(k.target, llvm_type(compute))
+
+
 @emitter(*BROADCAST)
 def broadcast(k: KernelContext) -> None:
     spec = BROADCAST[k.node.op]
     operands = [ref for ref in k.inputs if ref is not None]
     compute, reads = (spec.dtypes or _same_as_first)([ref.type.dtype for ref in operands])
-    ar, b, y = Arith(k.builder, compute, k.math), k.builder, k.outputs[0]
-    with broadcast_loop(b, y, operands) as (out, *flats):
-        values = [load_as(b, ref, flat, dtype) for ref, flat, dtype in zip(operands, flats, reads)]
-        store_as(b, y, out, spec.fn(ar, k.attrs, *values), compute)
+    b, y = k.builder, k.outputs[0]
+    lanes = float_lanes(k, compute, [y, *operands]) if k.node.op in VECTOR_SAFE else 1
+    strides = [y.strides] + [broadcast_strides(y.shape, ref.shape) for ref in operands]
+    sizes, merged = coalesce(y.shape, strides)
+    inner = [steps[-1] if steps else 1 for steps in merged]
+
+    def body(flats: list[ir.Value], width: int) -> None:
+        out, *at = flats
+        if width == 1:
+            ar = Arith(b, compute, k.math)
+            values = [load_as(b, ref, flat, dtype) for ref, flat, dtype in zip(operands, at, reads)]
+            store_as(b, y, out, spec.fn(ar, k.attrs, *values), compute)
+            return
+        ar = LaneArith(b, compute, k.math, width)
+        values = [load_lanes(b, ref, flat, width, step) for ref, flat, step in zip(operands, at, inner[1:])]
+        store_lanes(b, y, out, spec.fn(ar, k.attrs, *values))
+
+    lane_loop(b, y.shape, strides, lanes, body)

@@ -425,9 +425,22 @@ def apply_unary(b: ir.IRBuilder, math: Any, op: str, attrs: Any, value: ir.Value
 
 @emitter(*UNARY)
 def unary(k: KernelContext) -> None:
+    """y = op(x); float32/float64 tensors in explicit vectors on hosted targets (binary.py ``lane_loop``)."""
+    from pegasus.exporters.glow.kernels.binary import float_lanes, lane_loop, load_lanes, store_lanes
+
     spec = UNARY[k.node.op]
-    ar = arith_for(k, spec, k.inputs[0].type.dtype)
-    map_elements(k, lambda x: spec.fn(ar, k.attrs, x), ar.dtype)
+    x, y, b = k.inputs[0], k.outputs[0], k.builder
+    ar = arith_for(k, spec, x.type.dtype)
+    lanes = float_lanes(k, ar.dtype, [x, y])
+    if lanes == 1:
+        map_elements(k, lambda value: spec.fn(ar, k.attrs, value), ar.dtype)
+        return
+
+    def body(flats: list[ir.Value], width: int) -> None:
+        out, at = flats
+        store_lanes(b, y, out, apply_unary(b, k.math, k.node.op, k.attrs, load_lanes(b, x, at, width, 1), x.type.dtype))
+
+    lane_loop(b, (y.type.size,), [(1,), (1,)], lanes, body)
 
 
 @emitter("Cast")

@@ -17,8 +17,16 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.binary import broadcast_strides, strided_loop
-from pegasus.exporters.glow.kernels.elementwise import Arith, compute_dtype, load_as, store_as
+from pegasus.exporters.glow.kernels.binary import (
+    broadcast_strides,
+    float_lanes,
+    lane_loop,
+    load_lanes,
+    splat,
+    store_lanes,
+    strided_loop,
+)
+from pegasus.exporters.glow.kernels.elementwise import Arith, LaneArith, compute_dtype, load_as, store_as
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, strides_of
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
@@ -67,16 +75,26 @@ def batch_normalization(k: KernelContext) -> None:
     y, b = k.outputs[0], k.builder
     ar = Arith(b, statistics_dtype(x.type.dtype), k.math)
     channels, inner = scale.type.size, math.prod(x.shape[1 + scale.type.rank:])
+    lanes = float_lanes(k, ar.dtype, [x, y])
     with for_range(b, x.shape[0], name="n") as n:
         with for_range(b, channels, name="c") as c:
             inv = ar.div(load_as(b, scale, c, ar.dtype), ar.fn("sqrt", ar.add(load_as(b, var, c, ar.dtype),
                                                                                  k.attrs.epsilon)))
             shift, offset = load_as(b, mean, c, ar.dtype), load_as(b, bias, c, ar.dtype)
             base = b.mul(b.add(b.mul(n, const(channels)), c), const(inner))
-            with for_range(b, inner) as i:
-                flat = b.add(base, i, flags=("nsw",))
-                value = ar.add(ar.mul(ar.sub(load_as(b, x, flat, ar.dtype), shift), inv), offset)
-                store_as(b, y, flat, value, ar.dtype)
+
+            def normalize(flats: list[ir.Value], width: int, shift=shift, inv=inv, offset=offset) -> None:
+                flat = flats[0]
+                if width == 1:
+                    value = ar.add(ar.mul(ar.sub(load_as(b, x, flat, ar.dtype), shift), inv), offset)
+                    store_as(b, y, flat, value, ar.dtype)
+                    return
+                vector = LaneArith(b, ar.dtype, k.math, width)
+                value = vector.sub(load_lanes(b, x, flat, width, 1), splat(b, shift, width))
+                value = vector.add(vector.mul(value, splat(b, inv, width)), splat(b, offset, width))
+                store_lanes(b, y, flat, value)
+
+            lane_loop(b, (inner,), [(1,)], lanes, normalize, [base])
 
 
 @emitter("InstanceNormalization")

@@ -34,7 +34,13 @@ from collections.abc import Sequence
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import broadcast_strides, strided_loop
+from pegasus.exporters.glow.kernels.binary import (
+    broadcast_strides,
+    lane_loop,
+    load_lanes,
+    store_lanes,
+    vector_lanes,
+)
 from pegasus.exporters.glow.kernels.elementwise import Arith
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
@@ -87,13 +93,18 @@ def table_load(b: ir.IRBuilder, table: ir.GlobalVariable, index: ir.Value) -> ir
 
 def copy_strided(b: ir.IRBuilder, dst: TensorRef, src: TensorRef, shape: Sequence[int],
                  dst_strides: Sequence[int], src_strides: Sequence[int], dst_base: int = 0,
-                 src_base: int = 0) -> None:
-    """dst[dst_base + Σ i·dst_strides] = src[src_base + Σ i·src_strides] for every i in ``shape``."""
+                 src_base: int = 0, lanes: int = 1) -> None:
+    """dst[dst_base + Σ i·dst_strides] = src[src_base + Σ i·src_strides] for every i in ``shape``; ``lanes`` > 1
+    copies the contiguous innermost runs in vectors of that many elements (binary.py ``lane_loop``)."""
     if math.prod(shape) == 0:
         return
     d, s = raw(b, dst), raw(b, src)
-    with strided_loop(b, shape, [dst_strides, src_strides], [const(dst_base), const(src_base)]) as (out, inp):
-        d.store(b, s.load(b, inp), out)
+
+    def body(flats: list[ir.Value], width: int) -> None:
+        out, inp = flats
+        store_lanes(b, d, out, load_lanes(b, s, inp, width, 1))
+
+    lane_loop(b, shape, [dst_strides, src_strides], lanes, body, [const(dst_base), const(src_base)])
 
 
 def copy_all(b: ir.IRBuilder, dst: TensorRef, src: TensorRef) -> None:
@@ -210,8 +221,9 @@ def concat(k: KernelContext) -> None:
     y = k.outputs[0]
     axis = normalize_axis(k.attrs.axis, len(y.shape))
     position = 0
+    lanes = vector_lanes(k.target, llvm_type(y.type.dtype))
     for x in k.inputs:
-        copy_strided(k.builder, y, x, x.shape, y.strides, x.strides, dst_base=position * y.strides[axis])
+        copy_strided(k.builder, y, x, x.shape, y.strides, x.strides, dst_base=position * y.strides[axis], lanes=lanes)
         position += x.shape[axis]
 
 
