@@ -136,17 +136,6 @@ def test_bundle_on_host(host_results, case):
     check_case(host_results, case)
 
 
-@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m0"])
-def test_bundle_on_cortex_m(cpu, tmp_path):
-    graph, feeds = build_graph(CASES)
-    want = interpreter.run(graph, feeds)
-    export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
-    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
-    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
-    for name, value in want.items():
-        np.testing.assert_array_equal(outputs[name], value, err_msg=name)
-
-
 def test_overflow_branch_only_where_the_biases_need_it(tmp_path):
     """The bias values as exported bound the 32-bit sums (TensorRef.bounds): small biases compile without the
     overflow branch (no BVS on Cortex-M7), biases near 2**31 keep it — and both stay exact on the host above."""
@@ -163,3 +152,47 @@ def test_overflow_branch_only_where_the_biases_need_it(tmp_path):
                                         capture_output=True, text=True, check=True).stdout
         np.testing.assert_array_equal(run_cases([case], folder)[case.id][0][0], expected(case))
     assert "bvs" not in listings["small"] and "bvs" in listings["huge"]
+
+
+def _every_pair() -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    return a.astype(np.int8).reshape(1, -1), b.astype(np.int8).reshape(1, -1)
+
+
+# TFLite ADD's three roundings in 32 bits (requant.narrow_scale): operand shifts with e = 0, 1 and a left shift,
+# output shifts from e = 1 to e = 30; every pair of int8 operands
+ADDS = [Case(f"QAddRescaled-every-pair-{i}", "QAddRescaled", list(_every_pair()),
+             {"multiplier": (m,), "shift": (s,), "out_zero_point": zp, "out_dtype": "int8", "rounding": "tflite",
+              "a_zero_point": za, "b_zero_point": zb, "left_shift": 20, "a_multiplier": am, "a_shift": ash,
+              "b_multiplier": bm, "b_shift": bsh, "subtract": sub})
+        for i, (m, s, zp, za, zb, am, ash, bm, bsh, sub) in enumerate([
+            (1518500250, 51, -3, 5, -7, 1073741824, 31, 1395864371, 32, False),
+            (150, 32, 0, -128, 127, 2147483647, 30, 1073741824, 31, True),
+            (1073741824, 50, 10, 0, 0, 1073741824, 31, 1073741824, 31, False)])]   # (x + y) / 2: ties
+
+
+@pytest.mark.parametrize("case", ADDS, ids=ids(ADDS))
+def test_add_rescaled_every_pair_on_host(case, tmp_path):
+    from pegasus.ops.fixedpoint import multiply_by_quantized_multiplier as mbqm
+
+    a = case.attrs
+    x, y = (v.astype(np.int64) for v in case.inputs)
+    first = mbqm((x - a["a_zero_point"]) << 20, a["a_multiplier"], 31 - a["a_shift"])
+    second = mbqm((y - a["b_zero_point"]) << 20, a["b_multiplier"], 31 - a["b_shift"])
+    total = first - second if a["subtract"] else first + second
+    want = np.clip(mbqm(total, a["multiplier"][0], 31 - a["shift"][0]) + a["out_zero_point"], -128, 127)
+    reference = next(iter(interpreter.run(*build_graph([case])).values()))
+    np.testing.assert_array_equal(reference, want)
+    assert len(np.unique(want)) > 20       # not all clamped
+    check_case(run_cases([case], tmp_path), case)
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m0"])
+def test_bundle_on_cortex_m(cpu, tmp_path):
+    graph, feeds = build_graph(CASES + ADDS)
+    want = interpreter.run(graph, feeds)
+    export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
+    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
+    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
+    for name, value in want.items():
+        np.testing.assert_array_equal(outputs[name], value, err_msg=name)

@@ -15,8 +15,9 @@ from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
-from pegasus.exporters.glow.kernels.requant import I64, requantize, widen
+from pegasus.exporters.glow.kernels.requant import I32, I64, clamp, narrow_bound, narrow_scale, requantize, widen
 from pegasus.exporters.glow.llvm.loops import loop_nest
+from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.integer import clamp_bounds
 from pegasus.ops.integer_sum import QReduceSum
 
@@ -31,17 +32,58 @@ def _scaled(b: ir.IRBuilder, value: ir.Value, left_shift: int, multiplier: int, 
     return requantize(b, value, multiplier, shift, 0, *_UNCLAMPED, I64, rounding)
 
 
+def _centred_bound(ref, zero_point: int) -> int:
+    low, high = integer_range(ref.type.dtype.numpy)
+    return max(abs(low - zero_point), abs(high - zero_point))
+
+
+def _narrow_plan(k: KernelContext) -> int | None:
+    """The bound of A' ± B' when each of QAddRescaled's three roundings can be taken in 32 bits
+    (requant.narrow_bound, the operands' ranges bounding every step), else None."""
+    (x1, x2), a = k.inputs, k.attrs
+    bounds = []
+    for ref, zero, multiplier, shift in ((x1, a.a_zero_point, a.a_multiplier, a.a_shift),
+                                         (x2, a.b_zero_point, a.b_multiplier, a.b_shift)):
+        bounds.append(narrow_bound(_centred_bound(ref, zero) << a.left_shift, multiplier, shift, a.rounding))
+    if None in bounds:
+        return None
+    total = sum(bounds)
+    return total if narrow_bound(total, a.multiplier[0], a.shift[0], a.rounding) is not None else None
+
+
+def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value) -> ir.Value:
+    """QAddRescaled's output in 32-bit arithmetic (``_narrow_plan`` said it may be)."""
+    (x1, x2), y, a = k.inputs, k.outputs[0], k.attrs
+    parts = []
+    for ref, flat, zero, multiplier, shift in ((x1, f1, a.a_zero_point, a.a_multiplier, a.a_shift),
+                                               (x2, f2, a.b_zero_point, a.b_multiplier, a.b_shift)):
+        centred = widen(b, centered(b, ref, flat, zero), I32, True)
+        shifted = b.shl(centred, ir.Constant(I32, a.left_shift)) if a.left_shift else centred
+        parts.append(narrow_scale(b, shifted, multiplier, shift, a.rounding))
+    total = b.sub(*parts) if a.subtract else b.add(*parts)
+    out = narrow_scale(b, total, a.multiplier[0], a.shift[0], a.rounding)
+    lo, hi = clamp_bounds(a)
+    return widen(b, clamp(b, b.add(out, ir.Constant(I32, a.out_zero_point)), lo, hi), y.element, True)
+
+
 @emitter("QAddRescaled")
 def q_add_rescaled(k: KernelContext) -> None:
-    """y = requant(A' ± B'), A' = scale((a - za) << left_shift, ma, sa), B' likewise, broadcasting."""
+    """y = requant(A' ± B'), A' = scale((a - za) << left_shift, ma, sa), B' likewise, broadcasting: in 32-bit
+    arithmetic where the operands' ranges allow it (``_narrow_plan``: three SMMULRs on Cortex-M), else in 64."""
     b, (x1, x2), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
     lo, hi = clamp_bounds(a)
+    narrow = _narrow_plan(k) is not None
     with broadcast_loop(b, y, [x1, x2]) as (out, f1, f2):
-        first = _scaled(b, centered(b, x1, f1, a.a_zero_point), a.left_shift, a.a_multiplier, a.a_shift, a.rounding)
-        second = _scaled(b, centered(b, x2, f2, a.b_zero_point), a.left_shift, a.b_multiplier, a.b_shift, a.rounding)
-        total = b.sub(first, second) if a.subtract else b.add(first, second)
-        y.store(b, requantize(b, total, a.multiplier[0], a.shift[0], a.out_zero_point, lo, hi, y.element, a.rounding),
-                out)
+        if narrow:
+            y.store(b, _narrow_sum(b, k, f1, f2), out)
+        else:
+            first = _scaled(b, centered(b, x1, f1, a.a_zero_point), a.left_shift, a.a_multiplier, a.a_shift,
+                            a.rounding)
+            second = _scaled(b, centered(b, x2, f2, a.b_zero_point), a.left_shift, a.b_multiplier, a.b_shift,
+                             a.rounding)
+            total = b.sub(first, second) if a.subtract else b.add(first, second)
+            y.store(b, requantize(b, total, a.multiplier[0], a.shift[0], a.out_zero_point, lo, hi, y.element,
+                                  a.rounding), out)
 
 
 @emitter("QReduceSum")

@@ -147,6 +147,39 @@ def requantize(b: ir.IRBuilder, acc: ir.Value, multiplier: Scalar, shift: Scalar
     return b.trunc(clamp(b, scaled, lo, hi), out) if out.width < 64 else clamp(b, scaled, lo, hi)
 
 
+def narrow_bound(bound: int, multiplier: int, shift: int, rounding: str) -> int | None:
+    """A bound on |scale(x, M, S)| for |x| <= ``bound`` when ``narrow_scale`` computes it in 32 bits, else None:
+    ``tflite`` needs |x << max(31 - S, 0)| < 2**30 (so SRDHM is SMMULR(2x', M)) and e = S - 31 <= 30;
+    ``half_up`` needs 32 <= S <= 64; both 0 <= M < 2**31."""
+    if not 0 <= multiplier < (1 << 31) or bound >= (1 << 31):
+        return None
+    if rounding == "tflite" and not (bound << max(31 - shift, 0) >= (1 << 30) or shift - 31 > 30):
+        return -(-(bound << max(31 - shift, 0)) * multiplier // (1 << max(shift, 31))) + 1
+    if rounding == "half_up" and 32 <= shift <= 64:
+        return -(-bound * multiplier // (1 << shift)) + 1
+    return None
+
+
+def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, rounding: str) -> ir.Value:
+    """``scale(x, M, S)`` of an i32 ``x`` in 32-bit arithmetic, exactly, where ``narrow_bound`` allows it:
+    ``tflite``: SRDHM(x', M) = SMMULR(2x', M) (see integer_dot.Requant), then RoundingDivideByPOT by e as
+    two shifts; ``half_up``: SMMULR(x, M) for S = 32, else ((SMMUL(x, M) >> (S - 33)) + 1) >> 1."""
+    def high(value: ir.Value, rounded: bool) -> ir.Value:
+        product = b.mul(b.sext(value, I64), ir.Constant(I64, multiplier))
+        if rounded:
+            product = b.add(product, ir.Constant(I64, 1 << 31))
+        return b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
+
+    def halve(value: ir.Value, by: int) -> ir.Value:     # floor((v + 2**by) / 2**(by + 1))
+        return b.ashr(b.add(b.ashr(value, ir.Constant(I32, by)), ir.Constant(I32, 1)), ir.Constant(I32, 1))
+
+    if rounding == "tflite":
+        left, exponent = max(31 - shift, 0), max(shift - 31, 0)
+        y = high(b.shl(x, ir.Constant(I32, left + 1)), True)
+        return halve(b.add(y, b.ashr(y, ir.Constant(I32, 31))), exponent - 1) if exponent else y
+    return high(x, True) if shift == 32 else halve(high(x, False), shift - 33)
+
+
 def channel_table(module: ir.Module, name: str, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.GlobalVariable:
     """A constant array of per-channel parameters in the code's read-only data (not the weights)."""
     array_ty = ir.ArrayType(ty, len(values))
