@@ -32,6 +32,7 @@ from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
+from pegasus.ops.registry import get_op
 
 BYTE_PTR = ir.IntType(8).as_pointer()
 REGION_ARG = {CONSTANT: 0, MUTABLE: 1, ACTIVATIONS: 2}
@@ -76,7 +77,11 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
-        _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0)
+        if _planned_alias(plan, unit):   # nothing to compute: its output already is its input's bytes
+            layer.append_basic_block("entry")
+            ir.IRBuilder(layer.entry_basic_block).ret_void()
+        else:
+            _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0)
         builder.call(_shared(module, layer, bodies), args)
     builder.ret(ir.Constant(ir.IntType(32), 0))
     forbid_library_calls(module)
@@ -94,6 +99,14 @@ def _shared(module: ir.Module, function: ir.Function, bodies: dict[str, ir.Funct
     if kept is not function:
         del module.globals[function.name]
     return kept
+
+
+def _planned_alias(plan: MemoryPlan, unit: Layer) -> bool:
+    """An alias layer (Reshape, Flatten, Identity...) whose output the plan put on its input's bytes: its
+    emitter would copy only when the two differ, which the plan already rules out."""
+    node = unit.nodes[0]
+    return (not unit.fused and get_op(node.op).alias and bool(node.inputs) and bool(node.outputs[0])
+            and plan.locations.get(node.inputs[0]) == plan.locations.get(node.outputs[0]))
 
 
 def forbid_library_calls(module: ir.Module) -> None:

@@ -29,7 +29,7 @@ from pegasus.exporters.glow.kernels.elementwise import intrinsic, load_as
 from pegasus.exporters.glow.kernels.identity import identity
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, entry_alloca, llvm_type
 from pegasus.exporters.glow.kernels.requant import (
     I32,
     I64,
@@ -71,13 +71,17 @@ def _i64(v: int) -> ir.Constant:
 
 def long_division(b: ir.IRBuilder, n: Value, d: Value, bits: int) -> Value:
     """floor(n / d) for unsigned i64 n and d >= 1 whose quotient is below 2**bits: restoring division,
-    one quotient bit per step, straight-line (no library call on any target)."""
-    quotient, rest = _i64(0), n
-    for bit in reversed(range(bits)):
-        fits = b.icmp_unsigned(">=", b.lshr(rest, _i64(bit)), d)     # rest >= d << bit, without overflow
-        rest = b.select(fits, b.sub(rest, b.shl(d, _i64(bit))), rest)
-        quotient = b.select(fits, b.or_(quotient, _i64(1 << bit)), quotient)
-    return quotient
+    one quotient bit per step (no library call on any target), a rolled loop: it is the rare path of
+    ``small_udiv``, whose unrolled steps took most of a softmax's code."""
+    quotient, rest = entry_alloca(b, I64), entry_alloca(b, I64)
+    b.store(_i64(0), quotient)
+    b.store(n, rest)
+    with for_range(b, bits, name="bit", unroll=False) as step:
+        bit = b.zext(b.sub(const(bits - 1), step), I64)
+        fits = b.icmp_unsigned(">=", b.lshr(b.load(rest), bit), d)     # rest >= d << bit, without overflow
+        b.store(b.select(fits, b.sub(b.load(rest), b.shl(d, bit)), b.load(rest)), rest)
+        b.store(b.select(fits, b.or_(b.load(quotient), b.shl(_i64(1), bit)), b.load(quotient)), quotient)
+    return b.load(quotient)
 
 
 def small_udiv(b: ir.IRBuilder, n: Value, d: Value, bits: int) -> Value:
@@ -212,8 +216,8 @@ SOFTMAX_QUOTIENT_BITS = 17
 def _row(b: ir.IRBuilder, x, base: Value, n: int, inner: int) -> tuple[Callable, Value]:
     """One softmax row (``n`` elements ``inner`` apart from ``base``): a visitor over its flat indices, and its
     largest value as i32."""
-    def along(visit: Callable[[Value], None]) -> None:
-        with for_range(b, n, name="j") as j:
+    def along(visit: Callable[[Value], None]) -> None:   # rolled: a row is short and its body long
+        with for_range(b, n, name="j", unroll=False) as j:
             visit(affine(b, 0, (base, 1), (j, inner)))
 
     peak = Accumulator(b, load_as(b, x, base, DType.INT32))
