@@ -188,10 +188,10 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
     sizes = {}
     for index, unit in enumerate(layers):
         types_in = [graph.type_of(n) if n else None for n in unit.inputs]
-        if unit.fused:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)
-            size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target) if unit.pool else 0
-        else:
-            types_out = [graph.type_of(n) if n else None for n in unit.outputs]
+        if unit.pool:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)
+            size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target)
+        else:           # one node, or a head whose element-wise followers need nothing more: the head's own
+            types_out = [graph.type_of(n) if n else None for n in unit.nodes[0].outputs]
             size = workspace_bytes(unit.nodes[0], types_in, types_out, target)
         if size:
             sizes[index] = size

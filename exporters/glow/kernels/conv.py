@@ -48,9 +48,11 @@ from pegasus.exporters.glow.kernels.linear import (
     require_dtype,
     simd_of,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, workspace
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv, ConvTranspose
 from pegasus.ops.spatial import Window
 
@@ -329,17 +331,29 @@ def _correlation_tile(num: Numeric, cr: Correlation, batch: Value, group: Value,
         num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), value, stored, cr.y_strides[-1])
 
 
+#: bytes of weights a run of channel blocks may share (kept in L2 while every output tile goes through them)
+WEIGHT_BUDGET = 160 * 1024
+
+
 def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
-    """Loops over batch, group and blocks of output channels; tiles of the output rows inside."""
+    """Loops over batch, group and runs of channel blocks whose weights fit ``WEIGHT_BUDGET``; the tiles of the
+    output rows inside, and each block of the run on each tile, so the inputs a tile reads are read from
+    memory once per run rather than once per block (a run is one block on a target with little memory)."""
     b = k.builder
     width, block = tile_shape(simd_of(k.target), num, cr.axes[-1].out, cr.out_group)
 
-    def channel_block(batch: Value, group: Value, local0: Value, channels: int) -> None:
-        sweep_tiles(b, cr.axes, width,
-                    lambda tile: _correlation_tile(num, cr, batch, group, local0, channels, tile))
+    weights = block * cr.in_group * math.prod(a.kernel for a in cr.axes) * num.dtype.itemsize
+    blocks = 1 if k.target.is_cortex_m else max(1, WEIGHT_BUDGET // max(1, weights))
+
+    def channel_blocks(batch: Value, group: Value, first: Value, channels: int) -> None:
+        def tile(t: Tile) -> None:
+            for_tiles(b, 0, channels, block, lambda start, count: _correlation_tile(
+                num, cr, batch, group, affine(b, 0, (first, 1), (start, 1)), count, t))
+
+        sweep_tiles(b, cr.axes, width, tile)
 
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
-        for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+        for_tiles(b, 0, cr.out_group, block * blocks, lambda start, count: channel_blocks(batch, group, start, count))
 
 
 def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
@@ -353,12 +367,60 @@ def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
                        y.shape[1] // group * w.strides[0], w.strides[2:], epilogue=epilogue)
 
 
+def _pointwise(win: Window) -> bool:
+    """Every output position reads one input position, the same for every tap (1x1, no padding)."""
+    return all(k == 1 for k in win.kernel) and not any(win.pads_begin) and not any(win.pads_end)
+
+
+def _flat(ref: TensorRef, ptr: ir.Value | None = None) -> TensorRef:
+    """``ref`` (N, C, D1, ...) seen as (N, C, D1*...) at ``ptr`` (default: its own)."""
+    shape = ref.shape
+    return TensorRef(ref.ptr if ptr is None else ptr, TensorType((*shape[:2], math.prod(shape[2:])), ref.type.dtype))
+
+
+@workspace("Conv")
+def conv_workspace(k: KernelContext) -> int:
+    """A strided pointwise Conv on a hosted target takes the input positions it reads, gathered once into the
+    workspace: each block of output channels then reads them as contiguous vectors (ResNet-50's stride-2
+    projections read their input with shuffles once per block before: 22-33 GF/s)."""
+    x, w = k.inputs[0], k.inputs[1]
+    if k.attrs.channels_last or k.target.is_cortex_m or x.type.dtype not in FLOATS:
+        return 0
+    win = Conv.geometry(k.attrs, x.shape, w.shape)
+    if not _pointwise(win) or all(s == 1 for s in win.strides):
+        return 0
+    return x.shape[0] * x.shape[1] * math.prod(win.out) * x.type.dtype.itemsize
+
+
+def _pointwise_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> Correlation:
+    """A pointwise Conv on a hosted target as a correlation over the flattened positions (one axis: rows as
+    long as the whole plane, so a 7x7 plane fills 16-lane tiles instead of 8-lane rows of 7). Strided: over the
+    input positions it reads, gathered into the workspace first (``conv_workspace``)."""
+    x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    source = _flat(x)
+    if conv_workspace(k):
+        assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
+        picked = TensorRef(k.scratch(x.element, conv_workspace(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))
+        copy_strided(k.builder, picked, x, picked.shape, picked.strides,
+                     (*x.strides[:2], *(st * s for st, s in zip(x.strides[2:], win.strides))))
+        source = _flat(picked)
+    positions = source.shape[2]
+    group = k.attrs.group
+    return Correlation(source, w, bias, _flat(y), [Axis(positions, positions, 1, 1, 1, 0)], group, w.strides[0],
+                       w.strides[1], y.shape[1] // group * w.strides[0], (0,), epilogue=epilogue)
+
+
 def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
     """Conv, its outputs passed through ``epilogue`` (fused element-wise layers) before they are stored."""
     if k.attrs.channels_last:
         conv_channels_last.emit_conv(k, epilogue)
         return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
+    win = Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
+    if _pointwise(win) and len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k):
+        emit_correlation(k, num, _pointwise_correlation(k, epilogue, win))
+        return
     emit_correlation(k, num, conv_correlation(k, epilogue))
 
 
