@@ -1,8 +1,11 @@
-"""Pointwise (1x1, unpadded) float convolutions on hosted targets (kernels/conv.py ``_pointwise_correlation``):
-one correlation over the flattened positions, and for a strided one the input positions it reads gathered into
-a planned workspace first (``conv_workspace``; none on Cortex-M). Against onnxruntime: planes whose flattened
-length leaves a remainder tile, strides per axis, groups, batches, no bias, a fused Relu, 1-D, float64, and
-channel counts that split into several runs of channel blocks.
+"""Pointwise (1x1, unpadded) and strided float convolutions on hosted targets (kernels/conv.py): a pointwise one
+is one correlation over the flattened positions (``_pointwise_correlation``), a strided pointwise one reads the
+input positions gathered into a planned workspace first, and any other Conv strided along its last axis reads
+each tap's run of that axis gathered (zeros in the padding) into the workspace (``_row_taps_correlation``);
+none of these workspaces on Cortex-M (``conv_workspace``). Against onnxruntime (NumPy for float64): planes whose
+flattened length leaves a remainder tile, strides per axis, dilations, asymmetric pads, taps wholly in the
+padding, groups, batches, no bias, a fused Relu, 1-D, float64, and channel counts that split into several runs
+of channel blocks.
 """
 
 from __future__ import annotations
@@ -30,12 +33,28 @@ CASES = {
     "1d-strided": ((1, 5, 23), 7, {"strides": [2]}, True, False, np.float32),
     "f64-strided": ((1, 4, 8, 9), 5, {"strides": [2, 2]}, True, True, np.float64),
     "many-channel-runs": ((1, 600, 5, 6), 130, {}, True, False, np.float32),
+    "alexnet-11x11-stride-4": ((1, 3, 47, 51), 10, {"kernel_shape": [11, 11], "strides": [4, 4]}, True, True,
+                               np.float32),
+    "3x3-stride-2-pad-1": ((1, 8, 14, 13), 12, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                           True, False, np.float32),
+    "5x3-strides-2x3-dilated-asym-pads": ((2, 4, 17, 19), 6, {"kernel_shape": [5, 3], "strides": [2, 3],
+                                                              "dilations": [1, 2], "pads": [2, 0, 1, 3]},
+                                          False, True, np.float32),
+    "taps-in-padding": ((1, 3, 6, 5), 4, {"kernel_shape": [3, 3], "strides": [1, 2], "pads": [1, 4, 1, 4]},
+                        True, False, np.float32),
+    "grouped-3x3-stride-2": ((1, 6, 11, 11), 9, {"kernel_shape": [3, 3], "strides": [2, 2], "group": 3,
+                                                 "pads": [1, 1, 1, 1]}, True, False, np.float32),
+    "1d-dilated-stride-3": ((1, 4, 40), 5, {"kernel_shape": [4], "strides": [3], "dilations": [2], "pads": [3, 1]},
+                            True, False, np.float32),
+    "f64-3x3-stride-2": ((1, 3, 9, 10), 4, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                         True, False, np.float64),
 }
 
 
 def _model(x_shape, out_channels, attrs, bias, relu, dtype):
     group = attrs.get("group", 1)
-    w = (RNG.standard_normal((out_channels, x_shape[1] // group) + (1,) * (len(x_shape) - 2)) / 4).astype(dtype)
+    kernel = tuple(attrs.get("kernel_shape", (1,) * (len(x_shape) - 2)))
+    w = (RNG.standard_normal((out_channels, x_shape[1] // group) + kernel) / 4).astype(dtype)
     inits = [numpy_helper.from_array(w, "w")]
     inputs = ["x", "w"]
     if bias:
@@ -53,13 +72,19 @@ def _model(x_shape, out_channels, attrs, bias, relu, dtype):
 
 
 def _numpy(model, x: np.ndarray) -> np.ndarray:
-    """The pointwise convolution in NumPy: the strided input positions times the weights, per group."""
+    """A 2-D, ungrouped, undilated convolution with bias in NumPy: per tap, the strided window of the padded
+    input times that tap's weights."""
     values = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    conv = model.graph.node[0]
-    strides = next((list(a.ints) for a in conv.attribute if a.name == "strides"), [1] * (x.ndim - 2))
-    picked = x[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
-    w = values["w"].reshape(values["w"].shape[:2])
-    y = np.einsum("oc,nc...->no...", w, picked) + values["b"].reshape((-1,) + (1,) * (x.ndim - 2))
+    attrs = {a.name: list(a.ints) for a in model.graph.node[0].attribute}
+    w = values["w"]
+    (sh, sw), pads = attrs.get("strides", [1, 1]), attrs.get("pads", [0, 0, 0, 0])
+    padded = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    ho, wo = (padded.shape[2] - w.shape[2]) // sh + 1, (padded.shape[3] - w.shape[3]) // sw + 1
+    y = np.zeros((x.shape[0], w.shape[0], ho, wo)) + values["b"].reshape(-1, 1, 1)
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            window = padded[:, :, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw]
+            y += np.einsum("oc,nchw->nohw", w[:, :, i, j], window)
     return np.maximum(y, 0) if len(model.graph.node) > 1 else y
 
 
@@ -80,5 +105,15 @@ def test_strided_gathers_its_inputs_on_hosts_only():
     layers = fuse_layers(lowered)
     assert [layer.op for layer in layers] == ["Conv_Relu"]
     gathered = 2 * 6 * 8 * 5 * 4     # N * C * ceil(15/2) * ceil(13/3) float32
+    assert layer_workspaces(lowered, layers, resolve_target(None, None, None, "pic")) == {0: gathered}
+    assert layer_workspaces(lowered, layers, resolve_target("arm", "cortex-m7")) == {}
+
+
+def test_strided_rows_are_gathered_per_tap_on_hosts_only():
+    x_shape, out_channels, attrs, *rest = CASES["5x3-strides-2x3-dilated-asym-pads"]
+    lowered = lower_for_export(import_onnx(_model(x_shape, out_channels, attrs, *rest), name="strided"))
+    layers = fuse_layers(lowered)
+    out = (19 + 0 + 3 - (3 - 1) * 2 - 1) // 3 + 1        # 5 positions along the last axis
+    gathered = 2 * 4 * 17 * 3 * out * 4                   # N * C * H * taps * out float32
     assert layer_workspaces(lowered, layers, resolve_target(None, None, None, "pic")) == {0: gathered}
     assert layer_workspaces(lowered, layers, resolve_target("arm", "cortex-m7")) == {}
