@@ -368,7 +368,7 @@ def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
                        y.shape[1] // group * w.strides[0], w.strides[2:], epilogue=epilogue)
 
 
-def _pointwise(win: Window) -> bool:
+def pointwise(win: Window) -> bool:
     """Every output position reads one input position, the same for every tap (1x1, no padding)."""
     return all(k == 1 for k in win.kernel) and not any(win.pads_begin) and not any(win.pads_end)
 
@@ -384,12 +384,12 @@ def conv_workspace(k: KernelContext) -> int:
     """A Conv strided along its last axis on a hosted target gathers, once, what its taps read into the
     workspace, so each block of output channels reads contiguous vectors (rather than shuffling strided loads,
     once per block: ResNet-50's stride-2 projections ran at 22-33 GF/s): a pointwise one the input positions
-    it reads (``_pointwise_correlation``), any other each tap's run of the last axis (``_row_taps_correlation``)."""
+    it reads (``_pointwise_correlation``), any other each tap's run of the last axis (``row_taps_correlation``)."""
     x, w = k.inputs[0], k.inputs[1]
     if k.attrs.channels_last or k.target.is_cortex_m or x.type.dtype not in FLOATS:
         return 0
     win = Conv.geometry(k.attrs, x.shape, w.shape)
-    if _pointwise(win):
+    if pointwise(win):
         return 0 if all(s == 1 for s in win.strides) else \
             x.shape[0] * x.shape[1] * math.prod(win.out) * x.type.dtype.itemsize
     if win.strides[-1] == 1:
@@ -397,7 +397,7 @@ def conv_workspace(k: KernelContext) -> int:
     return math.prod(x.shape[:-1]) * win.kernel[-1] * win.out[-1] * x.type.dtype.itemsize
 
 
-def _row_taps_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> Correlation:
+def row_taps_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> Correlation:
     """A Conv strided along its last axis, over the workspace Z[..., kw*out + o] = X[..., o*stride - pad +
     kw*dilation] (0 in the padding): each tap of the last axis then reads a contiguous run of Z, with no edge
     masks (AlexNet's 11x11 stride 4 read its input by shuffles of 8 vectors per tap and 16 outputs: 15 GF/s)."""
@@ -452,11 +452,11 @@ def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
         return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     win = Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
-    if _pointwise(win) and (len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k)):
+    if pointwise(win) and (len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k)):
         emit_correlation(k, num, _pointwise_correlation(k, epilogue, win))
         return
     if conv_workspace(k):
-        emit_correlation(k, num, _row_taps_correlation(k, epilogue, win))
+        emit_correlation(k, num, row_taps_correlation(k, epilogue, win))
         return
     emit_correlation(k, num, conv_correlation(k, epilogue))
 

@@ -38,10 +38,13 @@ from pegasus.exporters.glow.kernels.conv import (
     axes_of,
     block_channels,
     conv_correlation,
+    conv_workspace,
     correlate,
     edge_of,
     emit_conv,
+    pointwise,
     row_runs,
+    row_taps_correlation,
     sweep,
     sweep_runs,
     sweep_tiles,
@@ -70,6 +73,7 @@ from pegasus.exporters.glow.kernels.registry import (
     emitter,
     entry_alloca,
     group_emitter,
+    piece,
     strides_of,
 )
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
@@ -468,14 +472,25 @@ def conv_pool_workspace(conv: Node, types_in: list[TensorType | None], pool: Nod
     if conv.attrs.channels_last or x.dtype not in FLOATS or not stages_conv_output(target):
         return 0
     conv_out, block = _staged_block(target, conv, x, w)
-    return block * prod(conv_out) * x.dtype.itemsize if _overlaps(pool, conv_out) else 0
+    if not _overlaps(pool, conv_out):
+        return 0
+    return piece(_gathered(conv, types_in, target)) + block * prod(conv_out) * x.dtype.itemsize
+
+
+def _gathered(conv: Node, types_in: list[TensorType | None], target) -> int:
+    """Bytes of the taps' runs a staged Conv strided along its last axis gathers first (conv.py
+    ``row_taps_correlation``; 0 for others)."""
+    context = KernelContext(conv, conv.attrs, None, [TensorRef(None, t) if t else None for t in types_in], [], None,
+                            target)
+    win = Conv.geometry(conv.attrs, types_in[0].shape, types_in[1].shape)
+    return 0 if pointwise(win) else conv_workspace(context)
 
 
 def _emit_staged(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) -> None:
     """Per block of output channels: the convolution tiles through the epilogue into the workspace, then
     the pooling kernel (MaxPool / AveragePool's own emitter) from there into the block's channels of Y."""
     b = k.builder
-    x, y = cr.x, cr.y
+    x, y = k.inputs[0], cr.y
     conv_out, block = _staged_block(k.target, k.node, x.type, k.inputs[1].type)
     stage_ptr = k.scratch(x.element, block * prod(conv_out) * x.type.dtype.itemsize)
     width = tile_positions(simd_of(k.target), num, conv_out[-1])
@@ -509,11 +524,15 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
         pool_channels_last.emit_conv_pool(k, epilogue, pool)
         return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
-    cr = conv_correlation(k, epilogue)
-    if conv_pool_workspace(k.node, [ref.type for ref in k.inputs if ref], pool, k.target):
+    types_in = [ref.type for ref in k.inputs if ref]
+    if conv_pool_workspace(k.node, types_in, pool, k.target):
         assert k.workspace is not None, f"layer '{k.node.name}': its staged convolution has no workspace"
-        _emit_staged(k, num, cr, pool)
+        win = Conv.geometry(k.attrs, types_in[0].shape, types_in[1].shape)
+        gathered = _gathered(k.node, types_in, k.target)
+        _emit_staged(k, num, row_taps_correlation(k, epilogue, win) if gathered else conv_correlation(k, epilogue),
+                     pool)
         return
+    cr = conv_correlation(k, epilogue)
     conv_out = tuple(a.out for a in cr.axes)
     average = pool.op == "AveragePool"
     geometry = (AveragePool if average else MaxPool).geometry(pool.attrs, cr.y.shape[:2] + conv_out)
