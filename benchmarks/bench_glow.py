@@ -2,10 +2,14 @@
 
 For the demo LeNet and the nine light models in the onnx wheel: the median latency of the host bundle
 (exported for this machine, linked into a shared library, called through ctypes) and of onnxruntime
-with one thread (also called from Python), and their ratio. For LeNet on Cortex-M7 (qemu mps2-an500,
-``-icount shift=0``): instructions per inference, and the code size of NAME.o for that CPU.
+with one thread (also called from Python), and their ratio. Then the time ``export_bundle`` (what
+``pegasus export glow`` does after loading the model) takes on DenseNet-121 (``--export-model``), wall clock
+and CPU, and issue 17's two targets: ort/bundle >= 1.0 on every light model, that export under 10 s.
+For LeNet on Cortex-M7 (qemu mps2-an500, ``-icount shift=0``): instructions per inference, and the code
+size of NAME.o for that CPU.
 
-    python benchmarks/bench_glow.py [--runs 200] [--models lenet,resnet50,...] [--skip-cortex-m]
+    python benchmarks/bench_glow.py [--runs 200] [--models lenet,resnet50,...] [--export-model densenet121]
+        [--skip-cortex-m]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +74,15 @@ def host_rows(names: list[str], runs: int) -> list[dict]:
     return rows
 
 
+def export_seconds(name: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one ``export_bundle`` of light model ``name`` for this machine."""
+    graph = import_onnx(onnx.load(str(models()[name])), name=name)
+    with tempfile.TemporaryDirectory() as tmp:
+        wall, cpu = time.perf_counter(), time.process_time()
+        export_bundle(graph, Path(tmp), "net", resolve_target(None, None, None, "pic"))
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def cortex_m7_row() -> dict:
     from pegasus.exporters.glow.memory_report import memory_report
     from tests.exporters.toolchains import count_instructions_cortex_m
@@ -87,12 +101,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--models", default=",".join(models()))
+    parser.add_argument("--export-model", default="densenet121", help="light model whose export is timed ('' skips)")
     parser.add_argument("--skip-cortex-m", action="store_true")
     args = parser.parse_args()
     rows = host_rows(args.models.split(","), args.runs)
     print(f"{'model':16s} {'bundle µs':>12s} {'onnxruntime µs':>15s} {'ort/bundle':>11s}")
     for row in rows:
         print(f"{row['model']:16s} {row['bundle_us']:12.1f} {row['onnxruntime_us']:15.1f} {row['speedup']:10.2f}x")
+    slower = [f"{row['model']} {row['speedup']:.2f}x" for row in rows if row["speedup"] < 1.0]
+    verdict = f"MISS ({', '.join(slower)})" if slower else "PASS"
+    print(f"\ntarget ort/bundle >= 1.0 on every model above: {verdict}")
+    if args.export_model:
+        wall, cpu = export_seconds(args.export_model)
+        print(f"export of {args.export_model}: {wall:.1f} s wall, {cpu:.1f} s CPU; target < 10 s: "
+              f"{'PASS' if wall < 10 else 'MISS'}")
     if not args.skip_cortex_m:
         m7 = cortex_m7_row()
         print(f"\nLeNet float on Cortex-M7 (qemu mps2-an500, -icount shift=0): {m7['instructions']:,} instructions "
