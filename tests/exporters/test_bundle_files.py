@@ -125,7 +125,7 @@ def test_weights_blob_puts_each_constant_at_its_offset(weighted):
 @pytest.mark.parametrize("length", [1, 19, 20, 40, 41])
 def test_weights_txt_lines_hold_20_items(length):
     blob = bytes(range(256))[:length]
-    text = bundle_files.render_weights_txt(blob)
+    text = bundle_files.render_weights_txt(blob).decode("ascii")
     assert text.endswith("\n")
     lines = text.rstrip("\n").split("\n")
     assert all(len(re.findall(r" 0X[0-9A-F]{2},", line)) == 20 for line in lines[:-1])
@@ -137,13 +137,13 @@ def test_weights_txt_is_glows_text(length):
     """Byte for byte the text of Glow's writer: ' 0X%02X,' per byte, a newline after every 20, one at the end."""
     blob = np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8).tobytes()
     expected = "".join(f" 0X{b:02X}," + ("\n" if i % 20 == 19 else "") for i, b in enumerate(blob)) + "\n"
-    assert bundle_files.render_weights_txt(blob) == expected
+    assert bundle_files.render_weights_txt(blob) == expected.encode("ascii")
 
 
 def test_weights_txt_in_a_static_array_gives_weights_bin(weighted, tmp_path):
     graph, plan = weighted
     blob = bundle_files.weights_blob(graph, plan)
-    (tmp_path / "net.weights.txt").write_text(bundle_files.render_weights_txt(blob))
+    (tmp_path / "net.weights.txt").write_bytes(bundle_files.render_weights_txt(blob))
     (tmp_path / "net.h").write_text(bundle_files.render_header("net", graph, plan, "static"))
     source = """#include <stdio.h>
 #include "net.h"
