@@ -93,8 +93,7 @@ def _shared(module: ir.Module, function: ir.Function, bodies: dict[str, ir.Funct
     (same kernel, shapes, argument attributes), ``function`` being dropped from the module, or ``function``
     itself (``bodies`` remembers it). DenseNet-121's 607 layers are 375 distinct functions: LLVM optimises and
     compiles each once."""
-    text = str(function)
-    key = text.replace(f'@"{function.name}"(', "@(", 1)
+    key = _metadata_by_content(module, str(function).replace(f'@"{function.name}"(', "@(", 1))
     kept = bodies.setdefault(key, function)
     if kept is not function:
         del module.globals[function.name]
@@ -107,6 +106,26 @@ def _planned_alias(plan: MemoryPlan, unit: Layer) -> bool:
     node = unit.nodes[0]
     return (not unit.fused and get_op(node.op).alias and bool(node.inputs) and bool(node.outputs[0])
             and plan.locations.get(node.inputs[0]) == plan.locations.get(node.outputs[0]))
+
+
+METADATA_REFERENCE = re.compile(r"!\d+")
+
+
+def _metadata_by_content(module: ir.Module, text: str) -> str:
+    """``text`` with each metadata reference (``!12``: a loop's ID, numbered in creation order) replaced by
+    what that node says, its own operands described one level down (self-references as ``self``): equal
+    functions whose loops were numbered apart compare equal."""
+    nodes = {md.get_reference(): md for md in module.metadata}
+
+    def content(reference: str, depth: int) -> str:
+        node = nodes.get(reference)
+        if node is None:
+            return reference
+        body = str(node).split("=", 1)[1]
+        return METADATA_REFERENCE.sub(lambda m: "self" if m.group(0) == reference else
+                                      (content(m.group(0), depth - 1) if depth else "!"), body)
+
+    return METADATA_REFERENCE.sub(lambda m: content(m.group(0), 1), text)
 
 
 def forbid_library_calls(module: ir.Module) -> None:
