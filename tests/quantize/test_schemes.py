@@ -110,6 +110,7 @@ def test_dynamic_fixed_point_max_is_not_clamped():
 @given(hnp.arrays(np.float32, st.tuples(st.integers(1, 8), st.integers(1, 3), st.integers(1, 4)),
                   elements=st.floats(-10, 10, width=32)), st.sampled_from([0, 2]))
 @example(np.array([[[1e-30]], [[0.0]], [[-0.5]]], np.float32), 0)  # a dead channel (BatchNorm-folded) and a zero one
+@example(np.array([[[1.8e-44]], [[0.0]]], np.float32), 0)   # the largest channel denormal: its grid at the floor too
 def test_per_channel_symmetric_weights(weights, axis):
     q = Scheme.of("perchannel_symmetric_affine", "int8").weight(weights, axis)
     channels = weights.shape[axis]
@@ -123,7 +124,9 @@ def test_per_channel_symmetric_weights(weights, axis):
     top = np.abs(weights.astype(np.float64)).max(axis=reduce)
     alive = top > top.max() * 2.0 ** -24  # the others are zero at float32 precision: the largest channel's grid
     np.testing.assert_allclose(np.asarray(q.scale)[alive], np.maximum(top[alive] / 127, SCALE_FLOOR), rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(q.scale)[~alive], top.max() / 127 if top.max() > 0 else 1.0, rtol=1e-12)
+    # dead channels take the largest channel's grid, which is floored like every other scale
+    dead = max(top.max() / 127, SCALE_FLOOR) if top.max() > 0 else 1.0
+    np.testing.assert_allclose(np.asarray(q.scale)[~alive], dead, rtol=1e-12)
 
 
 @settings(max_examples=300, deadline=None)
