@@ -33,6 +33,9 @@ from pegasus.exporters.glow.kernels.requant import (
     I64,
     channel_table,
     clamp,
+    divide_away,
+    halve_rounding,
+    high_word,
     load_channel,
     requantize,
     wide_multiplier,
@@ -263,9 +266,7 @@ class Requant:
         total = widen(b, acc, I64, True)
         if bias is not None:
             total = b.add(total, widen(b, bias, I64, True))
-        m = ir.Constant(I64, multiplier) if isinstance(multiplier, int) else b.sext(multiplier, I64)
-        high = b.trunc(b.ashr(b.mul(total, m), ir.Constant(I64, 32)), I32)
-        return self._finish(b, halve_rounding(b, high, shift))
+        return self._finish(b, halve_rounding(b, high_word(b, total, multiplier, False), shift))
 
     def _finish(self, b: ir.IRBuilder, value: Value) -> Value:
         """+ zero point, clamp, in the output type (value: the scaled i32)."""
@@ -292,21 +293,9 @@ class Requant:
             x = add_checked(b, acc, bias, wide) if self.bound >= INT32_MAX else b.add(acc, bias)
         if self.rounding == "tflite":
             x = add_checked(b, x, x, wide) if self.bound >= 1 << 30 else b.add(x, x)
-        m = ir.Constant(I64, multiplier) if isinstance(multiplier, int) else b.sext(multiplier, I64)
-        product = b.mul(b.sext(x, I64), m)
         if self.rounding == "tflite":
-            product = b.add(product, ir.Constant(I64, 1 << 31))
-        high = b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
-        if self.rounding == "tflite":
-            high = b.add(high, b.ashr(high, const(31)))
-        return self._finish(b, halve_rounding(b, high, shift))
-
-
-def halve_rounding(b: ir.IRBuilder, high: Value, shift: Value | int) -> Value:
-    """((high >> shift) + 1) >> 1: floor((high + 2**shift) / 2**(shift + 1)) without overflow (``shift`` an int
-    or an i8/i32 table value)."""
-    shift = const(shift) if isinstance(shift, int) else widen(b, shift, I32, True)
-    return b.ashr(b.add(b.ashr(high, shift), const(1)), const(1))
+            return self._finish(b, divide_away(b, high_word(b, x, multiplier, True), shift))
+        return self._finish(b, halve_rounding(b, high_word(b, x, multiplier, False), shift))
 
 
 def add_checked(b: ir.IRBuilder, x: Value, y: Value, overflow: ir.Block) -> Value:

@@ -160,24 +160,39 @@ def narrow_bound(bound: int, multiplier: int, shift: int, rounding: str) -> int 
     return None
 
 
+def high_word(b: ir.IRBuilder, x: ir.Value, multiplier: Scalar, rounded: bool) -> ir.Value:
+    """The high 32 bits of x * M (x an i32 or i64 whose product fits 64 bits; M an int or a loaded table
+    value): SMMUL on Arm with the DSP extension, SMMULR — + 2**31 before the shift — when ``rounded``."""
+    m = ir.Constant(I64, multiplier) if isinstance(multiplier, int) else widen(b, multiplier, I64, True)
+    product = b.mul(widen(b, x, I64, True), m)
+    if rounded:
+        product = b.add(product, ir.Constant(I64, 1 << 31))
+    return b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
+
+
+def halve_rounding(b: ir.IRBuilder, value: ir.Value, shift: Scalar) -> ir.Value:
+    """((v >> shift) + 1) >> 1 = floor((v + 2**shift) / 2**(shift + 1)) without overflow (``shift`` an int or
+    an i8/i32 table value)."""
+    shift = ir.Constant(I32, shift) if isinstance(shift, int) else widen(b, shift, I32, True)
+    one = ir.Constant(I32, 1)
+    return b.ashr(b.add(b.ashr(value, shift), one), one)
+
+
+def divide_away(b: ir.IRBuilder, value: ir.Value, shift: Scalar) -> ir.Value:
+    """RoundingDivideByPOT(v, shift + 1) on i32 with |v| <= 2**30: floor((v - [v < 0] + 2**shift) / 2**(shift+1))."""
+    return halve_rounding(b, b.add(value, b.ashr(value, ir.Constant(I32, 31))), shift)
+
+
 def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, rounding: str) -> ir.Value:
     """``scale(x, M, S)`` of an i32 ``x`` in 32-bit arithmetic, exactly, where ``narrow_bound`` allows it:
     ``tflite``: SRDHM(x', M) = SMMULR(2x', M) (see integer_dot.Requant), then RoundingDivideByPOT by e as
     two shifts; ``half_up``: SMMULR(x, M) for S = 32, else ((SMMUL(x, M) >> (S - 33)) + 1) >> 1."""
-    def high(value: ir.Value, rounded: bool) -> ir.Value:
-        product = b.mul(b.sext(value, I64), ir.Constant(I64, multiplier))
-        if rounded:
-            product = b.add(product, ir.Constant(I64, 1 << 31))
-        return b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
-
-    def halve(value: ir.Value, by: int) -> ir.Value:     # floor((v + 2**by) / 2**(by + 1))
-        return b.ashr(b.add(b.ashr(value, ir.Constant(I32, by)), ir.Constant(I32, 1)), ir.Constant(I32, 1))
-
     if rounding == "tflite":
         left, exponent = max(31 - shift, 0), max(shift - 31, 0)
-        y = high(b.shl(x, ir.Constant(I32, left + 1)), True)
-        return halve(b.add(y, b.ashr(y, ir.Constant(I32, 31))), exponent - 1) if exponent else y
-    return high(x, True) if shift == 32 else halve(high(x, False), shift - 33)
+        y = high_word(b, b.shl(x, ir.Constant(I32, left + 1)), multiplier, True)
+        return divide_away(b, y, exponent - 1) if exponent else y
+    return high_word(b, x, multiplier, True) if shift == 32 else halve_rounding(b, high_word(b, x, multiplier, False),
+                                                                                 shift - 33)
 
 
 def channel_table(module: ir.Module, name: str, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.GlobalVariable:
