@@ -56,14 +56,14 @@ def matmul_case(rounding: str, table, per_channel: bool) -> Case:
                 constant=(1, 2))
 
 
-def conv_case(rounding: str, table, kernel: int, depthwise: bool) -> Case:
-    channels = 7
+def conv_case(rounding: str, table, kernel: int, depthwise: bool, channels: int = 7, relu: bool = False) -> Case:
     x = i8((1, 6, 5, channels))
     w = i8((channels, 1 if depthwise else channels, kernel, kernel), -127)   # (M, C/group, k, k) as stored
     extra = {"channels_last": True, "pads": (kernel // 2,) * 4, "x_zero_point": 5,
-             "group": channels if depthwise else 1}
-    return Case(f"QConv-{rounding}-{'dw' if depthwise else 'dense'}{kernel}", "QConv",
-                [x, w, biases(channels)], {**attrs(rounding, *table), **extra}, constant=(1, 2))
+             "group": channels if depthwise else 1, **({"lo": 3} if relu else {})}
+    table = tuple(tuple((column * 2)[:channels]) for column in table)
+    return Case(f"QConv-{rounding}-{'dw' if depthwise else 'dense'}{kernel}-{channels}{'-relu' if relu else ''}",
+                "QConv", [x, w, biases(channels)], {**attrs(rounding, *table), **extra}, constant=(1, 2))
 
 
 CASES = [matmul_case(r, t, pc) for r, t in (("tflite", TFLITE), ("half_up", HALF_UP)) for pc in (True, False)]
@@ -78,7 +78,28 @@ CASES += [conv_case("tflite", ((1 << 30,) + TFLITE[0][1:], (31,) + TFLITE[1][1:]
           conv_case("half_up", (((1 << 30) + 5,) + HALF_UP[0][1:], (32,) + HALF_UP[1][1:]), 3, True)]
 CASES[-2].id += "-e0"
 CASES[-1].id += "-s32"
+# a fused ReLU (lo = zero point: TFLite's rounding of negative values is skipped), and reductions of 72 taps
+# (the SMLAD loop in a function of its own on Cortex-M), with and without it
+CASES += [conv_case("tflite", TFLITE, 3, dw, channels, relu) for dw, channels, relu in
+          ((False, 7, True), (True, 8, True), (False, 8, True), (False, 8, False))]
 
+
+
+def ties_case(depthwise: bool, relu: bool) -> Case:
+    """Small sums whose TFLite rule ties often: SRDHM(x, 2**30) halves x, then RoundingDivideByPOT by 4 rounds
+    every y = 2 (mod 4) half away from zero — a negative one down, where dropping the sign correction (only
+    right under a fused ReLU) rounds it up."""
+    channels = 8
+    x = RNG.integers(-3, 13, (1, 6, 5, channels)).astype(np.int8)
+    w = RNG.integers(-2, 2, (channels, 1 if depthwise else channels, 3, 3), endpoint=True).astype(np.int8)
+    extra = {"channels_last": True, "pads": (1,) * 4, "x_zero_point": 5, "group": channels if depthwise else 1,
+             **({"lo": -4} if relu else {})}
+    return Case(f"QConv-tflite-ties-{'dw' if depthwise else 'dense'}{'-relu' if relu else ''}", "QConv",
+                [x, w, RNG.integers(-9, 9, channels).astype(np.int32)],
+                {**attrs("tflite", (1 << 30,), (33,), zp=-4), **extra}, constant=(1, 2))
+
+
+TIES = [ties_case(dw, relu) for dw in (False, True) for relu in (False, True)]
 
 def expected(case: Case) -> np.ndarray:
     """The layer in Python integers (no NumPy arithmetic that could wrap): sums, bias, rule, zero point."""
@@ -105,7 +126,7 @@ def expected(case: Case) -> np.ndarray:
     for index in np.ndindex(acc.shape):
         c = index[channel_axis] if len(m) > 1 else 0
         value = requant(int(acc[index]) + int(bias[index[channel_axis]]), m[c], s[c]) + a["out_zero_point"]
-        out[index] = min(max(value, -128), 127)
+        out[index] = min(max(value, a.get("lo", -128)), 127)
     return out.astype(np.int8)
 
 
@@ -189,10 +210,20 @@ def test_add_rescaled_every_pair_on_host(case, tmp_path):
 
 @pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m0"])
 def test_bundle_on_cortex_m(cpu, tmp_path):
-    graph, feeds = build_graph(CASES + ADDS)
+    graph, feeds = build_graph(CASES + ADDS + TIES)
     want = interpreter.run(graph, feeds)
     export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
     spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
     outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
     for name, value in want.items():
         np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("case", TIES, ids=ids(TIES))
+def test_negative_ties_on_host(case, tmp_path):
+    """The rule rounds many negative halves (so a wrongly dropped sign correction shows), and the bundle
+    computes it, with and without a fused ReLU."""
+    want = expected(case)
+    np.testing.assert_array_equal(next(iter(interpreter.run(*build_graph([case])).values())), want)
+    assert len(np.unique(want)) >= 6
+    check_case(run_cases([case], tmp_path), case)

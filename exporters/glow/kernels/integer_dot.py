@@ -171,7 +171,8 @@ class Requant:
       2**30) / 2**31) — gemmlowp's sign-dependent nudge and truncating division give the same value — which is
       SMMULR(2x, M) = floor((2x*M + 2**31) / 2**32) when 2x fits in 32 bits (checked too); then
       RoundingDivideByPOT(y, e) = floor((y - [y < 0] + 2**(e-1)) / 2**e) = (((y + (y >> 31)) >> (e-1)) + 1) >> 1
-      (|y| <= 2**30, so nothing overflows).
+      (|y| <= 2**30, so nothing overflows). Under a fused ReLU (clamp floor >= zero point) the sign term is
+      dropped: a negative y gives a value <= 0 either way, which the clamp sends to its floor.
 
     A 64-bit accumulator (or bias) with narrow ``half_up`` pairs takes the same high-word form when its
     product cannot overflow (``high_word``); otherwise the rule is requant.py's 64-bit form — whose shift by
@@ -194,7 +195,7 @@ class Requant:
         self.shift: int | ir.GlobalVariable = shifts[0]
         self.high_word = False
         self.saturate = any(m == INT32_MIN for m in multipliers)
-        self.narrow = (1 << 30) + 1 + abs(self.zero_point) < (1 << 31) and narrow_pairs(
+        self.narrow = (1 << 30) + 1 + 2 * abs(self.zero_point) < (1 << 31) and narrow_pairs(
             self.rounding, multipliers, shifts)
         if not self.narrow:
             if len(multipliers) > 1:
@@ -205,6 +206,9 @@ class Requant:
         # a 64-bit accumulator's half_up high word stays exact while its product cannot overflow
         self.high_word = (self.rounding == "half_up" and bound * max(m for m, _ in self.narrow)
                           + (1 << (max(s for _, s in self.narrow) - 1)) < (1 << 63))
+        # a fused ReLU (lo >= zero point) sends every negative product to lo, however it is rounded: TFLite's
+        # round-half-away of negative values (divide_away's sign correction) is then not needed
+        self.clamps_negatives = self.lo >= self.zero_point
         base = NARROW_BASE[self.rounding]
         if len(self.narrow) == 1:
             self.multiplier, self.shift = self.narrow[0][0], self.narrow[0][1] - base
@@ -272,6 +276,9 @@ class Requant:
         """+ zero point, clamp, in the output type (value: the scaled i32)."""
         if self.zero_point:
             value = b.add(value, const(self.zero_point))
+        return self._clamped(b, value)
+
+    def _clamped(self, b: ir.IRBuilder, value: Value) -> Value:
         return widen(b, clamp(b, value, self.lo, self.hi), self.out, True)
 
     def _wide(self, b: ir.IRBuilder, acc: Value, bias: Value | None, multiplier: Value | int,
@@ -293,9 +300,11 @@ class Requant:
             x = add_checked(b, acc, bias, wide) if self.bound >= INT32_MAX else b.add(acc, bias)
         if self.rounding == "tflite":
             x = add_checked(b, x, x, wide) if self.bound >= 1 << 30 else b.add(x, x)
-        if self.rounding == "tflite":
-            return self._finish(b, divide_away(b, high_word(b, x, multiplier, True), shift))
-        return self._finish(b, halve_rounding(b, high_word(b, x, multiplier, False), shift))
+        # the zero point rides on the rounding's + 1 (halve_rounding): no add of its own
+        high = high_word(b, x, multiplier, self.rounding == "tflite")
+        if self.rounding == "tflite" and not self.clamps_negatives:
+            return self._clamped(b, divide_away(b, high, shift, self.zero_point))
+        return self._clamped(b, halve_rounding(b, high, shift, self.zero_point))
 
 
 def add_checked(b: ir.IRBuilder, x: Value, y: Value, overflow: ir.Block) -> Value:

@@ -216,15 +216,64 @@ LONG_REDUCTION = 16
 
 def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
     """The same dot products with SMLAD (SMLALD into i64) over groups of four taps, single MACs for the
-    last depth % 4."""
+    last depth % 4. A long reduction with i32 accumulators runs in a function of its own (``_dual_helper``),
+    shared by every layer of the same depth and block: its loop gets the registers to itself, where inlined
+    into the layer LLVM spilled accumulators around it whenever the code after the loop changed."""
+    acc = cp.mac.acc
+    words = b.bitcast(buffer, I32.as_pointer())
+    rows = [cp.w.address(b, w_row) for w_row in w_rows]
+    groups = cp.mac.depth // 4
+    if groups >= LONG_REDUCTION and acc is I32:
+        helper = _dual_helper(b.module, cp, count, rows[0].type, len(rows), groups)
+        result = b.call(helper, [words, rows[0]])
+        totals = [[b.extract_value(result, c * count + p) for p in range(count)] for c in range(len(rows))]
+    else:
+        totals = _dual_groups(b, cp, words, rows[0], len(rows), count, groups)
+    for kk in range(groups * 4, cp.mac.depth):
+        xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), I32, True)
+              for p in range(count)]
+        for c, row in enumerate(rows):
+            weight = widen(b, b.load(b.gep(row, [const(kk)], inbounds=True)), I32, cp.mac.w.signed)
+            for p in range(count):   # 16 x 16 bits: exact
+                totals[c][p] = b.add(totals[c][p], widen(b, b.mul(xs[p], weight), acc, True))
+    return totals
+
+
+def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows: int,
+                 groups: int) -> ir.Function:
+    """``{acc[c][p]} = helper(buffer words, first weight row)``: the SMLAD loop of ``_dual_groups`` as an
+    internal function, one per (block, depth, buffer stride, weight type)."""
+    kind = f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
+    name = f"pegasus_smlad_{rows}x{count}_{groups}_{cp.positions}_{kind}"
+    if name in module.globals:
+        return module.globals[name]
+    result = ir.LiteralStructType([I32] * (rows * count))
+    function = ir.Function(module, ir.FunctionType(result, [I32.as_pointer(), row_type]), name=name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    for arg in function.args:
+        arg.add_attribute("noalias")
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    totals = _dual_groups(b, cp, function.args[0], function.args[1], rows, count, groups)
+    value = ir.Constant(result, None)
+    for i, total in enumerate(t for row in totals for t in row):
+        value = b.insert_value(value, total, i)
+    b.ret(value)
+    return function
+
+
+def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, row0: Value, rows: int, count: int,
+                 groups: int) -> list[list[Value]]:
+    """acc[c][p] over the first 4 * ``groups`` taps: per group, each position's two buffer words (pairs x0 x2,
+    x1 x3) and each row's weight word spread by SXTB16/UXTB16 (or two words of 16-bit weights), 4 SMLAD.
+    Row c starts c * depth values after ``row0``: one pointer with constant offsets, a register saved."""
     module = b.module
     acc = cp.mac.acc
     dual = dsp(module, "smlad", 3) if acc is I32 else intrinsic(module, "llvm.arm.smlald", I64, [I32, I32, I64])
     unpack = dsp(module, "sxtb16" if cp.mac.w.signed else "uxtb16", 1)
-    words = b.bitcast(buffer, I32.as_pointer())
-    byte_weights = cp.w.type.dtype.itemsize == 1
-    slots = [[zeroed(b, acc) for _ in range(count)] for _ in w_rows]
-    groups = cp.mac.depth // 4
+    byte_weights = row0.type.pointee.width == 8
+    slots = [[zeroed(b, acc) for _ in range(count)] for _ in range(rows)]
     # fully unrolled, a long reduction's loads are hoisted past the 14 registers and spilled
     with for_range(b, groups, name="q", unroll=groups < LONG_REDUCTION) as q:
         pairs = []
@@ -232,26 +281,20 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
             first = affine(b, 2 * p, (q, 2 * cp.positions))
             both = b.load(b.bitcast(b.gep(words, [first], inbounds=True), I64.as_pointer()), align=4)
             pairs.append([b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)])
-        for c, w_row in enumerate(w_rows):
-            start = affine(b, 0, (w_row, 1), (q, 4))
+        for c in range(rows):
+            start = affine(b, c * cp.mac.depth, (q, 4))
             if byte_weights:
-                word = load_word(b, cp.w, start)
+                word = b.load(b.bitcast(b.gep(row0, [start], inbounds=True), I32.as_pointer()), align=1)
                 rotated = b.or_(b.lshr(word, ir.Constant(I32, 8)), b.shl(word, ir.Constant(I32, 24)))
                 weights = [b.call(unpack, [word]), b.call(unpack, [rotated])]
             else:
-                weights = [load_word(b, cp.w, affine(b, 2 * j, (start, 1))) for j in range(2)]
+                weights = [b.load(b.bitcast(b.gep(row0, [affine(b, 2 * j, (start, 1))], inbounds=True),
+                                            I32.as_pointer()), align=2) for j in range(2)]
             for p in range(count):
                 total = b.load(slots[c][p])
                 for j in range(2):
                     total = b.call(dual, [pairs[p][j], weights[j], total])
                 b.store(total, slots[c][p])
-    for kk in range(groups * 4, cp.mac.depth):
-        xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), I32, True)
-              for p in range(count)]
-        for c, w_row in enumerate(w_rows):
-            weight = widen(b, cp.w.load(b, affine(b, kk, (w_row, 1))), I32, cp.mac.w.signed)
-            for p in range(count):
-                accumulate(b, slots[c][p], widen(b, b.mul(xs[p], weight), acc, True))   # 16 x 16 bits: exact
     return [[b.load(slot) for slot in row] for row in slots]
 
 

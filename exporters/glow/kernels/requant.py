@@ -170,17 +170,18 @@ def high_word(b: ir.IRBuilder, x: ir.Value, multiplier: Scalar, rounded: bool) -
     return b.trunc(b.ashr(product, ir.Constant(I64, 32)), I32)
 
 
-def halve_rounding(b: ir.IRBuilder, value: ir.Value, shift: Scalar) -> ir.Value:
+def halve_rounding(b: ir.IRBuilder, value: ir.Value, shift: Scalar, plus: int = 0) -> ir.Value:
     """((v >> shift) + 1) >> 1 = floor((v + 2**shift) / 2**(shift + 1)) without overflow (``shift`` an int or
-    an i8/i32 table value)."""
+    an i8/i32 table value), + ``plus`` (an output zero point) folded in for free: ((v >> shift) + 1 + 2 plus) >> 1."""
     shift = ir.Constant(I32, shift) if isinstance(shift, int) else widen(b, shift, I32, True)
     one = ir.Constant(I32, 1)
-    return b.ashr(b.add(b.ashr(value, shift), one), one)
+    return b.ashr(b.add(b.ashr(value, shift), ir.Constant(I32, 1 + 2 * plus)), one)
 
 
-def divide_away(b: ir.IRBuilder, value: ir.Value, shift: Scalar) -> ir.Value:
-    """RoundingDivideByPOT(v, shift + 1) on i32 with |v| <= 2**30: floor((v - [v < 0] + 2**shift) / 2**(shift+1))."""
-    return halve_rounding(b, b.add(value, b.ashr(value, ir.Constant(I32, 31))), shift)
+def divide_away(b: ir.IRBuilder, value: ir.Value, shift: Scalar, plus: int = 0) -> ir.Value:
+    """RoundingDivideByPOT(v, shift + 1) on i32 with |v| <= 2**30: floor((v - [v < 0] + 2**shift) / 2**(shift+1)),
+    + ``plus``."""
+    return halve_rounding(b, b.add(value, b.ashr(value, ir.Constant(I32, 31))), shift, plus)
 
 
 def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, rounding: str) -> ir.Value:
