@@ -133,3 +133,9 @@ def fuse_layers(graph: Graph) -> list[Layer]:
             taken.add(id(follower))
         layers.append(layer)
     return layers
+
+
+def heads_pooling(graph: Graph, node: Node) -> bool:
+    """Whether ``fuse_layers`` ends ``node``'s layer with a pooling (whose group kernel then reads the node's
+    weights: a packer asks before choosing their layout)."""
+    return any(layer.nodes[0] is node and layer.pool is not None for layer in fuse_layers(graph))

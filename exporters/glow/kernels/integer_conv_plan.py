@@ -74,14 +74,24 @@ def depthwise(group: int, in_group: int) -> bool:
 
 
 def spreads_pairs(node: Node, graph: Graph, target) -> bool:
-    """Whether a channels-last depthwise QConv's weights are stored as 16-bit pairs for Cortex-M's DSP
-    kernel (integer_depthwise.py): 8-bit inputs and weights, one output channel per input channel, a
-    multiple of four channels, a CPU with the DSP extension."""
+    """Whether a channels-last QConv's weights are stored as centred 16-bit pairs for Cortex-M's DSP
+    kernels — what SXTB16 would make of them in every inner loop, made once at export (twice the bytes of
+    flash, none of RAM): 8-bit inputs and weights, a CPU with the DSP extension, and either a depthwise layer
+    of one output channel per input channel and a multiple of four channels (integer_depthwise.py), or a
+    layer of one group and a multiple of four input channels, computed by im2col (integer_im2col.py: not
+    fused with a pooling, whose kernel reads bytes) at several output positions — a dense layer (one
+    position) reads each weight once, so its weights, often most of a model's, stay bytes."""
+    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
+
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
     info = CPUS.get(getattr(target, "cpu", ""))
-    return (info is not None and info.has_dsp and target.is_cortex_m and depthwise(node.attrs.group, w.shape[1])
-            and w.shape[0] == x.shape[-1] and w.shape[0] % 4 == 0
-            and x.dtype.itemsize == 1 and w.dtype.itemsize == 1)
+    if not (info is not None and info.has_dsp and target.is_cortex_m and x.dtype.itemsize == 1
+            and w.dtype.itemsize == 1 and graph.tensors[node.inputs[1]].is_constant):
+        return False
+    if depthwise(node.attrs.group, w.shape[1]):
+        return w.shape[0] == x.shape[-1] and w.shape[0] % 4 == 0
+    positions = prod(graph.type_of(node.outputs[0]).shape[:-1])
+    return node.attrs.group == 1 and w.shape[1] % 4 == 0 and positions > 1 and not heads_pooling(graph, node)
 
 
 def spread_pairs(w: np.ndarray) -> np.ndarray:
@@ -94,16 +104,28 @@ def spread_pairs(w: np.ndarray) -> np.ndarray:
 
 def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring);
-    a depthwise layer's for a DSP CPU as 16-bit pairs of ``w - zw`` (``spread_pairs``: int32 weights, which no
-    layer has otherwise, mark the layout)."""
+    for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis (``spreads_pairs``, ``spread_pairs``:
+    int32 weights, which no layer has otherwise, mark the layout)."""
     w = graph.value_of(node.inputs[1])
     n = w.ndim - 2
     if depthwise(node.attrs.group, w.shape[1]):
         relaid = np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))
-        if spreads_pairs(node, graph, target):
-            return {1: spread_pairs(relaid.astype(np.int64) - node.attrs.w_zero_point)}
+    else:
+        relaid = np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))
+    if not spreads_pairs(node, graph, target):
         return {1: relaid}
-    return {1: np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))}
+    spread = spread_pairs(relaid.astype(np.int64) - node.attrs.w_zero_point)
+    return {1: spread if depthwise(node.attrs.group, w.shape[1]) else interleave_rows(spread)}
+
+
+def interleave_rows(spread: np.ndarray) -> np.ndarray:
+    """(M, ...) rows of 16-bit pairs with the rows of each pair of output channels (2i, 2i + 1) interleaved by
+    groups of four taps (two words each): the SMLAD loop of a block of channels reads one run of words
+    (integer_im2col.py ``_dual_groups``); an odd M's last row stays as it is."""
+    m = spread.shape[0]
+    words = spread.reshape(m, -1, 2)
+    pairs = words[:m // 2 * 2].reshape(m // 2, 2, -1, 2).transpose(0, 2, 1, 3)
+    return np.concatenate([pairs.reshape(-1), words[m // 2 * 2:].reshape(-1)]).reshape(spread.shape)
 
 
 def paired(w: TensorRef) -> bool:
@@ -174,11 +196,17 @@ class ConvPlan:
         """The im2col buffer in bytes, whole 32-bit words (the layer's workspace)."""
         return -(-self.size * (self.element.width // 8) // 4) * 4
 
+    @property
+    def swapped(self) -> bool:
+        """Whether the buffer holds each group of four taps as x0 x2 x1 x3: SXTB16's pairs (w0, w2), (w1, w3)
+        of byte weights, or weights stored as those pairs (``paired``)."""
+        return self.w.type.dtype.itemsize == 1 or paired(self.w)
+
     def group_slot(self, b: ir.IRBuilder, p: Value, q: Value, j: int) -> Value:
         """slot(p, 4 * q + j) for j < 4 and 4 * q + 4 <= depth."""
         if not self.dual:
             return affine(b, j, (p, self.mac.depth + self.mac.depth % 2), (q, 4))
-        order = [0, 2, 1, 3] if self.w.type.dtype.itemsize == 1 else [0, 1, 2, 3]
+        order = [0, 2, 1, 3] if self.swapped else [0, 1, 2, 3]
         return affine(b, order[j], (q, 4 * self.positions), (p, 4))
 
     def slot(self, b: ir.IRBuilder, p: Value | int, k: Value | int) -> Value:
@@ -191,10 +219,10 @@ class ConvPlan:
         if isinstance(k, int):
             if k >= self.whole:
                 return affine(b, self.whole * positions + k - self.whole, (p, depth - self.whole))
-            j = [0, 2, 1, 3][k % 4] if self.w.type.dtype.itemsize == 1 else k % 4
+            j = [0, 2, 1, 3][k % 4] if self.swapped else k % 4
             return affine(b, k // 4 * 4 * positions + j, (p, 4))
         j = b.and_(k, const(3))
-        if self.w.type.dtype.itemsize == 1:
+        if self.swapped:
             j = b.or_(b.shl(b.and_(j, const(1)), const(1)), b.lshr(j, const(1)))
         grouped = affine(b, 0, (b.and_(k, const(~3)), positions), (p, 4), (j, 1))
         if self.whole == depth:
@@ -209,10 +237,11 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     last, group = bool(k.attrs.channels_last), k.attrs.group
     xa = Activation(x, last)
     w_shape = weight_shape(w.shape, last, depthwise(group, xa.channels // group))
-    if paired(w):           # (k..., 1, M / 2) words of two centred 16-bit weights
-        w_shape = (w_shape[0] * 2,) + w_shape[1:]
+    if paired(w):           # words of two centred 16-bit weights: (k..., 1, M / 2) or (M, k..., C/group / 2)
+        w_shape = (w_shape[0] * 2,) + w_shape[1:] if w_shape[1] == 1 else (w_shape[0], w_shape[1] * 2) + w_shape[2:]
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
-    w_side = Operand(DType.INT16, 0) if paired(w) else operand(k, w, k.attrs.w_zero_point, "weight")
+    # paired: centred 8-bit weights, |w - zw| <= 255
+    w_side = Operand(DType.INT16, 0, 255) if paired(w) else operand(k, w, k.attrs.w_zero_point, "weight")
     mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, prod(w_shape[1:]))
     dual = mac.dual(k.target)
     element = 2 if mac.x.centered_is_i16 else 4

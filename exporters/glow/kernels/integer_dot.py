@@ -58,10 +58,12 @@ SCRATCH_BYTES = 16 * 1024
 
 @dataclass(frozen=True)
 class Operand:
-    """One side of a product: its tensor type and zero point."""
+    """One side of a product: its tensor type and zero point (and a smaller bound on |value - zero point|
+    when the values are known to need fewer bits than their type: 8-bit weights stored as 16-bit pairs)."""
 
     dtype: DType
     zero_point: int
+    bound: int | None = None
 
     @property
     def signed(self) -> bool:
@@ -75,7 +77,7 @@ class Operand:
 
     @property
     def magnitude(self) -> int:
-        return max(abs(v) for v in self.centered)
+        return self.bound if self.bound is not None else max(abs(v) for v in self.centered)
 
     @property
     def centered_is_i16(self) -> bool:

@@ -1,0 +1,126 @@
+"""8-bit QConv weights stored as 16-bit pairs for Cortex-M's DSP kernels (integer_conv_plan.spreads_pairs):
+dense channels-last layers of a multiple of four input channels, rows of each pair of output channels
+interleaved (``interleave_rows``), read by the SMLAD loop of integer_im2col.py (inline and as a shared
+function, blocks of 2 channels with 1 left over). Checked: the stored layout against the weights written out
+here, the bundles on Cortex-M4/M7 (and M0, which keeps bytes) against the reference interpreter bit for bit,
+and that weights stay bytes where they are read as bytes (the fused conv + pool kernel) or read once (a
+dense layer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pegasus.exporters.glow.export import export_bundle
+from pegasus.exporters.glow.kernels.integer_conv_plan import pack_weights
+from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.ops.registry import make_attrs
+from pegasus.runtime import interpreter
+from tests.exporters import toolchains
+from tests.exporters.test_kernels_elementwise import Case, build_graph
+
+RNG = np.random.default_rng(2024)
+
+
+def conv(name: str, channels: int, outputs: int, kernel: int, stride: int = 1, pad: int = 0, unsigned: bool = False,
+         relu: bool = False, size: tuple[int, int] = (6, 5)) -> Case:
+    dtype = np.uint8 if unsigned else np.int8
+    lo, hi = (0, 255) if unsigned else (-128, 127)
+    x = RNG.integers(lo, hi, (1, *size, channels), endpoint=True).astype(dtype)
+    w = RNG.integers(lo, hi, (outputs, channels, kernel, kernel), endpoint=True).astype(dtype)
+    bias = RNG.integers(-3000, 3000, outputs).astype(np.int32)
+    depth = channels * kernel * kernel
+    attrs = {"multiplier": tuple(int(v) for v in RNG.integers(1 << 29, 1 << 30, outputs)),
+             "shift": (38 + depth.bit_length() // 2,) * outputs, "out_zero_point": 9 if unsigned else -3,
+             "out_dtype": "uint8" if unsigned else "int8", "rounding": "tflite", "channels_last": True,
+             "pads": (pad,) * 4, "strides": (stride, stride), "x_zero_point": 131 if unsigned else 4,
+             "w_zero_point": 120 if unsigned else 0, **({"lo": 9 if unsigned else -3} if relu else {})}
+    return Case(name, "QConv", [x, w, bias], attrs, constant=(1, 2))
+
+
+def dense(name: str, depth: int, columns: int) -> Case:
+    a = RNG.integers(-128, 127, (1, depth), endpoint=True).astype(np.int8)
+    b = RNG.integers(-127, 127, (depth, columns), endpoint=True).astype(np.int8)
+    bias = RNG.integers(-3000, 3000, columns).astype(np.int32)
+    attrs = {"multiplier": tuple(int(v) for v in RNG.integers(1 << 29, 1 << 30, columns)),
+             "shift": (38 + depth.bit_length() // 2,) * columns, "out_zero_point": 2, "out_dtype": "int8",
+             "rounding": "tflite", "a_zero_point": -7}
+    return Case(name, "QMatMul", [a, b, bias], attrs, constant=(1, 2))
+
+
+CASES = [
+    conv("3x3-8to7-pad", 8, 7, 3, pad=1),             # odd M: a lone last row
+    conv("1x1-16to5", 16, 5, 1),
+    conv("3x3-4to3-stride2", 4, 3, 3, stride=2, size=(7, 7)),
+    conv("3x3-8to6-uint8", 8, 6, 3, pad=1, unsigned=True),   # centred at export: w - 120
+    conv("1x1-64to9-relu", 64, 9, 1, relu=True),      # 16 groups: the SMLAD loop as a function of its own
+    conv("3x3-32to3", 32, 3, 3, pad=1),               # 72 groups, a block of 2 and a lone row
+    dense("dense-64x15", 64, 15),                     # one position: bytes, blocks of 4 channels
+]
+
+
+def test_stored_layout():
+    """Row c of a pair (2i, 2i + 1) at 2 * depth * i + 4 * (c - 2i) halves, groups of four taps 8 halves
+    apart, each group (w0, w2, w1, w3) of the row's (k..., C) order, centred; an odd last row alone."""
+    case = conv("layout", 8, 5, 3, unsigned=True)
+    graph, _ = build_graph([case])
+    node = graph.nodes[0]
+    packed = pack_weights(node, graph, resolve_target("arm", "cortex-m7"))[1]
+    assert packed.dtype == np.int32
+    halves = packed.reshape(-1).view(np.int16)
+    w = case.inputs[1].astype(np.int64) - 120
+    rows = w.transpose(0, 2, 3, 1).reshape(5, -1)          # (M, k, k, C) -> the taps in channels-last order
+    depth = rows.shape[1]
+    for c in range(5):
+        start, step = (c // 2 * 2 * depth + c % 2 * 4, 8) if c < 4 else (4 * depth, 4)
+        for q in range(depth // 4):
+            got = halves[start + q * step: start + q * step + 4]
+            np.testing.assert_array_equal(got, rows[c, 4 * q:4 * q + 4][[0, 2, 1, 3]], err_msg=f"row {c} group {q}")
+    assert pack_weights(node, graph, resolve_target("arm", "cortex-m0"))[1].dtype == np.uint8
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m0"])
+def test_bundles_on_cortex_m(cpu, tmp_path):
+    graph, feeds = build_graph(CASES)
+    want = interpreter.run(graph, feeds)
+    assert sum(len(np.unique(v)) > 3 for v in want.values()) == len(CASES)    # not all clamped
+    export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
+    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
+    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
+    for name, value in want.items():
+        np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+
+
+def test_weights_stay_bytes_where_read_as_bytes():
+    """A QConv fused with its MaxPool (integer_conv_pool.py reads bytes) and a layer of 6 input channels keep
+    their 8-bit weights on a DSP CPU; the 8-channel layer beside them is spread (twice the bytes)."""
+    graph = Graph("pool")
+    x = RNG.integers(-128, 127, (1, 8, 8, 8), endpoint=True).astype(np.int8)
+    graph.tensors["x"] = Tensor("x", TensorType.of(x))
+    graph.inputs.append("x")
+    for index in range(2):
+        w = Tensor.constant(f"w{index}", RNG.integers(-127, 127, (8, 8, 3, 3), endpoint=True).astype(np.int8))
+        graph.tensors[w.name] = w
+    requant = {"multiplier": (1 << 30,), "shift": (44,), "out_zero_point": 0, "out_dtype": "int8",
+               "rounding": "tflite", "channels_last": True, "pads": (1, 1, 1, 1)}
+    for name, ttype in (("y0", (1, 8, 8, 8)), ("p0", (1, 4, 4, 8)), ("y1", (1, 4, 4, 8))):
+        graph.tensors[name] = Tensor(name, TensorType(ttype, graph.type_of("x").dtype))
+    graph.nodes = [Node("conv0", "QConv", make_attrs("QConv", **requant), ["x", "w0"], ["y0"]),
+                   Node("pool0", "MaxPool", make_attrs("MaxPool", kernel_shape=(2, 2), strides=(2, 2),
+                                                       channels_last=True), ["y0"], ["p0"]),
+                   Node("conv1", "QConv", make_attrs("QConv", **requant), ["p0", "w1"], ["y1"])]
+    graph.outputs = ["y1"]
+    lowered = lower_for_export(graph, resolve_target("arm", "cortex-m7"))
+    assert lowered.value_of(lowered.nodes[0].inputs[1]).dtype == np.int8       # fused with the pool: bytes
+    assert lowered.value_of(lowered.nodes[2].inputs[1]).dtype == np.int32      # spread
+    assert lower_for_export(build_graph([dense("d", 64, 8)])[0], resolve_target("arm", "cortex-m7")).value_of(
+        "c0_x1_as_conv").dtype == np.int8                                    # a dense layer: bytes
+    six = Case("six", "QConv", [RNG.integers(-128, 127, (1, 4, 4, 6), endpoint=True).astype(np.int8),
+                                RNG.integers(-127, 127, (4, 6, 3, 3), endpoint=True).astype(np.int8)],
+               requant, constant=(1,))
+    small, _ = build_graph([six])
+    assert pack_weights(small.nodes[0], small, resolve_target("arm", "cortex-m7"))[1].dtype == np.int8
