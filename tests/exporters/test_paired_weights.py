@@ -64,8 +64,9 @@ CASES = [
 
 
 def test_stored_layout():
-    """Row c of a pair (2i, 2i + 1) at 2 * depth * i + 4 * (c - 2i) halves, groups of four taps 8 halves
-    apart, each group (w0, w2, w1, w3) of the row's (k..., C) order, centred; an odd last row alone."""
+    """Rows of a pair (2i, 2i + 1) word by word from 2 * depth * i halves: per group of four taps of the row's
+    (k..., C) order, centred, (w0, w2) of row 2i, of row 2i + 1, then (w1, w3) of each; an odd last row alone
+    (its groups (w0, w2, w1, w3))."""
     case = conv("layout", 8, 5, 3, unsigned=True)
     graph, _ = build_graph([case])
     node = graph.nodes[0]
@@ -76,9 +77,10 @@ def test_stored_layout():
     rows = w.transpose(0, 2, 3, 1).reshape(5, -1)          # (M, k, k, C) -> the taps in channels-last order
     depth = rows.shape[1]
     for c in range(5):
-        start, step = (c // 2 * 2 * depth + c % 2 * 4, 8) if c < 4 else (4 * depth, 4)
+        start, step, jump = (c // 2 * 2 * depth + c % 2 * 2, 8, 4) if c < 4 else (4 * depth, 4, 2)
         for q in range(depth // 4):
-            got = halves[start + q * step: start + q * step + 4]
+            at = start + q * step
+            got = np.concatenate([halves[at:at + 2], halves[at + jump:at + jump + 2]])
             np.testing.assert_array_equal(got, rows[c, 4 * q:4 * q + 4][[0, 2, 1, 3]], err_msg=f"row {c} group {q}")
     assert pack_weights(node, graph, resolve_target("arm", "cortex-m0"))[1].dtype == np.uint8
 

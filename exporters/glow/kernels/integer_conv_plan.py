@@ -119,12 +119,13 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
 
 
 def interleave_rows(spread: np.ndarray) -> np.ndarray:
-    """(M, ...) rows of 16-bit pairs with the rows of each pair of output channels (2i, 2i + 1) interleaved by
-    groups of four taps (two words each): the SMLAD loop of a block of channels reads one run of words
-    (integer_im2col.py ``_dual_groups``); an odd M's last row stays as it is."""
+    """(M, ...) rows of 16-bit pairs with the rows of each pair of output channels (2i, 2i + 1) interleaved word
+    by word: per group of four taps, (w0, w2) of both rows, then (w1, w3) of both — what the SMLAD loop of a
+    block of channels loads with one LDRD each (integer_im2col.py ``_dual_groups``); an odd M's last row stays
+    as it is."""
     m = spread.shape[0]
     words = spread.reshape(m, -1, 2)
-    pairs = words[:m // 2 * 2].reshape(m // 2, 2, -1, 2).transpose(0, 2, 1, 3)
+    pairs = words[:m // 2 * 2].reshape(m // 2, 2, -1, 2).transpose(0, 2, 3, 1)
     return np.concatenate([pairs.reshape(-1), words[m // 2 * 2:].reshape(-1)]).reshape(spread.shape)
 
 
@@ -156,6 +157,7 @@ class ConvPlan:
     madd: int           # x86 PMADDWD dot products of this many 16-bit lanes (0: plain loops)
     positions: int      # output positions per tile (rows of the im2col buffer)
     block: int          # output channels per register block
+    runs: bool = False  # paired weights' SMLAD loop as unrolled runs of LDRD (integer_im2col._paired_runs)
 
     @property
     def xa(self) -> Activation:
@@ -206,25 +208,27 @@ class ConvPlan:
         """slot(p, 4 * q + j) for j < 4 and 4 * q + 4 <= depth."""
         if not self.dual:
             return affine(b, j, (p, self.mac.depth + self.mac.depth % 2), (q, 4))
-        order = [0, 2, 1, 3] if self.swapped else [0, 1, 2, 3]
-        return affine(b, order[j], (q, 4 * self.positions), (p, 4))
+        e = [0, 2, 1, 3][j] if self.swapped else j
+        return affine(b, e // 2 * 2 * self.positions + e % 2, (q, 4 * self.positions), (p, 2))
 
     def slot(self, b: ir.IRBuilder, p: Value | int, k: Value | int) -> Value:
-        """Where tap k of position p goes. Plain: row p, column k. SMLAD: the groups of four taps of the
-        tile's positions side by side (group g of position p at 4 * (g * positions + p)), in the order
-        x0 x2 x1 x3 when the weights are bytes (SXTB16's pairs); then each position's last depth % 4."""
+        """Where tap k of position p goes. Plain: row p, column k. SMLAD: group g of four taps of the tile's
+        positions at 4 * positions * g, as two runs of words, one per pair — (x0, x2) then (x1, x3) when the
+        weights are bytes (SXTB16's pairs) or stored as those pairs, else (x0, x1) then (x2, x3) — each run
+        the positions' words side by side, so a loop step loads one pair of every position in one LDRD;
+        then each position's last depth % 4."""
         depth, positions = self.mac.depth, self.positions
         if not self.dual:
             return affine(b, 0, (p, depth + depth % 2), (k, 1))
         if isinstance(k, int):
             if k >= self.whole:
                 return affine(b, self.whole * positions + k - self.whole, (p, depth - self.whole))
-            j = [0, 2, 1, 3][k % 4] if self.swapped else k % 4
-            return affine(b, k // 4 * 4 * positions + j, (p, 4))
+            e = [0, 2, 1, 3][k % 4] if self.swapped else k % 4
+            return affine(b, k // 4 * 4 * positions + e // 2 * 2 * positions + e % 2, (p, 2))
         j = b.and_(k, const(3))
-        if self.swapped:
-            j = b.or_(b.shl(b.and_(j, const(1)), const(1)), b.lshr(j, const(1)))
-        grouped = affine(b, 0, (b.and_(k, const(~3)), positions), (p, 4), (j, 1))
+        pair, half = (b.and_(j, const(1)), b.lshr(j, const(1))) if self.swapped else \
+            (b.lshr(j, const(1)), b.and_(j, const(1)))
+        grouped = affine(b, 0, (b.and_(k, const(~3)), positions), (pair, 2 * positions), (p, 2), (half, 1))
         if self.whole == depth:
             return grouped
         tail = affine(b, self.whole * positions - self.whole, (p, depth - self.whole), (k, 1))
@@ -252,7 +256,9 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # 4 x 4 accumulators of AVX-512's 32 registers; with SMLAD, 2 x 2, or 4 channels of a single position
     # (a dense layer: each pair of inputs loaded once for four channels)
     block = 4 if madd == 32 or (dual and positions == 1) else 2
-    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block)
+    info = CPUS.get(k.target.cpu)
+    runs = dual and paired(w) and info is not None and not info.dual_issue
+    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, runs)
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:
