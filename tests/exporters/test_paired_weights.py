@@ -85,7 +85,7 @@ def test_stored_layout():
     assert pack_weights(node, graph, resolve_target("arm", "cortex-m0"))[1].dtype == np.uint8
 
 
-@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m0"])
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55", "cortex-m0"])
 def test_bundles_on_cortex_m(cpu, tmp_path):
     graph, feeds = build_graph(CASES)
     want = interpreter.run(graph, feeds)
