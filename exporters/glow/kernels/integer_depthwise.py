@@ -30,6 +30,7 @@ from pegasus.exporters.glow.kernels.linear import affine, for_tiles, pieces, ran
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, llvm_type, strides_of
 from pegasus.exporters.glow.kernels.requant import I32, widen
 from pegasus.exporters.glow.llvm.loops import const, loop_nest
+from pegasus.ir.dtypes import DType
 from pegasus.ops.spatial import prod
 
 Value = ir.Value
@@ -144,6 +145,9 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
     w_steps = [stride * channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
     x_element, w_element = llvm_type(cp.x.type.dtype), llvm_type(cp.w.type.dtype)
+    # an i32 bias whose sum with any accumulator fits 32 bits seeds the accumulators
+    seeded = (cp.bias is not None and acc is I32 and cp.bias.type.dtype is DType.INT32
+              and acc_bound(mac, cp.bias) < (1 << 31) - 1)
 
     def tap_vector(ref, element, flat: Value, indices: list[int], signed: bool, zero: int) -> Value:
         """One lane per index i: ref[flat + i] - zero, widened to ``acc``."""
@@ -161,8 +165,12 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
         c0 = b.udiv(m0, const(mult)) if mult > 1 else m0
         widths = pieces(count, lanes) if not dsp_path else [(0, count)]
         slots = [entry_alloca(b, _vector(acc, width)) for _, width in widths]
-        for slot, (_, width) in zip(slots, widths):
-            b.store(ir.Constant(_vector(acc, width), None), slot)
+        for slot, (offset, width) in zip(slots, widths):
+            start = ir.Constant(_vector(acc, width), None)
+            if seeded:      # the sums start at the biases: no add per output after them
+                pointer = b.bitcast(cp.bias.address(b, affine(b, offset, (m0, 1))), _vector(acc, width).as_pointer())
+                start = b.load(pointer, align=4)
+            b.store(start, slot)
 
         def body(x_at: Value, w_at: Value) -> None:
             for slot, (offset, width) in zip(slots, widths):
@@ -184,7 +192,7 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
             sums = b.load(slot)
             for lane in range(width):
                 chan = affine(b, offset + lane, (m0, 1))
-                bias = None if cp.bias is None else cp.bias.load(b, chan)
+                bias = None if cp.bias is None or seeded else cp.bias.load(b, chan)
                 terms.append((b.extract_element(sums, const(lane)), chan, bias))
                 places.append(offset + lane)
         for place, value in zip(places, rq.many(b, terms)):
