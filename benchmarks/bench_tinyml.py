@@ -53,6 +53,7 @@ from pegasus.exporters.glow.run.target_run import output_spec, run_bundle  # noq
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
 from pegasus.fileio import atomic_write  # noqa: E402
 from pegasus.ir import serialize  # noqa: E402
+from pegasus.ir.dtypes import DType  # noqa: E402
 from pegasus.ir.graph import Graph  # noqa: E402
 
 TINYML = ("kws_ds_cnn", "vww_mobilenet", "ic_resnet8", "ad_autoencoder")
@@ -212,8 +213,10 @@ def top_layers(graph: Graph, feeds: dict[str, np.ndarray], cpu: str, folder: Pat
 
 def describe(graph: Graph, node) -> str:
     """A layer's node as op, group, output shape and weight shape, then the start of its (often long) name."""
-    weight = next((graph.type_of(name).shape for name in node.inputs
+    weight = next((graph.type_of(name) for name in node.inputs
                    if name and graph.tensors[name].is_constant and len(graph.type_of(name).shape) >= 2), None)
+    if weight is not None:      # int32 words of two 16-bit weights (integer_conv_plan.spread_pairs): the weights
+        weight = weight.shape[:-1] + (weight.shape[-1] * (2 if weight.dtype is DType.INT32 else 1),)
     group = getattr(node.attrs, "group", 1)
     shape = "x".join(map(str, graph.type_of(node.outputs[0]).shape))
     return (f"{node.op}{f' group {group}' if group != 1 else ''} -> {shape}"
