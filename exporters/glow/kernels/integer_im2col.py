@@ -57,6 +57,7 @@ from pegasus.exporters.glow.kernels.linear import affine, for_tiles
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
 from pegasus.exporters.glow.kernels.requant import I16, I32, I64, channel_table, load_channel, widen
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ir.dtypes import DType
 from pegasus.ops.spatial import prod
 
 Value = ir.Value
@@ -221,7 +222,8 @@ def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
 LONG_REDUCTION = 16
 
 
-def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
+def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int,
+              seeds: list[Value] | None = None) -> list[list[Value]]:
     """The same dot products with SMLAD (SMLALD into i64) over groups of four taps, single MACs for the
     last depth % 4. With i32 accumulators the groups run in a function of its own (``_dual_helper``), shared
     by every layer of the same depth and block: its loop gets the registers to itself and reads the buffer
@@ -237,11 +239,11 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
         base = cp.w.address(b, w_rows[0])
     groups = cp.mac.depth // 4
     if groups and acc is I32:
-        helper = _dual_helper(b.module, cp, count, base.type, rows, groups)
-        result = b.call(helper, [words, base])
+        helper = _dual_helper(b.module, cp, count, base.type, rows, groups, seeds is not None)
+        result = b.call(helper, [words, base, *(seeds or [])])
         totals = [[b.extract_value(result, c * count + p) for p in range(count)] for c in range(len(w_rows))]
     else:
-        totals = _dual_groups(b, cp, words, base, rows, count, groups)
+        totals = _dual_groups(b, cp, words, base, rows, count, groups, seeds)
     for kk in range(groups * 4, cp.mac.depth):      # bytes only: paired rows have whole groups
         xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), I32, True)
               for p in range(count)]
@@ -279,22 +281,24 @@ class Rows:
 
 
 def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows: Rows,
-                 groups: int) -> ir.Function:
+                 groups: int, seeded: bool) -> ir.Function:
     """``{acc[c][p]} = helper(buffer words, first weight row)``: the SMLAD loop of ``_dual_groups`` as an
     internal function, one per (block, depth, buffer stride, weight layout)."""
     kind = f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
-    name = f"pegasus_smlad_{len(rows.offsets)}x{count}_{groups}_{cp.positions}_{kind}"
+    name = f"pegasus_smlad_{len(rows.offsets)}x{count}_{groups}_{cp.positions}_{kind}{'_seeded' if seeded else ''}"
     if name in module.globals:
         return module.globals[name]
     result = ir.LiteralStructType([I32] * (len(rows.offsets) * count))
-    function = ir.Function(module, ir.FunctionType(result, [I32.as_pointer(), row_type]), name=name)
+    seeds = [I32] * len(rows.offsets) if seeded else []
+    function = ir.Function(module, ir.FunctionType(result, [I32.as_pointer(), row_type, *seeds]), name=name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")
-    for arg in function.args:
+    for arg in function.args[:2]:
         arg.add_attribute("noalias")
     b = ir.IRBuilder(function.append_basic_block("entry"))
-    totals = _dual_groups(b, cp, function.args[0], function.args[1], rows, count, groups)
+    totals = _dual_groups(b, cp, function.args[0], function.args[1], rows, count, groups,
+                          list(function.args[2:]) if seeded else None)
     value = ir.Constant(result, None)
     for i, total in enumerate(t for row in totals for t in row):
         value = b.insert_value(value, total, i)
@@ -303,7 +307,7 @@ def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type,
 
 
 def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: Rows, count: int,
-                 groups: int) -> list[list[Value]]:
+                 groups: int, seeds: list[Value] | None = None) -> list[list[Value]]:
     """acc[c][p] over the first 4 * ``groups`` taps: per group, each position's two buffer words (pairs x0 x2,
     x1 x3) and each row's weight word spread by SXTB16/UXTB16 (or its two words of 16-bit pairs), 4 SMLAD.
     The rows are constant offsets from one pointer (``Rows``): a register saved."""
@@ -311,10 +315,13 @@ def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
     acc = cp.mac.acc
     dual = dsp(module, "smlad", 3) if acc is I32 else intrinsic(module, "llvm.arm.smlald", I64, [I32, I32, I64])
     if cp.runs and len(rows.offsets) <= 2:
-        return _paired_runs(b, cp, words, base, len(rows.offsets), count, groups, dual)
+        return _paired_runs(b, cp, words, base, len(rows.offsets), count, groups, dual, seeds)
     unpack = dsp(module, "sxtb16" if cp.mac.w.signed else "uxtb16", 1)
     byte_weights = base.type.pointee.width == 8
-    slots = [[zeroed(b, acc) for _ in range(count)] for _ in rows.offsets]
+    slots = [[entry_alloca(b, acc) for _ in range(count)] for _ in rows.offsets]
+    for c, row in enumerate(slots):     # the sums start at the biases (``seeds``) or at 0
+        for slot in row:
+            b.store(seeds[c] if seeds else ir.Constant(acc, 0), slot)
     # fully unrolled, a long reduction's loads are hoisted past the 14 registers and spilled
     with for_range(b, groups, name="q", unroll=groups < LONG_REDUCTION) as q:
         pairs = [[None, None] for _ in range(count)]
@@ -344,7 +351,7 @@ def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
 
 
 def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int, count: int, groups: int,
-                 dual: ir.Function) -> list[list[Value]]:
+                 dual: ir.Function, seeds: list[Value] | None = None) -> list[list[Value]]:
     """``_dual_groups`` for weights stored as pairs, a block of one row or of an interleaved pair of rows: a loop
     over the 2 * groups words of pairs, walking two pointers — per step one LDRD of the positions' words
     (the buffer's run) and one of the rows' (interleave_rows), 4 SMLAD — which LLVM unrolls with constant
@@ -361,9 +368,9 @@ def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
     x_at.add_incoming(words, entry)
     w_at.add_incoming(weights, entry)
     sums = [[b.phi(cp.mac.acc) for _ in range(count)] for _ in range(rows)]
-    for row in sums:
+    for c, row in enumerate(sums):
         for total in row:
-            total.add_incoming(ir.Constant(cp.mac.acc, 0), entry)
+            total.add_incoming(seeds[c] if seeds else ir.Constant(cp.mac.acc, 0), entry)
 
     def run(pointer: Value, length: int) -> list[Value]:
         if length == 1:
@@ -397,15 +404,23 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
     dot = _dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
     ya = cp.ya
+    # an i32 bias whose sum with any accumulator fits 32 bits seeds the SMLAD sums (the fold of asymmetric
+    # weights, subtracted after, wraps back exactly)
+    seeded = (cp.dual and cp.bias is not None and cp.mac.acc is I32 and cp.bias.type.dtype is DType.INT32
+              and acc_bound(cp.mac, cp.bias) < (1 << 31) - 1)
 
     def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int) -> None:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
-        acc = dot(b, cp, buffer, w_rows, count)
+        if seeded:      # the SMLAD sums start at the biases: no add per output after them
+            acc = _dot_dual(b, cp, buffer, w_rows, count, [cp.bias.load(b, chan) for chan in chans])
+        else:
+            acc = dot(b, cp, buffer, w_rows, count)
         sum_xs = [b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
                   for p in range(count)]
         cells = [(c, p) for c in range(width) for p in range(count)]
-        values = finish(b, cp.mac, [(acc[c][p], sum_xs[p], chans[c]) for c, p in cells], cp.bias, rq)
+        values = finish(b, cp.mac, [(acc[c][p], sum_xs[p], chans[c]) for c, p in cells],
+                        None if seeded else cp.bias, rq)
         for (c, p), value in zip(cells, values):
             y_row = affine(b, 0, (batch, ya.batch), (chans[c], ya.channel), (first, ya.position))
             cp.y.store(b, value, affine(b, p * ya.position, (y_row, 1)))
