@@ -392,6 +392,14 @@ def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
     return updated
 
 
+def opaque(b: ir.IRBuilder, pointer: Value) -> Value:
+    """``pointer`` through an empty inline assembly statement: the same address, which LLVM cannot see is the
+    buffer im2col just wrote, so the blocks read the rows afresh instead of LLVM keeping copied values live
+    across the loop of channel blocks (DS-CNN on Cortex-M7: 0.7 % fewer instructions)."""
+    launder = ir.InlineAsm(ir.FunctionType(pointer.type, [pointer.type]), "", "=r,0", side_effect=False)
+    return b.call(launder, [pointer])
+
+
 def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     """QConv as tiles of output positions: their receptive fields copied into the workspace (``im2col``),
     then dot products with blocks of output channels, each output finished and requantised."""
@@ -409,7 +417,8 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     seeded = (cp.dual and cp.bias is not None and cp.mac.acc is I32 and cp.bias.type.dtype is DType.INT32
               and acc_bound(cp.mac, cp.bias) < (1 << 31) - 1)
 
-    def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int) -> None:
+    def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int,
+                 buffer: Value) -> None:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
         if seeded:      # the SMLAD sums start at the biases: no add per output after them
@@ -427,8 +436,9 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
 
     def tile(batch: Value, group: Value, first: Value, count: int) -> None:
         im2col(b, cp, taps, batch, group, first, count, buffer, sums)
+        rows = opaque(b, buffer) if cp.dual else buffer
         for_tiles(b, 0, cp.out_group, cp.block,
-                  lambda local0, width: channels(batch, group, first, count, local0, width))
+                  lambda local0, width: channels(batch, group, first, count, local0, width, rows))
 
     with loop_nest(b, [cp.x.shape[0], cp.group]) as (batch, group):
         for_tiles(b, 0, positions, cp.positions, lambda first, count: tile(batch, group, first, count))
