@@ -29,14 +29,12 @@ class CpuInfo:
     triple_soft: str
     features: str = ""
     has_dsp: bool = False
-    dual_issue: bool = False    # Cortex-M7: LLVM's tuning for it splits LDRDs and re-indexes unrolled loops
 
 
 CPUS: dict[str, CpuInfo] = {
     "cortex-m0": CpuInfo("arm", None, "thumbv6m-unknown-none-eabi"),
     "cortex-m4": CpuInfo("arm", "thumbv7em-unknown-none-eabihf", "thumbv7em-unknown-none-eabi", has_dsp=True),
-    "cortex-m7": CpuInfo("arm", "thumbv7em-unknown-none-eabihf", "thumbv7em-unknown-none-eabi", has_dsp=True,
-                         dual_issue=True),
+    "cortex-m7": CpuInfo("arm", "thumbv7em-unknown-none-eabihf", "thumbv7em-unknown-none-eabi", has_dsp=True),
     "cortex-m33": CpuInfo("arm", "thumbv8m.main-unknown-none-eabihf", "thumbv8m.main-unknown-none-eabi",
                           has_dsp=True),
     "cortex-m55": CpuInfo("arm", "thumbv8.1m.main-unknown-none-eabihf", "thumbv8.1m.main-unknown-none-eabi",

@@ -256,9 +256,8 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # 4 x 4 accumulators of AVX-512's 32 registers; with SMLAD, 2 x 2, or 4 channels of a single position
     # (a dense layer: each pair of inputs loaded once for four channels)
     block = 4 if madd == 32 or (dual and positions == 1) else 2
-    info = CPUS.get(k.target.cpu)
-    runs = dual and paired(w) and info is not None and not info.dual_issue
-    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, runs)
+    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block,
+                    dual and paired(w))
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:
