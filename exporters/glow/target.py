@@ -54,6 +54,7 @@ class Target:
     float_abi: str    # hard | soft
     relocation: str   # static | pic
     features: str = ""
+    byte_weights: bool = False  # --compact-weights: 8-bit weights stay bytes, never 16-bit pairs (half the flash)
 
     @property
     def is_cortex_m(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from pathlib import Path
 
@@ -50,6 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="plan every tensor in the mutable buffer, over the input placeholders once they are read "
                            "(ACTIVATIONS_MEM_SIZE 0, less RAM in all): the inference overwrites its inputs, as "
                            "TFLite Micro's does; without it (Glow's way) the caller's inputs stay intact")
+    glow.add_argument("--compact-weights", action="store_true",
+                      help="keep 8-bit weights as bytes on Cortex-M CPUs with the DSP extension (half the flash of the "
+                           "convolutions' weights, slower: their inner loops unpack them), instead of 16-bit pairs")
     glow.add_argument("--dump-graph-DAG", dest="dump_graph_dag", metavar="FILE.dot",
                       help="write the graph as Graphviz dot")
     glow.add_argument("--dump-memory-plan", metavar="FILE.png",
@@ -69,6 +73,8 @@ def run_glow(args: argparse.Namespace) -> int:
 
     board = apply_board(args)
     target = resolve_target(args.target, args.mcpu, args.float_abi, args.relocation_model)
+    if args.compact_weights:
+        target = dataclasses.replace(target, byte_weights=True)
     if args.bundle_api not in ("static", "dynamic"):
         raise PegasusError(f"unknown --bundle-api '{args.bundle_api}' (valid: static, dynamic)")
     out_dir = check_folder(args.output_path, "--output-path")

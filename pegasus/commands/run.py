@@ -5,6 +5,7 @@ instructions per inference, the stack the bundle call used and the three buffers
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -51,6 +52,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reuse-input-memory", action="store_true",
                         help="export as export glow --reuse-input-memory does: every tensor in the mutable buffer, "
                              "over the inputs once read (the inference overwrites them)")
+    parser.add_argument("--compact-weights", action="store_true",
+                        help="export as export glow --compact-weights does: 8-bit weights stay bytes on Cortex-M "
+                             "CPUs with the DSP extension (half the flash of the convolutions' weights, slower)")
     parser.add_argument("--output-dir", help="write the target's outputs there as outputs.npz")
     parser.add_argument("--keep-build", metavar="DIR", help="keep the bundle and the linked program there")
     parser.set_defaults(run=run)
@@ -120,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
 
     board = apply_board(args)
     target = resolve_target(args.target, args.mcpu, args.float_abi)
+    if args.compact_weights:
+        target = dataclasses.replace(target, byte_weights=True)
     check_runnable(target)   # a missing tool or board is reported before anything is compiled
     if args.model_quantize and args.dtype != "quantized":
         raise PegasusError("--model-quantize needs --dtype quantized")

@@ -9,6 +9,8 @@ dense layer).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -16,10 +18,12 @@ from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.integer_conv_plan import pack_weights
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir import serialize
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
+from tests.conftest import run_cli
 from tests.exporters import toolchains
 from tests.exporters.test_kernels_elementwise import Case, build_graph
 
@@ -126,3 +130,31 @@ def test_weights_stay_bytes_where_read_as_bytes():
                requant, constant=(1,))
     small, _ = build_graph([six])
     assert pack_weights(small.nodes[0], small, resolve_target("arm", "cortex-m7"))[1].dtype == np.int8
+
+
+def test_compact_weights_keep_bytes(tmp_path):
+    """``--compact-weights``: on a DSP Cortex-M every layer keeps its 8-bit weights (the convolutions' take half
+    the flash: CONSTANT_MEM_SIZE against the default export of the same model), and the bundle still computes
+    the reference's bits on Cortex-M4."""
+    cases = [conv("3x3-8to7-pad", 8, 7, 3, pad=1), conv("1x1-64to9-relu", 64, 9, 1, relu=True)]
+    graph, feeds = build_graph(cases)
+    serialize.save(graph, tmp_path / "m.json", tmp_path / "m.data")
+    sizes = {}
+    for flags in ([], ["--compact-weights"]):
+        out = tmp_path / ("compact" if flags else "default")
+        done = run_cli("export", "glow", "--model", tmp_path / "m.json", "--model-data", tmp_path / "m.data",
+                       "--target", "arm", "--mcpu", "cortex-m4", "--output-path", out, *flags)
+        assert done.code == 0, done.stderr
+        header = (out / "m.h").read_text()
+        sizes[bool(flags)] = int(next(line.split()[-1] for line in header.splitlines()
+                                      if line.startswith("#define M_CONSTANT_MEM_SIZE")))
+    weights = sum(case.inputs[1].size for case in cases)
+    assert sizes[False] - sizes[True] >= weights - 128       # the pairs' second byte of every weight, less padding
+    target = dataclasses.replace(resolve_target("arm", "cortex-m4"), byte_weights=True)
+    assert all(lower_for_export(graph, target).value_of(node.inputs[1]).dtype == np.int8
+               for node in lower_for_export(graph, target).nodes if node.op == "QConv")
+    export_bundle(graph, tmp_path / "bytes", "net", target)
+    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
+    outputs = toolchains.run_cortex_m(tmp_path / "bytes", "net", "cortex-m4", feeds, spec)
+    for name, value in interpreter.run(graph, feeds).items():
+        np.testing.assert_array_equal(outputs[name], value, err_msg=name)

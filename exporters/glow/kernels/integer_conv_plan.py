@@ -80,13 +80,14 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     of one output channel per input channel and a multiple of four channels (integer_depthwise.py), or a
     layer of one group and a multiple of four input channels, computed by im2col (integer_im2col.py: not
     fused with a pooling, whose kernel reads bytes) at several output positions — a dense layer (one
-    position) reads each weight once, so its weights, often most of a model's, stay bytes."""
+    position) reads each weight once, so its weights, often most of a model's, stay bytes. ``--compact-weights``
+    (``Target.byte_weights``) keeps every layer's bytes."""
     from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
 
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
     info = CPUS.get(getattr(target, "cpu", ""))
-    if not (info is not None and info.has_dsp and target.is_cortex_m and x.dtype.itemsize == 1
-            and w.dtype.itemsize == 1 and graph.tensors[node.inputs[1]].is_constant):
+    if not (info is not None and info.has_dsp and target.is_cortex_m and not target.byte_weights
+            and x.dtype.itemsize == 1 and w.dtype.itemsize == 1 and graph.tensors[node.inputs[1]].is_constant):
         return False
     if depthwise(node.attrs.group, w.shape[1]):
         return w.shape[0] == x.shape[-1] and w.shape[0] % 4 == 0
