@@ -211,7 +211,7 @@ def model_compiler(argv: list[str]) -> int:
                               bundle_api=options.get("bundle-api", "static"), fuse=True,
                               dtype="quantized" if table_path else "float32",
                               model_quantize=str(table_path) if table_path else None, quantized_io=False,
-                              reuse_input_memory=False,
+                              reuse_input_memory=False, compact_weights=False,
                               dump_graph_dag=options.get("dump-graph-DAG"), dump_memory_plan=None)
     return run_glow(args)
 
