@@ -158,7 +158,6 @@ class ConvPlan:
     madd: int           # x86 PMADDWD dot products of this many 16-bit lanes (0: plain loops)
     positions: int      # output positions per tile (rows of the im2col buffer)
     block: int          # output channels per register block
-    runs: bool = False  # paired weights' SMLAD loop as unrolled runs of LDRD (integer_im2col._paired_runs)
 
     @property
     def xa(self) -> Activation:
@@ -241,9 +240,11 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     last, group = bool(k.attrs.channels_last), k.attrs.group
     xa = Activation(x, last)
-    w_shape = weight_shape(w.shape, last, depthwise(group, xa.channels // group))
+    packed_depthwise = depthwise(group, xa.channels // group)
+    w_shape = weight_shape(w.shape, last, packed_depthwise)
     if paired(w):           # words of two centred 16-bit weights: (k..., 1, M / 2) or (M, k..., C/group / 2)
-        w_shape = (w_shape[0] * 2,) + w_shape[1:] if w_shape[1] == 1 else (w_shape[0], w_shape[1] * 2) + w_shape[2:]
+        w_shape = ((w_shape[0] * 2,) + w_shape[1:] if packed_depthwise
+                   else (w_shape[0], w_shape[1] * 2) + w_shape[2:])
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     # paired: centred 8-bit weights, |w - zw| <= 255
     w_side = Operand(DType.INT16, 0, 255) if paired(w) else operand(k, w, k.attrs.w_zero_point, "weight")
@@ -255,10 +256,10 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     positions = max(1, min(wanted, prod(win.out), SCRATCH_BYTES // ((mac.depth + 1) * element)))
     madd = madd_lanes(k.target) if not dual and madd_fits(mac) else 0
     # 4 x 4 accumulators of AVX-512's 32 registers; with SMLAD, 2 x 2, or 4 channels of a single position
-    # (a dense layer: each pair of inputs loaded once for four channels)
-    block = 4 if madd == 32 or (dual and positions == 1) else 2
-    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block,
-                    dual and paired(w))
+    # (a dense layer: each pair of inputs loaded once for four channels) — 2 over weights stored as pairs,
+    # whose rows are interleaved two by two (interleave_rows)
+    block = 4 if madd == 32 or (dual and positions == 1 and not paired(w)) else 2
+    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block)
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:

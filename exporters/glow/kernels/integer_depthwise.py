@@ -25,12 +25,11 @@ import itertools
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired, tap_at, tap_offsets, window_inside
-from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word
+from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word, seeds_bias
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles, pieces, range_nest
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, llvm_type, strides_of
 from pegasus.exporters.glow.kernels.requant import I32, widen
 from pegasus.exporters.glow.llvm.loops import const, loop_nest
-from pegasus.ir.dtypes import DType
 from pegasus.ops.spatial import prod
 
 Value = ir.Value
@@ -145,9 +144,7 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
     w_steps = [stride * channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
     x_element, w_element = llvm_type(cp.x.type.dtype), llvm_type(cp.w.type.dtype)
-    # an i32 bias whose sum with any accumulator fits 32 bits seeds the accumulators
-    seeded = (cp.bias is not None and acc is I32 and cp.bias.type.dtype is DType.INT32
-              and acc_bound(mac, cp.bias) < (1 << 31) - 1)
+    seeded = seeds_bias(mac, cp.bias)
 
     def tap_vector(ref, element, flat: Value, indices: list[int], signed: bool, zero: int) -> Value:
         """One lane per index i: ref[flat + i] - zero, widened to ``acc``."""

@@ -140,6 +140,13 @@ def acc_bound(mac: Mac, bias: TensorRef | None) -> int:
     return mac.depth * mac.x.magnitude * mac.w.magnitude + bias_bound
 
 
+def seeds_bias(mac: Mac, bias: TensorRef | None) -> bool:
+    """Whether an i32 ``bias`` may start a MAC kernel's sums instead of being added to each: i32 accumulators
+    and its sum with any of them within 32 bits (``acc_bound``)."""
+    return (bias is not None and mac.acc is I32 and bias.type.dtype is DType.INT32
+            and acc_bound(mac, bias) < INT32_MAX)
+
+
 #: Per-channel shift tables of the narrow form hold S - base as bytes: base per rounding.
 NARROW_BASE = {"tflite": 32, "half_up": 33}
 

@@ -50,6 +50,7 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     dsp,
     finish,
     load_word,
+    seeds_bias,
     zeroed,
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, padded, reduce_all
@@ -57,7 +58,6 @@ from pegasus.exporters.glow.kernels.linear import affine, for_tiles
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
 from pegasus.exporters.glow.kernels.requant import I16, I32, I64, channel_table, load_channel, widen
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest, no_unroll
-from pegasus.ir.dtypes import DType
 from pegasus.ops.spatial import prod
 
 Value = ir.Value
@@ -233,11 +233,13 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     by every layer of the same depth and block: its loop gets the registers to itself and reads the buffer
     afresh. Inlined into the layer, LLVM spilled accumulators around a long loop whenever the code after it
     changed, and forwarded the values im2col had just stored into a short one, keeping them all live across
-    the block loop (a 1x1 8 -> 16 conv of MobileNet on Cortex-M4: 26 instructions per output, 20 now)."""
+    the block loop (a 1x1 8 -> 16 conv of MobileNet on Cortex-M4: 26 instructions per output, 20 now).
+    ``w_rows`` are consecutive channels: byte or int16 rows follow each other, ``depth`` values apart; rows of
+    16-bit pairs come as one interleaved pair or a lone row (integer_conv_plan.interleave_rows)."""
     acc = cp.mac.acc
+    rows = len(w_rows)
     words = b.bitcast(buffer, I32.as_pointer())
-    rows = Rows.of(cp, len(w_rows))
-    if rows.paired:     # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
+    if paired(cp.w):    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
         base = b.gep(b.bitcast(cp.w.ptr, I16.as_pointer()), [w_rows[0]], inbounds=True)
     else:
         base = cp.w.address(b, w_rows[0])
@@ -245,55 +247,30 @@ def _dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
     if groups and acc is I32:
         helper = _dual_helper(b.module, cp, count, base.type, rows, groups, seeds is not None)
         result = b.call(helper, [words, base, *(seeds or [])])
-        totals = [[b.extract_value(result, c * count + p) for p in range(count)] for c in range(len(w_rows))]
+        totals = [[b.extract_value(result, c * count + p) for p in range(count)] for c in range(rows)]
     else:
         totals = _dual_groups(b, cp, words, base, rows, count, groups, seeds)
-    for kk in range(groups * 4, cp.mac.depth):      # bytes only: paired rows have whole groups
+    for kk in range(groups * 4, cp.mac.depth):      # not paired: paired rows have whole groups
         xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), I32, True)
               for p in range(count)]
-        for c, offset in enumerate(rows.offsets):
-            weight = widen(b, b.load(b.gep(base, [const(offset + kk)], inbounds=True)), I32, cp.mac.w.signed)
+        for c in range(rows):
+            weight = widen(b, b.load(b.gep(base, [const(c * cp.mac.depth + kk)], inbounds=True)), I32,
+                           cp.mac.w.signed)
             for p in range(count):   # 16 x 16 bits: exact
                 totals[c][p] = b.add(totals[c][p], widen(b, b.mul(xs[p], weight), acc, True))
     return totals
 
 
-@dataclass(frozen=True)
-class Rows:
-    """Where a block's weight rows lie from its first one, in stored values (bytes or 16-bit halves): each
-    row's start and the step from one group of four taps to the next. Byte rows follow each other; rows of
-    16-bit pairs of a pair of channels are interleaved by groups (integer_conv_plan.interleave_rows), so a
-    block's loop reads one run of words — an odd last row alone."""
-
-    offsets: tuple[int, ...]
-    steps: tuple[int, ...]
-    jumps: tuple[int, ...]      # from a group's first word of pairs to its second
-    paired: bool
-
-    @classmethod
-    def of(cls, cp: ConvPlan, width: int) -> Rows:
-        depth = cp.mac.depth
-        if not paired(cp.w):
-            return cls(tuple(c * depth for c in range(width)), (4,) * width, (2,) * width, False)
-        offsets = [c // 2 * 2 * depth + c % 2 * 2 for c in range(width // 2 * 2)]
-        steps, jumps = [8] * len(offsets), [4] * len(offsets)
-        if width % 2:
-            offsets.append((width - 1) * depth)
-            steps.append(4)
-            jumps.append(2)
-        return cls(tuple(offsets), tuple(steps), tuple(jumps), True)
-
-
-def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows: Rows,
+def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows: int,
                  groups: int, seeded: bool) -> ir.Function:
-    """``{acc[c][p]} = helper(buffer words, first weight row)``: the SMLAD loop of ``_dual_groups`` as an
-    internal function, one per (block, depth, buffer stride, weight layout)."""
+    """``{acc[c][p]} = helper(buffer words, first weight row[, seeds])``: the SMLAD loop of ``_dual_groups`` as
+    an internal function, one per (block, depth, buffer stride, weight layout)."""
     kind = f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
-    name = f"pegasus_smlad_{len(rows.offsets)}x{count}_{groups}_{cp.positions}_{kind}{'_seeded' if seeded else ''}"
+    name = f"pegasus_smlad_{rows}x{count}_{groups}_{cp.positions}_{kind}{'_seeded' if seeded else ''}"
     if name in module.globals:
         return module.globals[name]
-    result = ir.LiteralStructType([I32] * (len(rows.offsets) * count))
-    seeds = [I32] * len(rows.offsets) if seeded else []
+    result = ir.LiteralStructType([I32] * (rows * count))
+    seeds = [I32] * rows if seeded else []
     function = ir.Function(module, ir.FunctionType(result, [I32.as_pointer(), row_type, *seeds]), name=name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
@@ -310,19 +287,20 @@ def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type,
     return function
 
 
-def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: Rows, count: int,
+def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int, count: int,
                  groups: int, seeds: list[Value] | None = None) -> list[list[Value]]:
     """acc[c][p] over the first 4 * ``groups`` taps: per group, each position's two buffer words (pairs x0 x2,
-    x1 x3) and each row's weight word spread by SXTB16/UXTB16 (or its two words of 16-bit pairs), 4 SMLAD.
-    The rows are constant offsets from one pointer (``Rows``): a register saved."""
+    x1 x3) and each row's weight word spread by SXTB16/UXTB16 (or its two words of int16 weights), 4 SMLAD.
+    The rows are constant offsets from one pointer: a register saved. Weights stored as pairs take
+    ``_paired_runs``."""
     module = b.module
     acc = cp.mac.acc
     dual = dsp(module, "smlad", 3) if acc is I32 else intrinsic(module, "llvm.arm.smlald", I64, [I32, I32, I64])
-    if cp.runs and len(rows.offsets) <= 2:
-        return _paired_runs(b, cp, words, base, len(rows.offsets), count, groups, dual, seeds)
+    if paired(cp.w):
+        return _paired_runs(b, cp, words, base, rows, count, groups, dual, seeds)
     unpack = dsp(module, "sxtb16" if cp.mac.w.signed else "uxtb16", 1)
     byte_weights = base.type.pointee.width == 8
-    slots = [[entry_alloca(b, acc) for _ in range(count)] for _ in rows.offsets]
+    slots = [[entry_alloca(b, acc) for _ in range(count)] for _ in range(rows)]
     for c, row in enumerate(slots):     # the sums start at the biases (``seeds``) or at 0
         for slot in row:
             b.store(seeds[c] if seeds else ir.Constant(acc, 0), slot)
@@ -337,15 +315,15 @@ def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
                     pairs[p][j], pairs[p + 1][j] = b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)
                 else:
                     pairs[p][j] = b.load(b.gep(words, [first], inbounds=True))
-        for c, (offset, step, jump) in enumerate(zip(rows.offsets, rows.steps, rows.jumps)):
-            start = affine(b, offset, (q, step))
+        for c in range(rows):
+            start = affine(b, c * cp.mac.depth, (q, 4))
             if byte_weights:
                 word = b.load(b.bitcast(b.gep(base, [start], inbounds=True), I32.as_pointer()), align=1)
                 rotated = b.or_(b.lshr(word, ir.Constant(I32, 8)), b.shl(word, ir.Constant(I32, 24)))
                 weights = [b.call(unpack, [word]), b.call(unpack, [rotated])]
             else:
-                weights = [b.load(b.bitcast(b.gep(base, [affine(b, jump * j, (start, 1))], inbounds=True),
-                                            I32.as_pointer()), align=4 if rows.paired else 2) for j in range(2)]
+                weights = [b.load(b.bitcast(b.gep(base, [affine(b, 2 * j, (start, 1))], inbounds=True),
+                                            I32.as_pointer()), align=2) for j in range(2)]
             for p in range(count):
                 total = b.load(slots[c][p])
                 for j in range(2):
@@ -356,13 +334,15 @@ def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
 
 def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int, count: int, groups: int,
                  dual: ir.Function, seeds: list[Value] | None = None) -> list[list[Value]]:
-    """``_dual_groups`` for weights stored as pairs, a block of one row or of an interleaved pair of rows: a loop
+    """``_dual_groups`` for weights stored as pairs, a block of one row or of an interleaved pair of rows (the
+    plan's blocks of paired weights never hold more, ``conv_plan``): a loop
     over the 2 * groups words of pairs, walking two pointers — per step one LDRD of the positions' words
     (the buffer's run) and one of the rows' (interleave_rows), 4 SMLAD, unrolled here by up to
     ``UNROLLED_STEPS`` steps with constant offsets: 6 instructions per 8 MACs. The loads are volatile, which
     LLVM's Arm backend keeps as one LDRD each: plain, LLVM's Cortex-M7 tuning split them into LDRs and its
     own unrolling re-indexed the pointers (1.1 instructions per MAC on M7; MobileNetV1: 12.7 -> 11.0 M
     instructions on M7, 11.7 -> 11.0 M on M4)."""
+    assert rows <= 2, rows
     entry = b.block
     weights = b.bitcast(base, I32.as_pointer())
     steps = 2 * groups
@@ -440,10 +420,8 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
     dot = _dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
     ya = cp.ya
-    # an i32 bias whose sum with any accumulator fits 32 bits seeds the SMLAD sums (the fold of asymmetric
-    # weights, subtracted after, wraps back exactly)
-    seeded = (cp.dual and cp.bias is not None and cp.mac.acc is I32 and cp.bias.type.dtype is DType.INT32
-              and acc_bound(cp.mac, cp.bias) < (1 << 31) - 1)
+    # the fold of asymmetric weights, subtracted after the seeded sums, wraps back exactly
+    seeded = cp.dual and seeds_bias(cp.mac, cp.bias)
 
     def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int,
                  buffer: Value) -> None:
