@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,14 +73,20 @@ class AtomicFileSet:
     def __init__(self) -> None:
         self._staged: list[tuple[Path, Path]] = []
 
-    def stage(self, target: str | os.PathLike, data: bytes | str) -> None:
+    def stage(self, target: str | os.PathLike, data: bytes | str | Iterable[bytes]) -> None:
+        """Write ``data`` (or its chunks, one after another: a large file never whole in memory) to a
+        temporary file beside ``target``."""
         target = Path(target)
         folder = _folder_of(target)
         make_folder(folder)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data.encode() if isinstance(data, str) else data)
+                if isinstance(data, (bytes, bytearray, memoryview, str)):
+                    handle.write(data.encode() if isinstance(data, str) else data)
+                else:
+                    for chunk in data:
+                        handle.write(chunk)
         except BaseException:
             os.unlink(tmp)
             raise

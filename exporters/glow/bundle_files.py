@@ -14,6 +14,7 @@ keeps each model tensor name.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from importlib import resources
 
 import numpy as np
@@ -101,19 +102,33 @@ def weights_blob(graph: Graph, plan: MemoryPlan) -> bytes:
 
 
 def render_weights_txt(blob: bytes) -> bytes:
-    """The bytes as `` 0X..,`` items, 20 a line, ending with a newline (Glow's NAME.weights.txt), as ASCII.
-    Built in NumPy (DenseNet-121: 32 MB of weights, 194 MB of text): one table row per byte value."""
+    """The bytes as `` 0X..,`` items, 20 a line, ending with a newline (Glow's NAME.weights.txt), as ASCII."""
+    return b"".join(weights_txt_chunks(blob))
+
+
+WEIGHTS_TXT_LINES = 1 << 15   # lines of text per chunk: about 4 MB, whatever the size of the weights
+
+
+def weights_txt_chunks(blob: bytes, lines_per_chunk: int = WEIGHTS_TXT_LINES) -> Iterator[bytes]:
+    """``render_weights_txt`` a chunk at a time, for writing straight to a file: the text is six times the
+    weights (VGG-19: 548 MB of weights, 3.3 GB of text), too much to hold in memory. Built in NumPy, one
+    table row per byte value."""
     items = np.frombuffer("".join(f" 0X{b:02X}," for b in range(256)).encode(), "V6")   # one 6-byte item each
     data = np.frombuffer(blob, np.uint8)
-    lines, rest = divmod(len(data), BYTES_PER_LINE)
+    step = lines_per_chunk * BYTES_PER_LINE
     width = BYTES_PER_LINE * 6 + 1
-    text = np.empty(lines * width + rest * 6 + 1, np.uint8)
-    full = text[:lines * width].reshape(lines, width)
-    full[:, :-1] = items[data[:lines * BYTES_PER_LINE]].view(np.uint8).reshape(lines, width - 1)
-    full[:, -1] = ord("\n")
-    text[lines * width:-1] = items[data[lines * BYTES_PER_LINE:]].view(np.uint8)
-    text[-1] = ord("\n")
-    return text.tobytes()
+    for start in range(0, len(data) + 1, step):
+        part = data[start:start + step]
+        lines, rest = divmod(len(part), BYTES_PER_LINE)
+        last = start + step > len(data)
+        text = np.empty(lines * width + rest * 6 + last, np.uint8)
+        full = text[:lines * width].reshape(lines, width)
+        full[:, :-1] = items[part[:lines * BYTES_PER_LINE]].view(np.uint8).reshape(lines, width - 1)
+        full[:, -1] = ord("\n")
+        text[lines * width:lines * width + rest * 6] = items[part[lines * BYTES_PER_LINE:]].view(np.uint8)
+        if last:
+            text[-1] = ord("\n")
+        yield text.tobytes()
 
 
 # ---- header ------------------------------------------------------------------------------------

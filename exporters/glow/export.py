@@ -56,7 +56,7 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
         f"{name}.o": obj,
         f"{name}.h": bundle_files.render_header(name, graph, plan, bundle_api),
         f"{name}.weights.bin": weights,
-        f"{name}.weights.txt": bundle_files.render_weights_txt(weights),
+        f"{name}.weights.txt": bundle_files.weights_txt_chunks(weights),
         "main.c": bundle_files.render_main_c(name, graph, plan),
         "Makefile": bundle_files.render_makefile(name),
         f"{name}.memory.txt": report_text,

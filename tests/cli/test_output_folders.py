@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pegasus.cli import main
+from pegasus.fileio import AtomicFileSet
 from tests.conftest import DEMO_DIR
 
 DEMO_ONNX = DEMO_DIR / "lenet_mnist.onnx"
@@ -123,3 +124,19 @@ def test_folder_that_is_not_writable_is_refused(capsys, prepared, tmp_path, monk
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert flag in err and f"folder {locked} is not writable" in err, err
     assert list(locked.iterdir()) == []
+
+
+def test_staged_chunks_are_written_in_order_and_nothing_is_left_when_they_fail(tmp_path):
+    """Large outputs (a weights.txt of gigabytes) are staged a chunk at a time; a failure part way through
+    leaves neither the target nor a temporary file."""
+    with AtomicFileSet() as files:
+        files.stage(tmp_path / "a.txt", (bytes([65 + i]) * 3 for i in range(4)))
+    assert (tmp_path / "a.txt").read_bytes() == b"AAABBBCCCDDD"
+
+    def broken():
+        yield b"partial"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError), AtomicFileSet() as files:
+        files.stage(tmp_path / "b.txt", broken())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]

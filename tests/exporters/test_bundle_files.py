@@ -138,6 +138,8 @@ def test_weights_txt_is_glows_text(length):
     blob = np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8).tobytes()
     expected = "".join(f" 0X{b:02X}," + ("\n" if i % 20 == 19 else "") for i, b in enumerate(blob)) + "\n"
     assert bundle_files.render_weights_txt(blob) == expected.encode("ascii")
+    for lines in (1, 2, 3):   # written a chunk of lines at a time (export_bundle): the same text at any boundary
+        assert b"".join(bundle_files.weights_txt_chunks(blob, lines)) == expected.encode("ascii")
 
 
 def test_weights_txt_in_a_static_array_gives_weights_bin(weighted, tmp_path):
