@@ -88,7 +88,8 @@ def activations_efficiency(plan: MemoryPlan) -> float:
 
 # ---- weights -----------------------------------------------------------------------------------
 def weights_blob(graph: Graph, plan: MemoryPlan) -> bytes:
-    """The constant region: every constant's little-endian bytes at its planned offset, zeros between."""
+    """The constant region: every constant's little-endian bytes at its planned offset, then the layers'
+    parameter blocks, zeros between."""
     blob = bytearray(plan.constant_size)
     for name, loc in plan.locations.items():
         if loc.region != CONSTANT:
@@ -98,6 +99,8 @@ def weights_blob(graph: Graph, plan: MemoryPlan) -> bytes:
         if len(data) != loc.size:
             raise ValueError(f"constant '{name}' has {len(data)} bytes, the plan gives it {loc.size}")
         blob[loc.offset:loc.offset + loc.size] = data
+    for offset, data in plan.parameters:   # the layers' per-channel tables (kernels/parameters.py)
+        blob[offset:offset + len(data)] = data
     return bytes(blob)
 
 

@@ -3,8 +3,10 @@ one node, or a convolution fused with its element-wise and pooling consumers), c
 bundle's entry point ``int NAME(uint8_t *constantWeight, uint8_t *mutableWeight, uint8_t *activations)``.
 
 Each layer function takes typed pointers to its tensors (and an ``i8*`` to its planned workspace, when its
-kernel has one); pointers whose byte ranges overlap no other argument are marked ``noalias`` so LLVM can
-vectorise freely. The module has no globals with mutable state and calls nothing outside itself (math
+kernel has one), then an ``i8*`` to its parameter block in the weights (kernels/parameters.py: per-channel
+requantisation tables; ``undef`` for a layer without one); pointers whose byte ranges overlap no other
+argument are marked ``noalias`` so LLVM can vectorise freely. Layers whose functions are the same text share
+one (``_shared``). The module has no globals with mutable state and calls nothing outside itself (math
 functions come from ``llvm.mathlib``).
 """
 
@@ -17,6 +19,7 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
+from pegasus.exporters.glow.kernels.parameters import LayerParameters
 from pegasus.exporters.glow.kernels.pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
@@ -59,8 +62,9 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         arg.name = arg_name
         arg.add_attribute("noalias")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
+    plan.clear_parameters()
     code_constants: dict[str, ir.GlobalVariable] = {}
-    bodies: dict[str, ir.Function] = {}
+    bodies: dict[str, list[ir.Function]] = {}
     for index, unit in enumerate(plan.layers or single_layers(graph)):
         present = [n for n in unit.inputs + unit.outputs if n]
         workspace = plan.workspace_of(unit)
@@ -77,27 +81,41 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
+        parameters = LayerParameters(layer.args[-1])
         if _planned_alias(plan, unit):   # nothing to compute: its output already is its input's bytes
             layer.append_basic_block("entry")
             ir.IRBuilder(layer.entry_basic_block).ret_void()
         else:
-            _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0)
+            _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0,
+                             parameters)
+        if parameters.data:
+            args.append(builder.gep(entry.args[REGION_ARG[CONSTANT]],
+                                    [ir.Constant(ir.IntType(32), plan.add_parameters(parameters.data))],
+                                    inbounds=True))
+        else:
+            args.append(ir.Constant(BYTE_PTR, ir.Undefined))
         builder.call(_shared(module, layer, bodies), args)
     builder.ret(ir.Constant(ir.IntType(32), 0))
     forbid_library_calls(module)
     return module
 
 
-def _shared(module: ir.Module, function: ir.Function, bodies: dict[str, ir.Function]) -> ir.Function:
+def _shared(module: ir.Module, function: ir.Function, bodies: dict[str, list[ir.Function]]) -> ir.Function:
     """The layer function to call for ``function``: an earlier one whose IR is the same text but for its name
-    (same kernel, shapes, argument attributes), ``function`` being dropped from the module, or ``function``
-    itself (``bodies`` remembers it). DenseNet-121's 607 layers are 375 distinct functions: LLVM optimises and
-    compiles each once."""
-    key = _metadata_by_content(module, str(function).replace(f'@"{function.name}"(', "@(", 1))
-    kept = bodies.setdefault(key, function)
-    if kept is not function:
-        del module.globals[function.name]
-    return kept
+    (same kernel, shapes, parameter tables read through its arguments) and whose ``noalias`` arguments are
+    ``noalias`` here too (it promises no more than this call keeps), ``function`` being dropped from the
+    module; or ``function`` itself (``bodies`` remembers it). DenseNet-121's 607 layers are 375 distinct
+    functions, DS-CNN's nine int8 layers five: LLVM optimises and compiles each once."""
+    text = str(function).replace(f'@"{function.name}"(', "@(", 1)
+    head, body = text.split("\n", 1)
+    kin = bodies.setdefault(_metadata_by_content(module, head.replace(" noalias", "") + "\n" + body), [])
+    mine = [("noalias" in arg.attributes) for arg in function.args]
+    for kept in kin:
+        if all(here or "noalias" not in arg.attributes for arg, here in zip(kept.args, mine)):
+            del module.globals[function.name]
+            return kept
+    kin.append(function)
+    return function
 
 
 def _planned_alias(plan: MemoryPlan, unit: Layer) -> bool:
@@ -161,6 +179,7 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
                     present: list[str], workspace: bool):
     types = [llvm_type(graph.type_of(n).dtype).as_pointer() for n in present]
     types += [BYTE_PTR] if workspace else []
+    types += [BYTE_PTR]   # the parameter block
     safe = re.sub(r"\W", "_", unit.op.lower())
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=f"layer{index}_{safe}")
     function.linkage = "internal"
@@ -172,7 +191,8 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
         if not any(_overlaps(loc, other) for other in others) and present.count(present[position]) == 1:
             arg.add_attribute("noalias")
     if workspace:   # planned apart from every tensor live during the layer
-        function.args[-1].add_attribute("noalias")
+        function.args[-2].add_attribute("noalias")
+    function.args[-1].add_attribute("noalias")   # read-only tables no store can reach
     return function
 
 
@@ -186,7 +206,7 @@ def constant_bounds(graph: Graph, name: str) -> tuple[int, int] | None:
 
 
 def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,
-                     target: Target, workspace_size: int) -> None:
+                     target: Target, workspace_size: int, parameters: LayerParameters) -> None:
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     refs = {name: TensorRef(arg, graph.type_of(name), constant_bounds(graph, name))
             for name, arg in zip(present, function.args)}
@@ -194,7 +214,7 @@ def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: 
     outputs = [refs[n] if n else None for n in unit.outputs]
     head = unit.nodes[0]
     k = KernelContext(head, head.attrs, builder, inputs, outputs, math, target,
-                      function.args[-1] if workspace_size else None, workspace_size)
+                      function.args[-2] if workspace_size else None, workspace_size, parameters=parameters)
     if not unit.fused:
         get_emitter(head.op)(k)
     else:     # a group (fuse.py), computed by its head op's group kernel

@@ -101,6 +101,25 @@ class MemoryPlan:
     buffers: list[Buffer] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)   # the units planned for, in execution order
     reuses_inputs: bool = False   # every buffer in the mutable region, over the inputs (module docstring)
+    #: layers' parameter blocks (kernels/parameters.py): (offset, bytes) in the constant region, after the
+    #: graph's constants; code generation adds them (``add_parameters``)
+    parameters: list[tuple[int, bytes]] = field(default_factory=list)
+    _constants_end: int = 0   # constant_size before the first block
+
+    def add_parameters(self, data: bytes) -> int:
+        """Place a layer's parameter block at the end of the constant region; its offset."""
+        if not self.parameters:
+            self._constants_end = self.constant_size
+        offset = align(self.constant_size, SMALL_ALIGN)
+        self.parameters.append((offset, bytes(data)))
+        self.constant_size = offset + len(data)
+        return offset
+
+    def clear_parameters(self) -> None:
+        """Drop the blocks an earlier code generation added (the module is being generated again)."""
+        if self.parameters:
+            self.constant_size = self._constants_end
+            self.parameters.clear()
 
     def workspace_of(self, layer: Layer) -> Location | None:
         """Where ``layer``'s kernel scratch lies in the activations, if it has any."""

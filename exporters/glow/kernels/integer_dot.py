@@ -20,23 +20,23 @@ high-word form of ``Requant`` (a 64-bit shift by a table value is a dozen instru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.linear import simd_of
+from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, intrinsic, llvm_type
 from pegasus.exporters.glow.kernels.requant import (
     I8,
     I32,
     I64,
-    channel_table,
     clamp,
     divide_away,
     halve_rounding,
     high_word,
-    load_channel,
     requantize,
     wide_multiplier,
     widen,
@@ -190,7 +190,8 @@ class Requant:
     RoundingDivideByPOT.
     """
 
-    def __init__(self, module: ir.Module, attrs, out: TensorRef, name: str, bound: int):
+    def __init__(self, tables: Callable, attrs, out: TensorRef, name: str, bound: int):
+        """``tables``: ``KernelContext.table``, which places a per-channel table (name, values, type)."""
         self.lo, self.hi = clamp_bounds(attrs)
         self.bound = bound
         self.zero_point = attrs.out_zero_point
@@ -200,8 +201,8 @@ class Requant:
         if self.rounding == "tflite_wide":
             multipliers, shifts = (list(v) for v in zip(*(wide_multiplier(m, s) for m, s in zip(multipliers, shifts))))
             self.rounding = "half_up"
-        self.multiplier: int | ir.GlobalVariable = multipliers[0]
-        self.shift: int | ir.GlobalVariable = shifts[0]
+        self.multiplier: int | ir.Value = multipliers[0]
+        self.shift: int | ir.Value = shifts[0]
         self.high_word = False
         self.saturate = any(m == INT32_MIN for m in multipliers)
         self.narrow = (1 << 30) + 1 + 2 * abs(self.zero_point) < (1 << 31) and narrow_pairs(
@@ -209,8 +210,8 @@ class Requant:
         if not self.narrow:
             if len(multipliers) > 1:
                 fits = all(-(1 << 31) <= m < (1 << 31) for m in multipliers)
-                self.multiplier = channel_table(module, f"{name}_multiplier", tuple(multipliers), I32 if fits else I64)
-                self.shift = channel_table(module, f"{name}_shift", tuple(shifts))
+                self.multiplier = tables(f"{name}_multiplier", tuple(multipliers), I32 if fits else I64)
+                self.shift = tables(f"{name}_shift", tuple(shifts), I32)
             return
         # a 64-bit accumulator's half_up high word stays exact while its product cannot overflow
         self.high_word = (self.rounding == "half_up" and bound * max(m for m, _ in self.narrow)
@@ -222,8 +223,8 @@ class Requant:
         if len(self.narrow) == 1:
             self.multiplier, self.shift = self.narrow[0][0], self.narrow[0][1] - base
         else:
-            self.multiplier = channel_table(module, f"{name}_multiplier", tuple(m for m, _ in self.narrow))
-            self.shift = channel_table(module, f"{name}_shift", tuple(s - base for _, s in self.narrow), I8)
+            self.multiplier = tables(f"{name}_multiplier", tuple(m for m, _ in self.narrow), I32)
+            self.shift = tables(f"{name}_shift", tuple(s - base for _, s in self.narrow), I8)
 
     def __call__(self, b: ir.IRBuilder, acc: Value, channel: Value, bias: Value | None = None) -> Value:
         """The output of ``acc`` + ``bias`` (a loaded value, added exactly as the reference does: in 64 bits)

@@ -55,8 +55,9 @@ from pegasus.exporters.glow.kernels.integer_dot import (
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, padded, reduce_all
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles
+from pegasus.exporters.glow.kernels.parameters import code_table, load_channel
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
-from pegasus.exporters.glow.kernels.requant import I16, I32, I64, channel_table, load_channel, widen
+from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest, no_unroll
 from pegasus.ops.spatial import prod
 
@@ -75,7 +76,7 @@ class Taps:
     @classmethod
     def of(cls, module: ir.Module, cp: ConvPlan) -> Taps:
         offsets = tap_offsets(cp)
-        return cls(offsets, channel_table(module, "im2col_taps", offsets, I16 if max(offsets) < (1 << 15) else I32))
+        return cls(offsets, code_table(module, "im2col_taps", offsets, I16 if max(offsets) < (1 << 15) else I32))
 
 
 def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value, first: Value, count: int,
@@ -413,7 +414,7 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     then dot products with blocks of output channels, each output finished and requantised."""
     b = k.builder
     taps = Taps.of(k.module, cp)
-    rq = Requant(k.module, k.attrs, cp.y, k.node.name, acc_bound(cp.mac, cp.bias))
+    rq = Requant(k.table, k.attrs, cp.y, k.node.name, acc_bound(cp.mac, cp.bias))
     positions = prod([axis.out for axis in cp.axes])
     words = cp.buffer_bytes // 4
     buffer = b.bitcast(k.scratch(ir.ArrayType(I32, words), cp.buffer_bytes), cp.element.as_pointer())

@@ -30,6 +30,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.parameters import LayerParameters, code_table
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
@@ -135,10 +136,18 @@ class KernelContext:
     workspace: ir.Value | None = None    # i8* to the layer's planned scratch bytes (see ``workspace``)
     workspace_size: int = 0
     _workspace_used: int = 0
+    parameters: LayerParameters | None = None   # where the layer's tables go (None: into the code)
 
     @property
     def module(self) -> ir.Module:
         return self.builder.module
+
+    def table(self, name: str, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.Value:
+        """An array of numbers derived from the model (per-channel multipliers, shifts, divisors): in the layer's
+        parameter block in the weights when it has one (kernels/parameters.py), else in the code."""
+        if self.parameters is None:
+            return code_table(self.module, name, values, ty)
+        return self.parameters.table(self.builder, values, ty)
 
     def scratch(self, typ: ir.Type, size: int) -> ir.Value:
         """A ``typ*`` to ``size`` bytes of scratch: from the layer's workspace when it has one (16-byte

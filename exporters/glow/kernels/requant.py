@@ -8,7 +8,7 @@ does); ``tflite`` is TFLite's MultiplyByQuantizedMultiplier — ``acc << max(31 
 64-bit product, its nudge, a division by 2**31 truncating toward zero, INT32_MIN * INT32_MIN saturating)
 and RoundingDivideByPOT by ``max(S - 31, 0)`` (half away from zero); ``tflite_wide`` is ``half_up`` with
 TFLite's 16-bit multiplier ``wide_multiplier`` gives. ``M``/``S`` may be per-channel LLVM values (loaded
-from a constant table) or Python ints (folded into the instruction stream).
+from a parameter table, kernels/parameters.py) or Python ints (folded into the instruction stream).
 """
 
 from __future__ import annotations
@@ -194,17 +194,3 @@ def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, roun
         return divide_away(b, y, exponent - 1) if exponent else y
     return high_word(b, x, multiplier, True) if shift == 32 else halve_rounding(b, high_word(b, x, multiplier, False),
                                                                                  shift - 33)
-
-
-def channel_table(module: ir.Module, name: str, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.GlobalVariable:
-    """A constant array of per-channel parameters in the code's read-only data (not the weights)."""
-    array_ty = ir.ArrayType(ty, len(values))
-    table = ir.GlobalVariable(module, array_ty, name=module.get_unique_name(name))
-    table.initializer = ir.Constant(array_ty, [int(v) for v in values])
-    table.global_constant = True
-    table.linkage = "internal"
-    return table
-
-
-def load_channel(b: ir.IRBuilder, table: ir.GlobalVariable, index: ir.Value) -> ir.Value:
-    return b.load(b.gep(table, [ir.Constant(I32, 0), index], inbounds=True))
