@@ -204,6 +204,7 @@ class Requant:
         self.multiplier: int | ir.Value = multipliers[0]
         self.shift: int | ir.Value = shifts[0]
         self.high_word = False
+        self.pairs: ir.Value | None = None    # per-channel (multiplier, shift) words of the narrow form
         self.saturate = any(m == INT32_MIN for m in multipliers)
         self.narrow = (1 << 30) + 1 + 2 * abs(self.zero_point) < (1 << 31) and narrow_pairs(
             self.rounding, multipliers, shifts)
@@ -222,7 +223,10 @@ class Requant:
         base = NARROW_BASE[self.rounding]
         if len(self.narrow) == 1:
             self.multiplier, self.shift = self.narrow[0][0], self.narrow[0][1] - base
-        else:
+        elif out.type.size > len(self.narrow):   # several positions: one table of (multiplier, shift) words,
+            pairs = tuple(v for m, s in self.narrow for v in (m, s - base))   # one pointer for a block of channels
+            self.pairs = tables(f"{name}_requant", pairs, I32)
+        else:   # each channel's parameters read once (a dense layer): the compact tables, shifts as bytes
             self.multiplier = tables(f"{name}_multiplier", tuple(m for m, _ in self.narrow), I32)
             self.shift = tables(f"{name}_shift", tuple(s - base for _, s in self.narrow), I8)
 
@@ -264,6 +268,10 @@ class Requant:
         return (bias and self.bound >= INT32_MAX) or (self.rounding == "tflite" and self.bound >= 1 << 30)
 
     def _parameters(self, b: ir.IRBuilder, channel: Value) -> tuple[Value | int, Value | int]:
+        if self.pairs is not None:
+            first = b.shl(channel, ir.Constant(channel.type, 1))
+            return (load_channel(b, self.pairs, first),
+                    load_channel(b, self.pairs, b.or_(first, ir.Constant(channel.type, 1))))
         return tuple(value if isinstance(value, int) else load_channel(b, value, channel)
                      for value in (self.multiplier, self.shift))
 
