@@ -10,7 +10,7 @@ import (Acuity does the same), so a prototxt alone still gives a model to try th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,19 +18,14 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.caffe.reader import Blob
-from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.common.converters import ConverterTable, ImportContext, SourceNode
 from pegasus.ir.builder import GraphBuilder
 
 TABLE = ConverterTable("Caffe")
 RANDOM_SEED = 0
 
 
-def converter(*layer_types: str) -> Callable[[ConvertFn], ConvertFn]:
-    def decorate(fn: ConvertFn) -> ConvertFn:
-        for layer_type in layer_types:
-            TABLE.register(layer_type)(fn)
-        return fn
-    return decorate
+converter = TABLE.converter
 
 
 def param(node: SourceNode, field_name: str) -> Any:

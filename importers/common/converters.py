@@ -79,6 +79,15 @@ class ConverterTable:
             return fn
         return decorate
 
+    def converter(self, *op_types: str) -> Callable[[ConvertFn], ConvertFn]:
+        """Register one converter for several op types (of every version): ``converter = TABLE.converter`` is
+        the ``@converter("Conv2D", "DepthwiseConv2dNative")`` decorator of an importer without versions."""
+        def decorate(fn: ConvertFn) -> ConvertFn:
+            for op_type in op_types:
+                self.register(op_type)(fn)
+            return fn
+        return decorate
+
     def find(self, op_type: str, version: int = 1 << 30, domain: str = "") -> ConvertFn | None:
         """The newest converter registered with since <= ``version``; None when there is none."""
         candidates = [fn for since, fn in self._converters.get((domain, op_type), []) if since <= version]

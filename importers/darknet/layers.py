@@ -22,13 +22,12 @@ Darknet's arithmetic, as the converters reproduce it:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pegasus.importers.common.channels_last import ACTIVATIONS
-from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.common.converters import ConverterTable, ImportContext, SourceNode
 from pegasus.importers.darknet.cfg import Section
 from pegasus.importers.darknet.weights import WeightsFile
 from pegasus.ir.builder import GraphBuilder
@@ -60,12 +59,7 @@ _REFUSED = {
 }
 
 
-def converter(*kinds: str) -> Callable[[ConvertFn], ConvertFn]:
-    def decorate(fn: ConvertFn) -> ConvertFn:
-        for kind in kinds:
-            TABLE.register(kind)(fn)
-        return fn
-    return decorate
+converter = TABLE.converter
 
 
 class DarknetContext(ImportContext):

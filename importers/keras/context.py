@@ -10,14 +10,14 @@ is clip(0.2x + 0.5, 0, 1) in Keras 2 and relu6(x + 3) / 6 in Keras 3 (gelu is ex
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.channels_last import ACTIVATIONS, emit_activated
-from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext
+from pegasus.importers.common.converters import ConverterTable, ImportContext
 from pegasus.importers.keras.graph import KerasNode
 from pegasus.ir.builder import GraphBuilder
 
@@ -37,12 +37,7 @@ def keras_activations(major: int) -> dict[str, tuple[str, dict[str, Any]] | None
     return {**shared, **_KERAS_NAMES, **_BY_VERSION[3 if major >= 3 else 2]}
 
 
-def converter(*classes: str) -> Callable[[ConvertFn], ConvertFn]:
-    def decorate(fn: ConvertFn) -> ConvertFn:
-        for name in classes:
-            TABLE.register(name)(fn)
-        return fn
-    return decorate
+converter = TABLE.converter
 
 
 class KerasContext(ImportContext):

@@ -9,23 +9,16 @@ chains have folded: every input has a static shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from pegasus.errors import PegasusError
-from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.common.converters import ConverterTable, ImportContext, SourceNode
 from pegasus.ir.builder import GraphBuilder
 
 TABLE = ConverterTable("TensorFlow")
 
 
-def converter(*op_types: str) -> Callable[[ConvertFn], ConvertFn]:
-    def decorate(fn: ConvertFn) -> ConvertFn:
-        for op_type in op_types:
-            TABLE.register(op_type)(fn)
-        return fn
-    return decorate
+converter = TABLE.converter
 
 
 class TfContext(ImportContext):

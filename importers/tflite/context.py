@@ -8,23 +8,16 @@ Converters register with ``@converter("CONV_2D")`` (the builtin operator's name;
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.common.converters import ConverterTable, ImportContext, SourceNode
 from pegasus.importers.tflite.reader import TfliteTensor
 from pegasus.ir.builder import GraphBuilder
 
 TABLE = ConverterTable("TFLite")
 
 
-def converter(*op_types: str) -> Callable[[ConvertFn], ConvertFn]:
-    def decorate(fn: ConvertFn) -> ConvertFn:
-        for op_type in op_types:
-            TABLE.register(op_type)(fn)
-        return fn
-    return decorate
+converter = TABLE.converter
 
 
 def dequantized(tensor: TfliteTensor, data: np.ndarray) -> np.ndarray:
