@@ -83,7 +83,7 @@ CSV_COLUMNS = ("model", "cpu", "instructions", "macs", "macs_per_instruction", "
                "tflm_cmsis_m4_cycles", "target_instructions", "instructions_target", "float_instructions",
                "float_over_int8", "float_ratio_target", "activations", "mutable", "ram", "ram_reusing_input",
                "tflm_arena", "ram_over_arena", "ram_target", "stack", "stack_target", "code_int8", "code_float",
-               "code_target", "lenet_activations_target", "lenet_code_target")
+               "code_target", "weights_int8", "weights_float", "lenet_activations_target", "lenet_code_target")
 
 
 @dataclass
@@ -106,6 +106,7 @@ class Measured:
     code: int
     macs: int
     ram_reusing_input: int     # ACTIVATIONS + MUTABLE with --reuse-input-memory (inputs overwritten)
+    weights: int               # CONSTANT_MEM_SIZE: the weights, with the layers' requantisation tables
 
 
 def random_feeds(graph: Graph) -> dict[str, np.ndarray]:
@@ -175,7 +176,7 @@ def measure(graph: Graph, feeds: dict[str, np.ndarray], cpu: str, folder: Path) 
     plan = result.plan
     reused = export_bundle(graph, folder.with_name(folder.name + "-reuse"), NAME, target, reuse_input_memory=True).plan
     return Measured(run.instructions, run.stack, plan.activations_size, plan.mutable_size, code, macs,
-                    reused.activations_size + reused.mutable_size)
+                    reused.activations_size + reused.mutable_size, plan.constant_size)
 
 
 def check_outputs(graph: Graph, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray], cpu: str) -> None:
@@ -271,6 +272,7 @@ def row_of(name: str, cpu: str, got: Measured, floating: Measured | None, arena:
         "stack": got.stack, "stack_target": verdict(got.stack <= STACK_LIMIT),
         "code_int8": got.code, "code_float": floating.code if floating else "",
         "code_target": verdict(got.code <= floating.code) if floating else "",
+        "weights_int8": got.weights, "weights_float": floating.weights if floating else "",
         "lenet_activations_target": verdict(got.activations <= LENET_ACTIVATIONS) if lenet_m7 else "",
         "lenet_code_target": verdict(got.code <= LENET_CODE) if lenet_m7 else "",
     }
@@ -308,6 +310,7 @@ def render(rows: list[dict]) -> str:
             ("TFLM arena", "tflm_arena", "B"), ("sum/arena", "ram_over_arena", "x"), ("ram<=1/2", "ram_target", ""),
             ("stack", "stack", "B"), ("stack<=512", "stack_target", ""), ("code int8", "code_int8", "B"),
             ("code float", "code_float", "B"), ("code<=float", "code_target", ""),
+            ("weights int8", "weights_int8", "B"), ("weights float", "weights_float", "B"),
             ("act<=3680", "lenet_activations_target", ""), ("code<=8380", "lenet_code_target", ""))
     table = [[title for title, _, _ in spec]] + [[_cell(row[key], kind) for _, key, kind in spec] for row in rows]
     widths = [max(len(line[column]) for line in table) for column in range(len(spec))]

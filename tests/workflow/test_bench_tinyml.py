@@ -28,7 +28,7 @@ COLUMNS = ["model", "cpu", "instructions", "macs", "macs_per_instruction", "best
            "tflm_cmsis_m4_cycles", "target_instructions", "instructions_target", "float_instructions",
            "float_over_int8", "float_ratio_target", "activations", "mutable", "ram", "ram_reusing_input",
            "tflm_arena", "ram_over_arena", "ram_target", "stack", "stack_target", "code_int8", "code_float",
-           "code_target", "lenet_activations_target", "lenet_code_target"]
+           "code_target", "weights_int8", "weights_float", "lenet_activations_target", "lenet_code_target"]
 # The autoencoder's dense layers (MLPerf Tiny AD): 640 -> 128 x4 -> 8 -> 128 x4 -> 640.
 AD_WIDTHS = (640, 128, 128, 128, 128, 8, 128, 128, 128, 128, 640)
 
@@ -66,6 +66,7 @@ def test_bench_tinyml_autoencoder_cortex_m7(tmp_path):
     assert int(row["macs"]) == sum(a * b for a, b in zip(AD_WIDTHS, AD_WIDTHS[1:]))
     assert (int(row["activations"]), int(row["mutable"])) == (plan.activations_size, plan.mutable_size)
     assert int(row["ram"]) == plan.activations_size + plan.mutable_size
+    assert int(row["weights_int8"]) == plan.constant_size == (bundle / "ad.weights.bin").stat().st_size
     reused = export_bundle(graph, tmp_path / "reuse", "ad", resolve_target("arm", "cortex-m7"),
                            reuse_input_memory=True).plan
     assert int(row["ram_reusing_input"]) == reused.activations_size + reused.mutable_size
@@ -73,6 +74,6 @@ def test_bench_tinyml_autoencoder_cortex_m7(tmp_path):
     assert int(row["tflm_arena"]) == arena
     assert row["ram_target"] == ("PASS" if 2 * int(row["ram"]) <= arena else "MISS")
     assert row["instructions_target"] == ("PASS" if instructions <= 490_000 else "MISS")
-    assert row["float_instructions"] == row["code_float"] == row["code_target"] == ""   # --skip-float
+    assert row["float_instructions"] == row["code_float"] == row["code_target"] == row["weights_float"] == ""
     assert int(row["stack"]) > 0 and int(row["code_int8"]) > 0
     assert row["stack_target"] == ("PASS" if int(row["stack"]) <= 512 else "MISS")
