@@ -205,6 +205,15 @@ def _header_sizes(folder) -> dict[str, int]:
             ("CONSTANT_MEM_SIZE", "MUTABLE_MEM_SIZE", "ACTIVATIONS_MEM_SIZE") if f"NET_{macro} " in line}
 
 
+def _code_bytes(folder) -> tuple[int, str]:
+    """.text + .rodata (+ .data.rel.ro) of the bundle's object, read from its ELF sections by arm-none-eabi-size,
+    and the listing."""
+    listing = subprocess.run([toolchains.require_tool("arm-none-eabi-size"), "-A", str(folder / "net.o")],
+                             capture_output=True, text=True, check=True).stdout
+    return sum(int(line.split()[1]) for line in listing.splitlines()
+               if line.startswith((".text", ".rodata", ".data.rel.ro"))), listing
+
+
 @pytest.mark.xdist_group("quantized_lenet")
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_lenet_activations_and_code_beat_glow(scheme, lenet_bundles):
@@ -215,10 +224,7 @@ def test_lenet_activations_and_code_beat_glow(scheme, lenet_bundles):
     folder = lenet_bundles(scheme, "cortex-m7")
     itemsize = 2 if scheme == "dfp16" else 1
     assert _header_sizes(folder)["ACTIVATIONS_MEM_SIZE"] <= (20 * 12 * 12 + 50 * 4 * 4) * itemsize
-    listing = subprocess.run([toolchains.require_tool("arm-none-eabi-size"), "-A", str(folder / "net.o")],
-                             capture_output=True, text=True, check=True).stdout
-    code = sum(int(line.split()[1]) for line in listing.splitlines()
-               if line.startswith((".text", ".rodata", ".data.rel.ro")))
+    code, listing = _code_bytes(folder)
     assert 0 < code <= 8_380, listing
 
 
@@ -228,10 +234,7 @@ def test_int8_lenet_memory_beats_glow(lenet_lowered, lenet_bundles, digits):
     sizes = _header_sizes(folder)
     # flash: weights + code within Glow's int8 LeNet (433,152 + 8,380 B). The per-channel requantisation tables
     # (2.9 KB here) are in the weights, not the code (kernels/parameters.py), so the sum is what compares
-    listing = subprocess.run([toolchains.require_tool("arm-none-eabi-size"), "-A", str(folder / "net.o")],
-                             capture_output=True, text=True, check=True).stdout
-    code = sum(int(line.split()[1]) for line in listing.splitlines()
-               if line.startswith((".text", ".rodata", ".data.rel.ro")))
+    code, _ = _code_bytes(folder)
     assert sizes["CONSTANT_MEM_SIZE"] + code <= 433_152 + 8_380
     assert sizes["CONSTANT_MEM_SIZE"] <= 433_152 + 20 * 8 + 50 * 8 + 500 * 8 + 10 * 8   # + 8 B a channel at most
     assert sizes["ACTIVATIONS_MEM_SIZE"] <= 3_680     # CMSIS-NN's plan of it (Glow's own: 15,232)

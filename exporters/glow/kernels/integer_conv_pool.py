@@ -248,7 +248,7 @@ def qconv_pool(k: KernelContext, layer) -> None:
     pool_attrs = layer.pool.attrs
     conv_sizes = conv.shape[1:-1] if last else conv.shape[2:]
     pool_axes = axes_of(MaxPool.geometry(pool_attrs, first_shape(conv.shape, last)), conv_sizes)
-    rq = Requant(k.table, k.attrs, conv, k.node.name, acc_bound(cp.mac, cp.bias))
+    rq = Requant(k.table, k.attrs, conv, acc_bound(cp.mac, cp.bias))
     red = reduction(cp)
     dot = Dot(k, cp)
     xa, acc = cp.xa, cp.mac.acc

@@ -52,7 +52,7 @@ def qconv_direct(k: KernelContext, cp: ConvPlan) -> None:
     int8 3x3 over 32 channels of 32x32: 6.3 instructions per MAC, requantisation included (im2col: 8.3)."""
     b, mac = k.builder, cp.mac
     acc = mac.acc
-    rq = Requant(k.table, k.attrs, cp.y, k.node.name, acc_bound(mac, cp.bias))
+    rq = Requant(k.table, k.attrs, cp.y, acc_bound(mac, cp.bias))
     axes, xa, ya = cp.axes, cp.xa, cp.ya
     offsets = tap_offsets(cp)
     kernels = list(itertools.product(*(range(axis.kernel) for axis in axes)))
@@ -134,7 +134,7 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     """A channels-last depthwise QConv (module docstring)."""
     b, mac = k.builder, cp.mac
     acc = mac.acc
-    rq = Requant(k.table, k.attrs, cp.y, k.node.name, acc_bound(mac, cp.bias))
+    rq = Requant(k.table, k.attrs, cp.y, acc_bound(mac, cp.bias))
     axes, xa, ya = cp.axes, cp.xa, cp.ya
     channels, mult = ya.channels, cp.out_group
     lanes, size = depthwise_block(k, cp)

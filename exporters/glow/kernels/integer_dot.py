@@ -190,8 +190,8 @@ class Requant:
     RoundingDivideByPOT.
     """
 
-    def __init__(self, tables: Callable, attrs, out: TensorRef, name: str, bound: int):
-        """``tables``: ``KernelContext.table``, which places a per-channel table (name, values, type)."""
+    def __init__(self, tables: Callable, attrs, out: TensorRef, bound: int):
+        """``tables``: ``KernelContext.table``, which places a per-channel table (values, type)."""
         self.lo, self.hi = clamp_bounds(attrs)
         self.bound = bound
         self.zero_point = attrs.out_zero_point
@@ -211,8 +211,8 @@ class Requant:
         if not self.narrow:
             if len(multipliers) > 1:
                 fits = all(-(1 << 31) <= m < (1 << 31) for m in multipliers)
-                self.multiplier = tables(f"{name}_multiplier", tuple(multipliers), I32 if fits else I64)
-                self.shift = tables(f"{name}_shift", tuple(shifts), I32)
+                self.multiplier = tables(tuple(multipliers), I32 if fits else I64)
+                self.shift = tables(tuple(shifts), I32)
             return
         # a 64-bit accumulator's half_up high word stays exact while its product cannot overflow
         self.high_word = (self.rounding == "half_up" and bound * max(m for m, _ in self.narrow)
@@ -225,10 +225,10 @@ class Requant:
             self.multiplier, self.shift = self.narrow[0][0], self.narrow[0][1] - base
         elif out.type.size > len(self.narrow):   # several positions: one table of (multiplier, shift) words,
             pairs = tuple(v for m, s in self.narrow for v in (m, s - base))   # one pointer for a block of channels
-            self.pairs = tables(f"{name}_requant", pairs, I32)
+            self.pairs = tables(pairs, I32)
         else:   # each channel's parameters read once (a dense layer): the compact tables, shifts as bytes
-            self.multiplier = tables(f"{name}_multiplier", tuple(m for m, _ in self.narrow), I32)
-            self.shift = tables(f"{name}_shift", tuple(s - base for _, s in self.narrow), I8)
+            self.multiplier = tables(tuple(m for m, _ in self.narrow), I32)
+            self.shift = tables(tuple(s - base for _, s in self.narrow), I8)
 
     def __call__(self, b: ir.IRBuilder, acc: Value, channel: Value, bias: Value | None = None) -> Value:
         """The output of ``acc`` + ``bias`` (a loaded value, added exactly as the reference does: in 64 bits)

@@ -150,7 +150,7 @@ def qmatmul(k: KernelContext) -> None:
     rows, depth, cols, mac = plan.rows, plan.depth, plan.cols, plan.mac
     row_tile, width, madd_width, dual_cols = plan.row_tile, plan.width, plan.madd_width, plan.dual_cols
     acc = mac.acc
-    rq = Requant(k.table, k.attrs, y, k.node.name, acc_bound(mac, bias))
+    rq = Requant(k.table, k.attrs, y, acc_bound(mac, bias))
     pairs = plan.pairs
     batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
     steps = (_batch_steps(a_shape, batch, rows * depth), _batch_steps(b_shape, batch, depth * cols),

@@ -28,7 +28,7 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, for_tiles, pieces, range_nest
-from pegasus.exporters.glow.kernels.parameters import code_table, load_channel
+from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.pool import (
     _coordinates,
     _output_flat,
@@ -46,6 +46,7 @@ from pegasus.exporters.glow.kernels.requant import (
     wide_multiplier,
     widen,
 )
+from pegasus.exporters.glow.kernels.shape_ops import constant_table
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
@@ -89,7 +90,7 @@ def _count_requant(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int
     if all(m >= 0 for m in multipliers) and bound * max(multipliers) + (1 << shift >> 1) < 1 << 63:
         narrow = max(multipliers) < 1 << 32    # stored as u32 (i32 bits), zero-extended: umull + mla on ARM
         stored = tuple(m - (m >> 31 << 32) for m in multipliers) if narrow else multipliers
-        table = k.table(f"{k.node.name}_multiplier", stored, I32 if narrow else I64)
+        table = k.table(stored, I32 if narrow else I64)
 
         def finish(b: ir.IRBuilder, acc: Value, entry: Value) -> Value:
             multiplier = load_channel(b, table, entry)
@@ -99,7 +100,7 @@ def _count_requant(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int
         return first, finish
     entries = RequantAttrs(tuple(m for m, _ in pairs), tuple(s for _, s in pairs), a.out_zero_point, a.out_dtype,
                            a.lo, a.hi)
-    return first, Requant(k.table, entries, y, k.node.name, bound)
+    return first, Requant(k.table, entries, y, bound)
 
 
 def _rounded_mean(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int | None, CountRequant]:
@@ -119,7 +120,7 @@ def _rounded_mean(k: KernelContext, counts: np.ndarray, taps: int) -> tuple[int 
         raise PegasusError(f"QAveragePool with tflite rounding over {taps} taps of {x.type.dtype.value} is not "
                            "supported by the Glow exporter (its division would pass 64 bits)",
                            where=f"layer '{k.node.name}'")
-    table = code_table(k.module, f"{k.node.name}_divisor", tuple(multipliers), I64) if first < last else None
+    table = constant_table(k.module, np.asarray(multipliers, np.int64)) if first < last else None
 
     def finish(b: ir.IRBuilder, acc: Value, entry: Value) -> Value:
         total = widen(b, acc, I64, True)

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.parameters import LayerParameters, code_table
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
@@ -136,17 +136,18 @@ class KernelContext:
     workspace: ir.Value | None = None    # i8* to the layer's planned scratch bytes (see ``workspace``)
     workspace_size: int = 0
     _workspace_used: int = 0
-    parameters: LayerParameters | None = None   # where the layer's tables go (None: into the code)
+    parameters: Any = None   # kernels.parameters.LayerParameters: where the layer's tables go (None: the code)
 
     @property
     def module(self) -> ir.Module:
         return self.builder.module
 
-    def table(self, name: str, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.Value:
+    def table(self, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.Value:
         """An array of numbers derived from the model (per-channel multipliers, shifts, divisors): in the layer's
         parameter block in the weights when it has one (kernels/parameters.py), else in the code."""
-        if self.parameters is None:
-            return code_table(self.module, name, values, ty)
+        if self.parameters is None:   # kernels import this module: theirs are imported when first needed
+            from pegasus.exporters.glow.kernels.shape_ops import constant_table
+            return constant_table(self.module, np.asarray(values, f"<i{ty.width // 8}"))
         return self.parameters.table(self.builder, values, ty)
 
     def scratch(self, typ: ir.Type, size: int) -> ir.Value:
