@@ -33,6 +33,8 @@ from pegasus.exporters.glow.kernels.registry import (
 )
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
+from pegasus.exporters.glow.row_chains import RowChain
+from pegasus.exporters.glow.row_emit import emit_row_chain
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
 from pegasus.ops.registry import get_op
@@ -87,7 +89,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
             ir.IRBuilder(layer.entry_basic_block).ret_void()
         else:
             _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0,
-                             parameters)
+                             parameters, lambda function: _shared(module, function, bodies))
         if parameters.data:
             args.append(builder.gep(entry.args[REGION_ARG[CONSTANT]],
                                     [ir.Constant(ir.IntType(32), plan.add_parameters(parameters.data))],
@@ -206,10 +208,15 @@ def constant_bounds(graph: Graph, name: str) -> tuple[int, int] | None:
 
 
 def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,
-                     target: Target, workspace_size: int, parameters: LayerParameters) -> None:
+                     target: Target, workspace_size: int, parameters: LayerParameters, share) -> None:
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     refs = {name: TensorRef(arg, graph.type_of(name), constant_bounds(graph, name))
             for name, arg in zip(present, function.args)}
+    if isinstance(unit, RowChain):   # a block computed row by row: its stages' functions, called per row
+        emit_row_chain(function, builder, graph, unit, refs, math, target,
+                       function.args[-2] if workspace_size else None, parameters, share)
+        builder.ret_void()
+        return
     inputs = [refs[n] if n else None for n in unit.inputs]
     outputs = [refs[n] if n else None for n in unit.outputs]
     head = unit.nodes[0]
@@ -227,7 +234,9 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
     sizes = {}
     for index, unit in enumerate(layers):
         types_in = [graph.type_of(n) if n else None for n in unit.inputs]
-        if unit.pool:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)
+        if isinstance(unit, RowChain):   # its windows and its stages' scratch
+            size = unit.workspace_layout(graph, target)[2]
+        elif unit.pool:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)
             size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target)
         else:           # one node, or a head whose element-wise followers need nothing more: the head's own
             types_out = [graph.type_of(n) if n else None for n in unit.nodes[0].outputs]

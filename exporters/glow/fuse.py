@@ -78,6 +78,12 @@ class Layer:
         return "_".join(node.op for node in self.nodes)
 
     @property
+    def writes_over(self) -> str | None:
+        """An input whose bytes the layer's output may take when that input dies at the layer, beyond what
+        its op says (``OpDef.inplace``: single nodes). None: none (row_chains.RowChain says otherwise)."""
+        return None
+
+    @property
     def pool(self) -> Node | None:
         last = self.nodes[-1]
         return last if self.fused and last.op in POOLS else None

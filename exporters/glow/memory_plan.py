@@ -6,7 +6,8 @@
   header names;
 - activations: every intermediate tensor. Tensors are grouped into buffers first: an ``alias`` op
   (Reshape, Flatten, Squeeze...) reuses its input's bytes, and an ``inplace`` op may write over an
-  input that dies at that layer. Buffers whose lifetimes do not overlap then share addresses: a
+  input that dies at that layer, as may a line-buffered block over its input (``Layer.writes_over``,
+  row_chains.py; its output may be smaller). Buffers whose lifetimes do not overlap then share addresses: a
   greedy best-fit by size, largest first (the usual static planner of AOT compilers). Every buffer
   starts 64-byte aligned; the region ends with its last byte in use (no padding after it).
 
@@ -179,13 +180,16 @@ def _group_buffers(graph: Graph, layers: list[Layer], reuse_inputs: bool) -> dic
         for position, out in enumerate(layer.outputs):
             if not out:
                 continue
-            source = layer.inputs[0] if layer.inputs and position == 0 and opdef else ""
+            over = layer.writes_over if position == 0 else None   # a smaller output may take it too
+            source = over or (layer.inputs[0] if layer.inputs and position == 0 and opdef else "")
             shared = of.get(source) if source else None
-            can_share = (shared is not None and graph.type_of(out).nbytes == graph.type_of(source).nbytes
-                         and not (shared.placeholder and out in placeholders))
-            if can_share and opdef.alias:
+            size = graph.type_of(out).nbytes
+            can_share = (shared is not None and not (shared.placeholder and out in placeholders)
+                         and (size == graph.type_of(source).nbytes or (over and size <= shared.size)))
+            if can_share and opdef and opdef.alias:
                 pass
-            elif (can_share and opdef.inplace and last_use.get(source) == index and source not in graph.outputs
+            elif (can_share and (over or opdef.inplace) and last_use.get(source) == index
+                  and source not in graph.outputs
                   and (reuse_inputs or not any(t in graph.inputs for t in shared.tensors))):
                 pass   # (without reuse_inputs the caller's input stays intact)
             else:

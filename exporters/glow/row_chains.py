@@ -1,0 +1,285 @@
+"""Line-buffered residual blocks: a block's layers computed a few rows at a time, so that its inner tensors
+never exist whole in RAM.
+
+Why: layer by layer, a residual block keeps its input X alive while its convolutions write full tensors,
+so its RAM floor is two or three activations: ResNet-8's first block holds X and the first convolution's
+output, 2 x 16 KB, above half of TFLite Micro's arena for the whole model. Computed row by row, the block
+holds X, a few rows of each inner tensor (a convolution of k rows needs its input's last k rows: a "line
+buffer"), and writes its output over X's rows once nothing reads them any more.
+
+A ``RowChain`` is such a block: the nodes of two branches leaving the same tensor X — chains of
+channels-last integer convolutions (``ROW_CONVS``), one of them possibly empty (the identity) — and the
+element-wise node joining them (an Add), every tensor inside read by exactly one node of the block, X by
+nothing outside it (``chain_rows`` finds them). Its stages run on demand: output row r of the last stage
+needs rows ``reads(r)`` of each input; a stage's input produced inside the block is computed up to the last
+row needed, one row at a time, into a window of the rows its reader still needs (``RowChain.windows``,
+the rows in order, the oldest dropped by moving the others down). Rows of X are read where X lies.
+
+Each stage's row is its own node's kernel on a one-row output: the node with its input cut to the rows
+read and its top/bottom padding made explicit (``Stage.variant``: a handful of distinct shapes per stage,
+the interior rows all one). The sums are the same integers as the whole layer's, so the block's output is
+bit for bit the unfused layers' (exporters/glow/row_emit.py generates the code).
+
+Whether the output may take X's bytes is decided by playing the schedule (``schedule``): every output
+row must be written only after the last read of the X rows whose bytes it covers (an element-wise last
+stage may read X at the very bytes it writes, element by element). The memory planner then writes the
+block's output over X when X dies there (memory_plan.py, ``Layer.writes_over``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from pegasus.exporters.glow.fuse import Layer
+from pegasus.exporters.glow.kernels.integer_conv_plan import depthwise, weight_shape
+from pegasus.exporters.glow.kernels.registry import piece, workspace_bytes
+from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import TensorType
+from pegasus.ops.conv import Conv
+from pegasus.ops.layout import first_shape
+from pegasus.ops.registry import get_op
+from pegasus.ops.spatial import Window
+
+#: the convolutions a block's branches may hold: channels-last kernels that take any padding
+ROW_CONVS = ("QConv",)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One node of a block: its activation inputs (X or tensors of the block), the geometry of its rows."""
+
+    node: Node
+    sources: tuple[str, ...]
+    window: Window | None     # a convolution's (rows first); None: element-wise, row j reads row j
+    rows: int                 # output rows
+    in_rows: int              # rows of its inputs
+
+    @property
+    def out(self) -> str:
+        return self.node.outputs[0]
+
+    def _span(self, row: int) -> tuple[int, int]:
+        if self.window is None:
+            return row, row + 1
+        w = self.window
+        start = row * w.strides[0] - w.pads_begin[0]
+        return start, start + (w.kernel[0] - 1) * w.dilations[0] + 1
+
+    def reads(self, row: int) -> tuple[int, int]:
+        """The input rows [lo, hi) output row ``row`` reads."""
+        start, end = self._span(row)
+        return max(0, start), min(self.in_rows, end)
+
+    def pads(self, row: int) -> tuple[int, int]:
+        """The (top, bottom) padding rows of output row ``row``'s window."""
+        start, end = self._span(row)
+        return max(0, -start), max(0, end - self.in_rows)
+
+    def variant(self, graph: Graph, pads: tuple[int, int]) -> tuple[Node, list[TensorType], list[TensorType]]:
+        """The node computing one output row whose window has ``pads`` rows of padding, with the types of its
+        inputs (the activations cut to the rows read) and output."""
+        node = self.node
+        out = graph.type_of(self.out)
+        one = replace(out, shape=(out.shape[0], 1) + out.shape[2:])
+        if self.window is None:
+            types = [replace(graph.type_of(n), shape=one.shape) if n in self.sources else graph.type_of(n)
+                     for n in node.inputs if n]
+            return node, types, [one]
+        w = self.window
+        extent = (w.kernel[0] - 1) * w.dilations[0] + 1
+        attrs = replace(node.attrs, auto_pad="NOTSET",
+                        pads=(pads[0], w.pads_begin[1], pads[1], w.pads_end[1]))
+        x = graph.type_of(node.inputs[0])
+        cut = replace(x, shape=(x.shape[0], extent - pads[0] - pads[1]) + x.shape[2:])
+        types = [cut] + [graph.type_of(n) for n in node.inputs[1:] if n]
+        return Node(node.name, node.op, attrs, list(node.inputs), list(node.outputs)), types, [one]
+
+    def variants(self) -> dict[tuple[int, int], list[int]]:
+        """The rows of each padding (the interior rows: (0, 0))."""
+        found: dict[tuple[int, int], list[int]] = {}
+        for row in range(self.rows):
+            found.setdefault(self.pads(row), []).append(row)
+        return found
+
+
+@dataclass
+class RowChain(Layer):
+    """A residual block computed row by row (module docstring). ``nodes`` in graph order, the last the join."""
+
+    source: str = ""
+    stages: list[Stage] = field(default_factory=list)
+    windows: dict[str, int] = field(default_factory=dict)   # rows kept of each tensor inside the block
+    over_source: bool = False    # the schedule lets the output take X's bytes
+
+    @property
+    def inputs(self) -> list[str]:
+        constants = [n for node in self.nodes for n in node.inputs if n and n != self.source
+                     and all(n != stage.out for stage in self.stages)]
+        return [self.source] + list(dict.fromkeys(constants))
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.stages[-1].out]
+
+    @property
+    def op(self) -> str:
+        return "rows_" + "_".join(node.op for node in self.nodes)
+
+    @property
+    def writes_over(self) -> str | None:
+        return self.source if self.over_source else None
+
+    def producer(self, tensor: str) -> Stage | None:
+        return next((stage for stage in self.stages if stage.out == tensor), None)
+
+    def workspace_layout(self, graph: Graph, target) -> tuple[dict[str, int], int, int]:
+        """({inner tensor: offset of its window}, offset of the stages' own workspace, total bytes)."""
+        offsets, used = {}, 0
+        for tensor, rows in self.windows.items():
+            offsets[tensor] = used
+            used = piece(used + rows * row_bytes(graph, tensor))
+        kernel = max((workspace_bytes(*stage.variant(graph, pads), target) for stage in self.stages
+                      for pads in stage.variants()), default=0)
+        return offsets, used, used + kernel if kernel else used
+
+
+def row_bytes(graph: Graph, tensor: str) -> int:
+    t = graph.type_of(tensor)
+    return t.nbytes // t.shape[1]
+
+
+def _window(graph: Graph, node: Node) -> Window:
+    x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
+    packed = depthwise(node.attrs.group, x.shape[-1] // node.attrs.group)
+    shape = weight_shape(w.shape, True, packed)
+    if w.dtype.name == "INT32":   # centred 16-bit pairs (integer_conv_plan.paired)
+        shape = (shape[0] * 2,) + shape[1:] if packed else (shape[0], shape[1] * 2) + shape[2:]
+    return Conv.geometry(node.attrs, first_shape(x.shape, True), shape)
+
+
+def _row_conv(graph: Graph, layer: Layer) -> bool:
+    if layer.fused or layer.nodes[0].op not in ROW_CONVS:
+        return False
+    node = layer.nodes[0]
+    x, y = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
+    return (bool(getattr(node.attrs, "channels_last", False)) and len(x.shape) == 4 and x.shape[0] == 1
+            and len(y.shape) == 4 and all(graph.tensors[n].is_constant for n in node.inputs[1:] if n))
+
+
+def _join(graph: Graph, layer: Layer) -> bool:
+    """An element-wise node of several same-shaped 4-D integer activations (no broadcasting)."""
+    if layer.fused or not get_op(layer.nodes[0].op).elementwise or len(layer.outputs) != 1:
+        return False
+    node = layer.nodes[0]
+    y = graph.type_of(node.outputs[0])
+    sources = [n for n in node.inputs if n and not graph.tensors[n].is_constant]
+    return (len(sources) >= 2 and len(y.shape) == 4 and y.shape[0] == 1 and y.dtype.is_integer
+            and all(graph.type_of(n).shape == y.shape for n in node.inputs if n))
+
+
+def chain_rows(graph: Graph, layers: list[Layer]) -> list[Layer]:
+    """``layers`` with each residual block that can run row by row as one ``RowChain``, placed at its join."""
+    readers = Counter(n for layer in layers for n in layer.present_inputs())
+    made = {id(layer): layer for layer in layers}
+    producer = {out: layer for layer in layers for out in layer.outputs if out}
+    outputs = set(graph.outputs)
+    chains = {}
+    for join in layers:
+        if not _join(graph, join):
+            continue
+        branches, roots = [], set()
+        for tensor in [n for n in join.inputs if n and not graph.tensors[n].is_constant]:
+            branch = []
+            while (tensor in producer and readers[tensor] == 1 and tensor not in outputs
+                   and _row_conv(graph, producer[tensor]) and id(producer[tensor]) not in chains):
+                branch.insert(0, producer[tensor])
+                tensor = producer[tensor].inputs[0]
+            branches.append(branch)
+            roots.add(tensor)
+        members = [layer for branch in branches for layer in branch] + [join]
+        if len(roots) != 1 or not any(branches):
+            continue
+        source = roots.pop()
+        if len(graph.type_of(source).shape) != 4 or readers[source] != sum(
+                layer.present_inputs().count(source) for layer in members):
+            continue
+        order = {id(layer): i for i, layer in enumerate(layers)}
+        members.sort(key=lambda layer: order[id(layer)])
+        chain = _make_chain(graph, source, [layer.nodes[0] for layer in members])
+        if chain is not None:
+            for layer in members:
+                chains[id(layer)] = chain
+    result = []
+    for layer in layers:
+        chain = chains.get(id(layer))
+        if chain is None:
+            result.append(made[id(layer)])
+        elif layer.nodes[0] is chain.nodes[-1]:
+            result.append(chain)
+    return result
+
+
+def _make_chain(graph: Graph, source: str, nodes: list[Node]) -> RowChain | None:
+    stages = []
+    for node in nodes:
+        sources = tuple(n for n in node.inputs if n and not graph.tensors[n].is_constant)
+        x, y = graph.type_of(sources[0]), graph.type_of(node.outputs[0])
+        window = _window(graph, node) if node.op in ROW_CONVS else None
+        if window is not None and (len(window.kernel) != 2 or window.out[0] != y.shape[1]):
+            return None
+        stages.append(Stage(node, sources, window, y.shape[1], x.shape[1]))
+    chain = RowChain(nodes, source=source, stages=stages)
+    chain.windows = {stage.out: 0 for stage in stages[:-1]}
+    for stage, row, done in schedule(chain):
+        for tensor in stage.sources:
+            if tensor != source:
+                lo, hi = stage.reads(row)
+                chain.windows[tensor] = max(chain.windows[tensor], hi - lo)
+                assert done[tensor] == hi - 1, "a window's reader is ahead of it"
+    chain.over_source = _may_overwrite(graph, chain)
+    return chain
+
+
+def schedule(chain: RowChain):
+    """The (stage, row, {inner tensor: last row computed}) steps of the block in the order its code runs them:
+    each output row of the last stage, each stage's inner inputs computed up to the last row it reads, first."""
+    done = {stage.out: -1 for stage in chain.stages[:-1]}
+
+    def compute(stage: Stage, row: int):
+        lo, hi = stage.reads(row)
+        for tensor in stage.sources:
+            producer = chain.producer(tensor)
+            while producer is not None and done[tensor] < hi - 1:
+                yield from compute(producer, done[tensor] + 1)
+                done[tensor] += 1
+        yield stage, row, dict(done)
+
+    last = chain.stages[-1]
+    for row in range(last.rows):
+        yield from compute(last, row)
+
+
+def _may_overwrite(graph: Graph, chain: RowChain) -> bool:
+    """Whether every output row is written after the last read of the X bytes it covers (module docstring)."""
+    source, last = chain.source, chain.stages[-1]
+    x_row, y_row = row_bytes(graph, source), row_bytes(graph, last.out)
+    if graph.type_of(last.out).nbytes > graph.type_of(source).nbytes:
+        return False
+    last_read: dict[int, tuple[int, bool]] = {}   # X row -> (step, read by the last stage at its own bytes)
+    written = []
+    for step, (stage, row, _) in enumerate(schedule(chain)):
+        if source in stage.sources:
+            lo, hi = stage.reads(row)
+            for x in range(lo, hi):
+                own = stage is last and stage.window is None and x == row and x_row == y_row
+                last_read[x] = (step, own)
+        if stage is last:
+            written.append((step, row))
+    for step, row in written:
+        first, end = row * y_row, (row + 1) * y_row
+        for x in range(first // x_row, min(-(-end // x_row), graph.type_of(source).shape[1])):
+            when, own = last_read.get(x, (-1, False))
+            if when > step or (when == step and not own):
+                return False
+    return True

@@ -1,0 +1,211 @@
+"""Code of a line-buffered residual block (row_chains.py): the block's layer function runs its stages a row
+at a time, each row by a function of the stage's own kernel made for a one-row output.
+
+For each stage and each padding its rows see (``Stage.variants``: typically the top row, the interior rows,
+the bottom row), the node's emitter generates an internal function on the cut shapes — the same kernel
+a whole layer would run, so the row's integers are the layer's. Functions of the same text are shared
+(``codegen._shared``): a block whose two convolutions have one shape compiles one interior function.
+Their per-channel tables go into the block's parameter block, each function's tables once.
+
+The layer function is the schedule of ``row_chains.schedule`` as loops: for each output row of the last
+stage, each inner input is computed up to the last row the row reads — ``while done < hi - 1``, which in
+turn computes that stage's inputs —, the new row written at the end of its window after the window's rows
+moved down by one. A stage's inputs are passed as pointers to the first row it reads: in X where X lies,
+in a window at that row's place. ``done`` of each inner tensor is a local counter: the code is re-entrant
+and writes nothing but its output and its workspace (the windows and the stages' own scratch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.parameters import TABLE_ALIGN, LayerParameters
+from pegasus.exporters.glow.kernels.registry import (
+    KernelContext,
+    TensorRef,
+    entry_alloca,
+    get_emitter,
+    llvm_type,
+    workspace_bytes,
+)
+from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes
+from pegasus.ir.graph import Graph
+
+I32 = ir.IntType(32)
+BYTE_PTR = ir.IntType(8).as_pointer()
+
+
+class _Block:
+    """What the block's layer function has at hand while it emits the schedule."""
+
+    def __init__(self, b: ir.IRBuilder, graph: Graph, chain: RowChain, refs: dict[str, TensorRef],
+                 windows: dict[str, ir.Value], kernel_workspace: ir.Value | None):
+        self.b, self.graph, self.chain, self.refs = b, graph, chain, refs
+        self.windows = windows
+        self.kernel_workspace = kernel_workspace
+        self.done = {}
+        for tensor in chain.windows:
+            self.done[tensor] = entry_alloca(b, I32)
+            b.store(const(-1), self.done[tensor])
+        self.calls: dict[tuple[int, tuple[int, int]], tuple[ir.Function, ir.Value, bool]] = {}
+
+    def elements(self, tensor: str) -> int:
+        return self.graph.type_of(tensor).size // self.graph.type_of(tensor).shape[1]
+
+    def row_pointer(self, tensor: str, row: ir.Value) -> ir.Value:
+        """A pointer to row ``row`` of ``tensor``: in X or the output where they lie, else in its window."""
+        b = self.b
+        if tensor not in self.windows:
+            return b.gep(self.refs[tensor].ptr, [b.mul(row, const(self.elements(tensor)))])
+        oldest = b.sub(b.load(self.done[tensor]), const(self.chain.windows[tensor] - 1))
+        return b.gep(self.windows[tensor], [b.mul(b.sub(row, oldest), const(self.elements(tensor)))])
+
+    def slide(self, tensor: str) -> None:
+        """Move the window's rows down by one (the oldest is dropped; the newest slot is then free)."""
+        rows = self.chain.windows[tensor]
+        if rows < 2:
+            return
+        size = (rows - 1) * row_bytes(self.graph, tensor)
+        word = 4 if size % 4 == 0 else 1
+        b = self.b
+        typ = ir.IntType(8 * word).as_pointer()
+        base = b.bitcast(self.windows[tensor], typ)
+        step = row_bytes(self.graph, tensor) // word
+        with for_range(b, size // word, name="slide") as i:
+            b.store(b.load(b.gep(base, [b.add(i, const(step))])), b.gep(base, [i]))
+
+    def compute(self, index: int, row: ir.Value) -> None:
+        """Code computing row ``row`` of stage ``index``, its inner inputs first."""
+        b, stage = self.b, self.chain.stages[index]
+        lo, hi = _reads(b, stage, row)
+        for tensor in stage.sources:
+            producer = self.chain.producer(tensor)
+            if producer is None:
+                continue
+            slot = self.done[tensor]
+            head, body, end = (b.append_basic_block(f"need.{tensor[:12]}.{part}") for part in ("head", "body", "end"))
+            b.branch(head)
+            b.position_at_end(head)
+            b.cbranch(b.icmp_signed("<", b.load(slot), b.sub(hi, const(1))), body, end)
+            b.position_at_end(body)
+            following = b.add(b.load(slot), const(1))
+            self.compute(self.chain.stages.index(producer), following)
+            b.store(following, slot)
+            b.branch(head)
+            b.position_at_end(end)
+        args = []
+        for name in stage.node.inputs:
+            if not name:
+                continue
+            args.append(self.row_pointer(name, lo) if name in stage.sources else self.refs[name].ptr)
+        last = index == len(self.chain.stages) - 1
+        if last:
+            args.append(self.row_pointer(stage.out, row))
+        else:
+            self.slide(stage.out)
+            args.append(b.gep(self.windows[stage.out],
+                              [const((self.chain.windows[stage.out] - 1) * self.elements(stage.out))]))
+        self._dispatch(index, row, args)
+
+    def _dispatch(self, index: int, row: ir.Value, args: list[ir.Value]) -> None:
+        """Call the function of ``row``'s padding: a switch over the rows of the edges, the interior the default."""
+        b, stage = self.b, self.chain.stages[index]
+        variants = stage.variants()
+        default = (0, 0) if (0, 0) in variants else max(variants, key=lambda pads: len(variants[pads]))
+        end = b.append_basic_block("row.end")
+        blocks = {pads: b.append_basic_block(f"row.{pads[0]}.{pads[1]}") for pads in variants}
+        switch = b.switch(row, blocks[default])
+        for pads, rows in variants.items():
+            if pads != default:
+                for value in rows:
+                    switch.add_case(const(value), blocks[pads])
+        for pads, block in blocks.items():
+            b.position_at_end(block)
+            function, parameters, scratch = self.calls[(index, pads)]
+            b.call(function, args + ([self.kernel_workspace] if scratch else []) + [parameters])
+            b.branch(end)
+        b.position_at_end(end)
+
+
+def _reads(b: ir.IRBuilder, stage: Stage, row: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(lo, hi) of ``Stage.reads`` at run time."""
+    if stage.window is None:
+        return row, b.add(row, const(1))
+    w = stage.window
+    start = b.sub(b.mul(row, const(w.strides[0])), const(w.pads_begin[0]))
+    end = b.add(start, const((w.kernel[0] - 1) * w.dilations[0] + 1))
+    lo = b.select(b.icmp_signed("<", start, const(0)), const(0), start)
+    hi = b.select(b.icmp_signed(">", end, const(stage.in_rows)), const(stage.in_rows), end)
+    return lo, hi
+
+
+def emit_row_chain(function: ir.Function, b: ir.IRBuilder, graph: Graph, chain: RowChain,
+                   refs: dict[str, TensorRef], math, target, workspace: ir.Value | None,
+                   parameters: LayerParameters, share: Callable[[ir.Function], ir.Function]) -> None:
+    """The body of ``chain``'s layer function (module docstring); ``share`` is codegen's ``_shared``."""
+    offsets, kernel_at, total = chain.workspace_layout(graph, target)
+    windows = {}
+    for tensor, offset in offsets.items():
+        raw = b.gep(workspace, [const(offset)], inbounds=True)
+        windows[tensor] = b.bitcast(raw, llvm_type(graph.type_of(tensor).dtype).as_pointer())
+    scratch = b.gep(workspace, [const(kernel_at)], inbounds=True) if total > kernel_at else None
+    block = _Block(b, graph, chain, refs, windows, scratch)
+    blocks: dict[bytes, int] = {}
+    for index, stage in enumerate(chain.stages):
+        for pads in stage.variants():
+            sub, data, needs = _stage_function(function, graph, chain, index, stage, pads, math, target)
+            if data:
+                if bytes(data) not in blocks:
+                    offset = -(-len(parameters.data) // TABLE_ALIGN) * TABLE_ALIGN
+                    parameters.data += bytes(offset - len(parameters.data)) + data
+                    blocks[bytes(data)] = offset
+                pointer = b.gep(function.args[-1], [const(blocks[bytes(data)])], inbounds=True)
+            else:
+                pointer = ir.Constant(BYTE_PTR, ir.Undefined)
+            block.calls[(index, pads)] = (share(sub), pointer, needs)
+    last = len(chain.stages) - 1
+    with for_range(b, chain.stages[last].rows, name="row", unroll=False) as row:
+        block.compute(last, row)
+
+
+def _stage_function(function: ir.Function, graph: Graph, chain: RowChain, index: int, stage: Stage,
+                    pads: tuple[int, int], math, target) -> tuple[ir.Function, bytearray, bool]:
+    """The function computing one row of ``stage`` with ``pads``, its parameter bytes, whether it takes the
+    workspace. Its pointers are ``noalias`` but where the block's output takes X's bytes and the stage reads X."""
+    node, types_in, types_out = stage.variant(graph, pads)
+    names = [n for n in node.inputs if n]
+    scratch = workspace_bytes(node, types_in, types_out, target)
+    arg_types = [llvm_type(t.dtype).as_pointer() for t in types_in + types_out]
+    arg_types += [BYTE_PTR] * (2 if scratch else 1)
+    module = function.module
+    sub = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types),
+                      name=module.get_unique_name(f"{function.name}_s{index}_{pads[0]}_{pads[1]}"))
+    sub.linkage = "internal"
+    sub.attributes.add("nounwind")
+    sub.attributes.add("noinline")
+    shares_x = chain.over_source and index == len(chain.stages) - 1 and chain.source in stage.sources
+    for arg, name in zip(sub.args, names + [stage.out]):
+        if not (shares_x and name in (chain.source, stage.out)):
+            arg.add_attribute("noalias")
+    for arg in sub.args[len(names) + 1:]:
+        arg.add_attribute("noalias")
+    builder = ir.IRBuilder(sub.append_basic_block("entry"))
+    refs = [TensorRef(arg, t, chain_bound(graph, name))
+            for arg, t, name in zip(sub.args, types_in, names)]
+    out = TensorRef(sub.args[len(names)], types_out[0])
+    parameters = LayerParameters(sub.args[-1])
+    k = KernelContext(node, node.attrs, builder, refs, [out], math, target,
+                      sub.args[-2] if scratch else None, scratch, parameters=parameters)
+    get_emitter(node.op)(k)
+    builder.ret_void()
+    return sub, parameters.data, bool(scratch)
+
+
+def chain_bound(graph: Graph, name: str) -> tuple[int, int] | None:
+    """(min, max) of an integer constant input (codegen.constant_bounds)."""
+    from pegasus.exporters.glow.codegen import constant_bounds  # codegen imports this module
+
+    return constant_bounds(graph, name)
