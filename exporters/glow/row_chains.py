@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pegasus.exporters.glow.fuse import Layer
 from pegasus.exporters.glow.kernels.integer_conv_plan import depthwise, weight_shape
 from pegasus.exporters.glow.kernels.registry import piece, workspace_bytes
+from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
@@ -153,7 +154,7 @@ def _window(graph: Graph, node: Node) -> Window:
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
     packed = depthwise(node.attrs.group, x.shape[-1] // node.attrs.group)
     shape = weight_shape(w.shape, True, packed)
-    if w.dtype.name == "INT32":   # centred 16-bit pairs (integer_conv_plan.paired)
+    if w.dtype is DType.INT32:   # centred 16-bit pairs (integer_conv_plan.paired)
         shape = (shape[0] * 2,) + shape[1:] if packed else (shape[0], shape[1] * 2) + shape[2:]
     return Conv.geometry(node.attrs, first_shape(x.shape, True), shape)
 
@@ -168,14 +169,14 @@ def _row_conv(graph: Graph, layer: Layer) -> bool:
 
 
 def _join(graph: Graph, layer: Layer) -> bool:
-    """An element-wise node of several same-shaped 4-D integer activations (no broadcasting)."""
+    """An element-wise node of several same-shaped 4-D integer activations (no broadcasting, no constant)."""
     if layer.fused or not get_op(layer.nodes[0].op).elementwise or len(layer.outputs) != 1:
         return False
     node = layer.nodes[0]
     y = graph.type_of(node.outputs[0])
-    sources = [n for n in node.inputs if n and not graph.tensors[n].is_constant]
-    return (len(sources) >= 2 and len(y.shape) == 4 and y.shape[0] == 1 and y.dtype.is_integer
-            and all(graph.type_of(n).shape == y.shape for n in node.inputs if n))
+    present = [n for n in node.inputs if n]
+    return (len(present) >= 2 and len(y.shape) == 4 and y.shape[0] == 1 and y.dtype.is_integer
+            and all(graph.type_of(n).shape == y.shape and not graph.tensors[n].is_constant for n in present))
 
 
 def chain_rows(graph: Graph, layers: list[Layer]) -> list[Layer]:
@@ -228,7 +229,10 @@ def _make_chain(graph: Graph, source: str, nodes: list[Node]) -> RowChain | None
         window = _window(graph, node) if node.op in ROW_CONVS else None
         if window is not None and (len(window.kernel) != 2 or window.out[0] != y.shape[1]):
             return None
-        stages.append(Stage(node, sources, window, y.shape[1], x.shape[1]))
+        stage = Stage(node, sources, window, y.shape[1], x.shape[1])
+        if any(lo >= hi for lo, hi in map(stage.reads, range(stage.rows))):   # a window all padding
+            return None
+        stages.append(stage)
     chain = RowChain(nodes, source=source, stages=stages)
     chain.windows = {stage.out: 0 for stage in stages[:-1]}
     for stage, row, done in schedule(chain):
@@ -236,7 +240,8 @@ def _make_chain(graph: Graph, source: str, nodes: list[Node]) -> RowChain | None
             if tensor != source:
                 lo, hi = stage.reads(row)
                 chain.windows[tensor] = max(chain.windows[tensor], hi - lo)
-                assert done[tensor] == hi - 1, "a window's reader is ahead of it"
+                if done[tensor] != hi - 1:   # the window would not end at the row read last: keep the layers
+                    return None
     chain.over_source = _may_overwrite(graph, chain)
     return chain
 
