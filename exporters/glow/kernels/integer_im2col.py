@@ -8,7 +8,9 @@ vectorises on the host. On Cortex-M CPUs with the DSP extension (M4/M7/M33/M55) 
 SMLAD, two 16-bit MACs per instruction: a weight word of four int8/uint8 is spread by SXTB16/UXTB16 into
 the pairs (w0, w2) and (w1, w3), so the copy stores each group of four taps of the tile's positions side
 by side in the order x0 x2 x1 x3, and a tile of 2 positions x 2 channels takes 8 SMLAD, 4 SXTB16 and 6
-loads per 16 MACs (int16 weights are already pairs). The buffer takes ``positions * depth`` 16-bit values
+loads per 16 MACs (int16 weights are already pairs). Weights stored as interleaved pairs of rows (8-bit
+layers of a multiple of four input channels, integer_conv_plan.spread_pairs) take 8 SMLAD and two LDM
+per 16 MACs (``_ldm_runs``). The buffer takes ``positions * depth`` 16-bit values
 (32-bit when ``x - zx`` needs them) of the layer's workspace in the activations region: 2 positions on
 Cortex-M, 4 elsewhere, fewer if that would pass 16 KB.
 
@@ -225,7 +227,8 @@ def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
 #: Groups of four taps from which the SMLAD loop stays rolled (measured on Cortex-M7: a 1x1 64 -> 64 conv
 #: takes 1.69 instructions per MAC rolled, 1.84 unrolled; a 10x4 conv of 40 taps 1.70 unrolled, 1.96 rolled).
 LONG_REDUCTION = 16
-#: Most steps (words of pairs) of ``_paired_runs`` per loop iteration: MobileNetV1 on Cortex-M4 / M7 took
+#: Most steps (words of pairs) of ``_paired_runs`` per loop iteration (blocks of one row or one position; the
+#: 2 x 2 blocks take ``_ldm_runs``), measured when it took every block: MobileNetV1 on Cortex-M4 / M7 took
 #: 11.54 / 11.34 M instructions at 8, 10.82 / 10.84 M at 32, 10.63 / 10.72 M at 64, 10.60 / 10.69 M at 128 (its
 #: deepest layers whole, 52.5 KB of code instead of 45.6 KB); DS-CNN 3.88 M at 8, 3.48 M from 32 on (Cortex-M4)
 UNROLLED_STEPS = 128
@@ -284,7 +287,10 @@ def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type,
         arg.add_attribute("noalias")
     b = ir.IRBuilder(function.append_basic_block("entry"))
     totals = _dual_groups(b, cp, function.args[0], function.args[1], rows, count, groups,
-                          list(function.args[2:]) if seeded else None)
+                          list(function.args[2:]) if seeded else None, pinned=True)
+    tuning = LDM_TUNING.get(module.triple.split("-")[0])
+    if tuning:
+        function.attributes = _TunedFor(tuning, function.attributes)
     value = ir.Constant(result, None)
     for i, total in enumerate(t for row in totals for t in row):
         value = b.insert_value(value, total, i)
@@ -293,7 +299,7 @@ def _dual_helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type,
 
 
 def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int, count: int,
-                 groups: int, seeds: list[Value] | None = None) -> list[list[Value]]:
+                 groups: int, seeds: list[Value] | None = None, pinned: bool = False) -> list[list[Value]]:
     """acc[c][p] over the first 4 * ``groups`` taps: per group, each position's two buffer words (pairs x0 x2,
     x1 x3) and each row's weight word spread by SXTB16/UXTB16 (or its two words of int16 weights), 4 SMLAD.
     The rows are constant offsets from one pointer: a register saved. Weights stored as pairs take
@@ -302,7 +308,7 @@ def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
     acc = cp.mac.acc
     dual = dsp(module, "smlad", 3) if acc is I32 else intrinsic(module, "llvm.arm.smlald", I64, [I32, I32, I64])
     if paired(cp.w):
-        return _paired_runs(b, cp, words, base, rows, count, groups, dual, seeds)
+        return _paired_runs(b, cp, words, base, rows, count, groups, dual, seeds, pinned)
     unpack = dsp(module, "sxtb16" if cp.mac.w.signed else "uxtb16", 1)
     byte_weights = base.type.pointee.width == 8
     slots = [[entry_alloca(b, acc) for _ in range(count)] for _ in range(rows)]
@@ -338,7 +344,7 @@ def _dual_groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
 
 
 def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int, count: int, groups: int,
-                 dual: ir.Function, seeds: list[Value] | None = None) -> list[list[Value]]:
+                 dual: ir.Function, seeds: list[Value] | None = None, pinned: bool = False) -> list[list[Value]]:
     """``_dual_groups`` for weights stored as pairs, a block of one row or of an interleaved pair of rows (the
     plan's blocks of paired weights never hold more, ``conv_plan``): a loop
     over the 2 * groups words of pairs, walking two pointers — per step one LDRD of the positions' words
@@ -348,6 +354,8 @@ def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
     own unrolling re-indexed the pointers (1.1 instructions per MAC on M7; MobileNetV1: 12.7 -> 11.0 M
     instructions on M7, 11.7 -> 11.0 M on M4)."""
     assert rows <= 2, rows
+    if pinned and rows == 2 and count == 2 and cp.positions == 2:
+        return _ldm_runs(b, cp, words, base, groups, dual, seeds)
     entry = b.block
     weights = b.bitcast(base, I32.as_pointer())
     steps = 2 * groups
@@ -383,6 +391,77 @@ def _paired_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows:
     for row, new_row in zip(sums, updated):
         for total, value in zip(row, new_row):
             total.add_incoming(value, body)
+    latch = b.cbranch(b.icmp_unsigned("!=", w_next, end), body, after)
+    latch.set_metadata("llvm.loop", no_unroll(b.module))
+    b.position_at_end(after)
+    return updated
+
+
+#: The CPU whose scheduling keeps ``_ldm_runs``' pinned loads together (Cortex-M7's and M55's interleave them
+#: with the SMLADs, and the register allocator then spills), by architecture.
+LDM_TUNING = {"thumbv7em": "cortex-m4", "thumbv8m.main": "cortex-m33", "thumbv8.1m.main": "cortex-m33"}
+#: The x and weight registers of ``_ldm_runs``: each four consecutive words, loaded in ascending registers.
+LDM_REGISTERS = (("r4", "r5", "r6", "r7"), ("r8", "r9", "r10", "r11"))
+#: Most groups of four taps per loop iteration of ``_ldm_runs``.
+LDM_UNROLL = 16
+
+
+class _TunedFor(ir.values.FunctionAttributes):
+    """A function's attributes with ``"target-cpu"`` (llvmlite's attribute sets know no string attributes)."""
+
+    def __init__(self, cpu: str, names):
+        super().__init__(names)
+        self.cpu = cpu
+
+    def _to_list(self, ret_type):
+        return [*super()._to_list(ret_type), f'"target-cpu"="{self.cpu}"']
+
+
+def _pinned(b: ir.IRBuilder, values: list[Value], registers: tuple[str, ...]) -> list[Value]:
+    """``values`` through an empty inline assembly statement that takes them in ``registers``: LLVM loads
+    them there, and its load/store optimiser merges loads of consecutive words into ascending registers
+    into one LDM."""
+    struct = ir.LiteralStructType([I32] * len(values))
+    constraints = ",".join([f"={{{r}}}" for r in registers] + [f"{{{r}}}" for r in registers])
+    pin = ir.InlineAsm(ir.FunctionType(struct, [I32] * len(values)), "", constraints, side_effect=False)
+    out = b.call(pin, values)
+    return [b.extract_value(out, i) for i in range(len(values))]
+
+
+def _ldm_runs(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, groups: int, dual: ir.Function,
+              seeds: list[Value] | None) -> list[list[Value]]:
+    """A 2 x 2 block over weights stored as interleaved pairs of rows: per group of four taps, one LDM of the
+    positions' four words (x0 x2 and x1 x3 of both), one LDM of the rows' four, 8 SMLAD — 10 instructions
+    per 16 MACs. The four accumulators and two pointers take the six registers the eight loaded words leave;
+    a reduction of more than ``LDM_UNROLL`` groups loops, its end reloaded from the stack."""
+    weights = b.bitcast(base, I32.as_pointer())
+    unroll = max(d for d in range(1, min(groups, LDM_UNROLL) + 1) if groups % d == 0)
+    start = [[seeds[c] if seeds else ir.Constant(I32, 0) for _ in range(2)] for c in range(2)]
+
+    def run(x_at: Value, w_at: Value, sums: list[list[Value]]) -> tuple[Value, Value, list[list[Value]]]:
+        for _ in range(unroll):
+            xs, ws = (_pinned(b, [b.load(b.gep(at, [const(j)], inbounds=True)) for j in range(4)], registers)
+                      for at, registers in zip((x_at, w_at), LDM_REGISTERS))
+            x_at, w_at = (opaque(b, b.gep(at, [const(4)], inbounds=True)) for at in (x_at, w_at))
+            for half in range(2):
+                sums = [[b.call(dual, [xs[2 * half + p], ws[2 * half + c], sums[c][p]]) for p in range(2)]
+                        for c in range(2)]
+        return x_at, w_at, sums
+
+    if unroll == groups:
+        return run(words, weights, start)[2]
+    entry = b.block
+    end = b.gep(weights, [const(4 * groups)], inbounds=True)
+    body, after = b.append_basic_block("ldm.body"), b.append_basic_block("ldm.end")
+    b.branch(body)
+    b.position_at_end(body)
+    x_at, w_at = b.phi(words.type), b.phi(weights.type)
+    sums = [[b.phi(I32) for _ in range(2)] for _ in range(2)]
+    x_next, w_next, updated = run(x_at, w_at, sums)
+    for phi, first, last in ((x_at, words, x_next), (w_at, weights, w_next),
+                             *((sums[c][p], start[c][p], updated[c][p]) for c in range(2) for p in range(2))):
+        phi.add_incoming(first, entry)
+        phi.add_incoming(last, b.block)
     latch = b.cbranch(b.icmp_unsigned("!=", w_next, end), body, after)
     latch.set_metadata("llvm.loop", no_unroll(b.module))
     b.position_at_end(after)
