@@ -227,3 +227,14 @@ def test_negative_ties_on_host(case, tmp_path):
     np.testing.assert_array_equal(next(iter(interpreter.run(*build_graph([case])).values())), want)
     assert len(np.unique(want)) >= 6
     check_case(run_cases([case], tmp_path), case)
+
+
+def test_large_add_reads_its_operands_scaled_from_tables(tmp_path):
+    """An add of more elements than an 8-bit operand has values looks each operand's scaled value up in a table
+    of the weights (two of 256 words); the every-pair checks above run that path bit for bit."""
+    graph, _ = build_graph(ADDS[:1])
+    result = export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7"))
+    assert [len(data) for _, data in result.plan.parameters] == [2 * 256 * 4]
+    small, _ = build_graph([Case("QAddRescaled-small", "QAddRescaled", [v[:, :200] for v in _every_pair()],
+                                 ADDS[0].attrs)])
+    assert not export_bundle(small, tmp_path / "small", "net", resolve_target("arm", "cortex-m7")).plan.parameters

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import broadcast_loop
+from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.linear import affine
+from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
 from pegasus.exporters.glow.kernels.requant import I32, I64, clamp, narrow_bound, narrow_scale, requantize, widen
 from pegasus.exporters.glow.llvm.loops import loop_nest
-from pegasus.ops.fixedpoint import integer_range
+from pegasus.ir.dtypes import DType
+from pegasus.ops.fixedpoint import integer_range, scale
 from pegasus.ops.integer import clamp_bounds
 from pegasus.ops.integer_sum import QReduceSum
 
@@ -51,12 +55,39 @@ def _narrow_plan(k: KernelContext) -> int | None:
     return total if narrow_bound(total, a.multiplier[0], a.shift[0], a.rounding) is not None else None
 
 
-def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value) -> ir.Value:
+def _operands(k: KernelContext) -> tuple[tuple, tuple]:
+    (x1, x2), a = k.inputs, k.attrs
+    return ((x1, a.a_zero_point, a.a_multiplier, a.a_shift), (x2, a.b_zero_point, a.b_multiplier, a.b_shift))
+
+
+def _scaled_tables(k: KernelContext) -> list[ir.Value | None]:
+    """For each 8-bit operand of a sum of more elements than it has values, the table of its scaled value A'
+    for every value (requant.py's ``scale``, as the reference computes it), in the layer's parameters: one load
+    instead of the centring, shift and SMMULR rounding (ResNet-8's three adds on Cortex-M7: 83 K instructions
+    fewer, 6 KB more weights). None for the others."""
+    a, size = k.attrs, k.outputs[0].type.size
+    tables = []
+    for ref, zero, multiplier, shift in _operands(k):
+        low, high = integer_range(ref.type.dtype.numpy)
+        if ref.type.dtype.itemsize != 1 or size <= high - low + 1:
+            tables.append(None)
+            continue
+        values = scale((np.arange(low, high + 1, dtype=np.int64) - zero) << a.left_shift, multiplier, shift, a.rounding)
+        tables.append(k.table(tuple(int(v) for v in values), I32))
+    return tables
+
+
+def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value,
+                tables: list[ir.Value | None]) -> ir.Value:
     """QAddRescaled's output in 32-bit arithmetic (``_narrow_plan`` said it may be)."""
-    (x1, x2), y, a = k.inputs, k.outputs[0], k.attrs
+    y, a = k.outputs[0], k.attrs
     parts = []
-    for ref, flat, zero, multiplier, shift in ((x1, f1, a.a_zero_point, a.a_multiplier, a.a_shift),
-                                               (x2, f2, a.b_zero_point, a.b_multiplier, a.b_shift)):
+    for (ref, zero, multiplier, shift), flat, table in zip(_operands(k), (f1, f2), tables):
+        if table is not None:
+            low = integer_range(ref.type.dtype.numpy)[0]
+            index = b.sub(load_as(b, ref, flat, DType.INT32), ir.Constant(I32, low))
+            parts.append(load_channel(b, table, index))
+            continue
         centred = widen(b, centered(b, ref, flat, zero), I32, True)
         shifted = b.shl(centred, ir.Constant(I32, a.left_shift)) if a.left_shift else centred
         parts.append(narrow_scale(b, shifted, multiplier, shift, a.rounding))
@@ -73,9 +104,10 @@ def q_add_rescaled(k: KernelContext) -> None:
     b, (x1, x2), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
     lo, hi = clamp_bounds(a)
     narrow = _narrow_plan(k) is not None
+    tables = _scaled_tables(k) if narrow else [None, None]
     with broadcast_loop(b, y, [x1, x2]) as (out, f1, f2):
         if narrow:
-            y.store(b, _narrow_sum(b, k, f1, f2), out)
+            y.store(b, _narrow_sum(b, k, f1, f2, tables), out)
         else:
             first = _scaled(b, centered(b, x1, f1, a.a_zero_point), a.left_shift, a.a_multiplier, a.a_shift,
                             a.rounding)
