@@ -15,10 +15,10 @@ from pegasus.exporters.glow.kernels.binary import broadcast_loop
 from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.linear import affine
-from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
 from pegasus.exporters.glow.kernels.requant import I32, I64, clamp, narrow_bound, narrow_scale, requantize, widen
+from pegasus.exporters.glow.llvm.barriers import opaque
 from pegasus.exporters.glow.llvm.loops import loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range, scale
@@ -73,7 +73,11 @@ def _scaled_tables(k: KernelContext) -> list[ir.Value | None]:
             tables.append(None)
             continue
         values = scale((np.arange(low, high + 1, dtype=np.int64) - zero) << a.left_shift, multiplier, shift, a.rounding)
-        tables.append(k.table(tuple(int(v) for v in values), I32))
+        table = k.table(tuple(int(v) for v in values), I32)
+        if isinstance(table, ir.GlobalVariable):
+            table = table.gep([ir.Constant(I32, 0), ir.Constant(I32, 0)])
+        # indexed by the value itself (one LDR with a shifted register), its base laundered so LLVM keeps it
+        tables.append(opaque(k.builder, k.builder.gep(table, [ir.Constant(I32, -low)])))
     return tables
 
 
@@ -84,9 +88,7 @@ def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value,
     parts = []
     for (ref, zero, multiplier, shift), flat, table in zip(_operands(k), (f1, f2), tables):
         if table is not None:
-            low = integer_range(ref.type.dtype.numpy)[0]
-            index = b.sub(load_as(b, ref, flat, DType.INT32), ir.Constant(I32, low))
-            parts.append(load_channel(b, table, index))
+            parts.append(b.load(b.gep(table, [load_as(b, ref, flat, DType.INT32)])))
             continue
         centred = widen(b, centered(b, ref, flat, zero), I32, True)
         shifted = b.shl(centred, ir.Constant(I32, a.left_shift)) if a.left_shift else centred

@@ -16,6 +16,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.registry import intrinsic
+from pegasus.exporters.glow.llvm.barriers import opaque
 from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN
 
 I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -190,7 +191,9 @@ def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, roun
     two shifts; ``half_up``: SMMULR(x, M) for S = 32, else ((SMMUL(x, M) >> (S - 33)) + 1) >> 1."""
     if rounding == "tflite":
         left, exponent = max(31 - shift, 0), max(shift - 31, 0)
-        y = high_word(b, b.shl(x, ir.Constant(I32, left + 1)), multiplier, True)
+        # the doubled value laundered: LLVM would widen the shift into the 64-bit product and expand it as
+        # UMLAL + MUL + SBFX instead of one SMMULR (QAddRescaled on Cortex-M7: 17.5 -> 10.6 instructions an element)
+        y = high_word(b, opaque(b, b.shl(x, ir.Constant(I32, left + 1))), multiplier, True)
         return divide_away(b, y, exponent - 1) if exponent else y
     return high_word(b, x, multiplier, True) if shift == 32 else halve_rounding(b, high_word(b, x, multiplier, False),
                                                                                  shift - 33)
