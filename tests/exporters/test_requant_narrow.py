@@ -235,6 +235,9 @@ def test_large_add_reads_its_operands_scaled_from_tables(tmp_path):
     graph, _ = build_graph(ADDS[:1])
     result = export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7"))
     assert [len(data) for _, data in result.plan.parameters] == [2 * 256 * 4]
+    listing = subprocess.run([toolchains.require_tool("arm-none-eabi-objdump"), "-d", str(tmp_path / "net.o")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "smmulr" in listing and "umlal" not in listing     # the sum's rounding: one SMMULR, not a 64-bit product
     small, _ = build_graph([Case("QAddRescaled-small", "QAddRescaled", [v[:, :200] for v in _every_pair()],
                                  ADDS[0].attrs)])
     assert not export_bundle(small, tmp_path / "small", "net", resolve_target("arm", "cortex-m7")).plan.parameters
