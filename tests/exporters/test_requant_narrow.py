@@ -9,6 +9,8 @@ written out here from TFLite's C definitions, then bundle against reference on t
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 
