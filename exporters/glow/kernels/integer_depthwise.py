@@ -11,11 +11,13 @@ channels, each repeated ``multiplier`` times) times the centred weights of the t
 ``(zx - zx) * w = 0``, so the border positions just skip their outside taps (each tested, unrolled, in a
 window of at most ``DIRECT_TAPS`` taps; loops over conv.py's ``Axis.taps`` ranges in a larger one), and
 interior positions run every tap unrolled with constant offsets. Then the bias and the requantisation,
-per channel. On Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32 sums) a block is four
-channels: one word of inputs becomes the centred pairs (x0, x2), (x1, x3) by SXTAB16 (sign- or
-zero-extend and add ``-zx`` in one instruction), a word of weights (w0, w2), (w1, w3) by SXTB16, and
-SMLABB/SMLATT take the four products: 10 instructions per tap for 4 MACs (Cortex-M7, int8 3x3 over 32
-channels of 32x32, pads 1: 4.67 instructions per MAC, requantisation included; channels first: 5.65).
+per channel. On Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32 sums), a layer of a
+multiple of four channels runs integer_depthwise_dsp.py's blocks of three positions along a row (Cortex-M7,
+int8 3x3 over 32 channels of 32x32, pads 1: 3.37 instructions per MAC, requantisation included; channels
+first: 5.12); another channel count keeps one position here, blocks of four channels: one word of inputs
+becomes the centred pairs (x0, x2), (x1, x3) by SXTAB16 (sign- or zero-extend and add ``-zx`` in one
+instruction), a word of weights (w0, w2), (w1, w3) by SXTB16, and SMLABB/SMLATT take the four products:
+10 instructions per tap for 4 MACs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import itertools
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels import integer_depthwise_dsp
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired, tap_at, tap_offsets, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word, seeds_bias
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles, pieces, range_nest
@@ -132,6 +135,9 @@ def depthwise_block(k: KernelContext, cp: ConvPlan) -> tuple[int, int]:
 
 def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     """A channels-last depthwise QConv (module docstring)."""
+    if _uses_dsp(k, cp) and integer_depthwise_dsp.handles(cp):
+        integer_depthwise_dsp.qconv_depthwise_dsp(k, cp)
+        return
     b, mac = k.builder, cp.mac
     acc = mac.acc
     rq = Requant(k.table, k.attrs, cp.y, acc_bound(mac, cp.bias))
