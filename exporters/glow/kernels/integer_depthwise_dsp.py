@@ -19,9 +19,9 @@ across them, which spilled). A kernel row that reads the padding for some output
 a column that reads it for some block is tested per block, and when enough blocks read no padding they
 run a copy without those tests (``SPLIT_TESTS``). A row of a width not a multiple of three ends with a
 shorter block. Cortex-M7, int8 3x3 (instructions per MAC, requantisation included; the single-position
-kernel before in brackets): DS-CNN 64 channels of 25x5 3.07 (3.65), MobileNetV1 0.25 8 channels of 48x48
-3.40 (4.28), 32 of 24x24 3.37 (3.82), 64 of 12x12 3.49 (3.59), 128 of 6x6 3.16 (3.76), 256 of 3x3 2.90
-(3.39), its stride-2 layers 2.95-3.55 (3.44-3.69). The products alone take 1 per MAC, centring and weights
+kernel before in brackets): DS-CNN 64 channels of 25x5 2.86 (3.65), MobileNetV1 0.25 8 channels of 48x48
+3.22 (4.28), 32 of 24x24 3.16 (3.82), 64 of 12x12 3.26 (3.59), 128 of 6x6 2.96 (3.76), 256 of 3x3 2.92
+(3.39), its stride-2 layers 2.76-3.38 (3.44-3.69). The products alone take 1 per MAC, centring and weights
 about 0.7, the requantisation (doubling, SMMULR, shift, rounding, SSAT, store: 6 per output) 0.75.
 
 Streaming (integer_conv.py ``qconv_stream``; memory_plan.overlap_bytes: the output may start ``delta``
@@ -230,14 +230,17 @@ class _Kernel:
 
 def _fence(b: ir.IRBuilder, slots: list[Value] = ()) -> None:
     """An empty inline assembly statement with side effects that takes and gives back the values in
-    ``slots``: LLVM moves no load across it, and every instruction computing those values stays before it,
-    so the code keeps the order it is written in."""
+    ``slots``, in r2, r3, ...: LLVM moves no load across it, every instruction computing those values stays
+    before it, so the code keeps the order it is written in, and each sum keeps one register across the
+    tests' branches (left to choose, LLVM moved them around at every join: DS-CNN's layer took 3.07
+    instructions per MAC instead of 2.86)."""
     values = [b.load(slot) for slot in slots]
     if not values:
         b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "", side_effect=True), [])
         return
     struct = ir.LiteralStructType([I32] * len(values))
-    constraints = ",".join(["=r"] * len(values) + [str(i) for i in range(len(values))])
+    registers = [f"r{2 + i}" for i in range(len(values))]
+    constraints = ",".join([f"={{{r}}}" for r in registers] + [f"{{{r}}}" for r in registers])
     out = b.call(ir.InlineAsm(ir.FunctionType(struct, [I32] * len(values)), "", constraints, side_effect=True),
                  values)
     for i, slot in enumerate(slots):
