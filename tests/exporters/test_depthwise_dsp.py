@@ -1,16 +1,16 @@
 """The channels-last int8 depthwise QConv of DSP Cortex-M cores (exporters/glow/kernels/integer_depthwise_dsp.py:
-blocks of three positions along a row, channel pairs, the third position kept on the stack).
+blocks of up to four positions along a row, channel pairs, the positions after the second kept on the stack).
 
 - Bundles of many geometries byte for byte against the reference interpreter on Cortex-M4, M7, M33 and M55:
-  rows of one to 48 outputs (whole blocks, a shorter last block, blocks of one), strides, dilations,
-  asymmetric and SAME padding, 1-D and 3-D windows, 5x5 kernels, 4 to 260 channels (blocks of two positions
-  past 256), int8 and uint8 inputs with zero points, asymmetric weights, no bias, an int64 bias, per-tensor
-  and per-channel requantisation, TFLite's and pegasus's roundings, fused clamps; and with
-  ``--compact-weights`` (weights read as bytes and spread by SXTB16).
+  rows of one to 48 outputs (blocks of four, of three, a shorter last block, blocks of one), strides,
+  dilations, asymmetric and SAME padding, 1-D and 3-D windows, 5x5 kernels, 4 to 260 channels (fewer
+  positions per block past 128 and 256), int8 and uint8 inputs with zero points, asymmetric weights, no bias,
+  an int64 bias, per-tensor and per-channel requantisation, TFLite's and pegasus's roundings, fused clamps;
+  and with ``--compact-weights`` (weights read as bytes and spread by SXTB16).
 - A chain pre -> depthwise -> post whose depthwise output the memory plan places exactly the aligned
   ``overlap_bytes`` below its dying input (the position-by-position bound of ``qconv_stream``) on Cortex-M7:
   still exact for channel counts whose delta is not a multiple of the channels (48, 20), where writing each
-  block's third position before its windows are read gives wrong bytes (so the check can fail).
+  block's third and fourth positions before its windows are read gives wrong bytes (so the check can fail).
 - Instructions per MAC on Cortex-M7 of a DS-CNN depthwise layer, requantisation included.
 """
 
@@ -61,13 +61,14 @@ def dw(name: str, channels: int, size: tuple[int, ...], kernel: tuple[int, ...] 
 
 CASES = [
     dw("ds-cnn-64ch-25x5", 64, (25, 5), pads=(1, 1, 1, 1), clamp=(-3, None)),    # blocks of 3 and 2
-    dw("8ch-48-wide", 8, (4, 48), pads=(1, 1, 1, 1)),            # 16 blocks, the 14 inside without tests
+    dw("8ch-48-wide", 8, (4, 48), pads=(1, 1, 1, 1)),            # 12 blocks, the 10 inside without tests
     dw("12ch-stride2-same", 12, (7, 13), strides=(2, 2), pads=(0, 0, 1, 1)),
-    dw("20ch-w4-uint8", 20, (5, 4), unsigned=True, x_zero_point=131, w_zero_point=120, pads=(1, 1, 1, 1),
-       clamp=(5, 200)),                                          # a last block of one
+    dw("20ch-w13-uint8", 20, (5, 13), unsigned=True, x_zero_point=131, w_zero_point=120, pads=(1, 1, 1, 1),
+       clamp=(5, 200)),                                          # 4 + 4 + 4 + 1
     dw("16ch-dilated", 16, (7, 9), dilations=(2, 2), pads=(2, 2, 2, 2)),
     dw("4ch-w1", 4, (5, 1), pads=(1, 1, 1, 1), bias=None),         # blocks of one position
     dw("8ch-w2-no-pad", 8, (4, 4), x_zero_point=7),
+    dw("192ch-blocks-of-3", 192, (3, 8), pads=(1, 1, 1, 1)),   # 3 + 3 + 2: two positions on the stack pass 256 B
     dw("260ch-blocks-of-2", 260, (3, 5), pads=(1, 1, 1, 1)),
     dw("8ch-1d", 8, (25,), kernel=(3,), pads=(1, 1)),
     dw("8ch-3d", 8, (3, 4, 6), kernel=(3, 3, 3), pads=(1, 1, 1, 1, 1, 1)),
@@ -99,7 +100,7 @@ def test_compact_weights_spread_by_sxtb16(tmp_path):
     """Weights kept as bytes (``--compact-weights``): the same kernel spreads them (and subtracts an
     asymmetric zero point) as it reads them."""
     target = dataclasses.replace(resolve_target("arm", "cortex-m7"), byte_weights=True)
-    cases = [case for case in CASES if case.id in ("ds-cnn-64ch-25x5", "20ch-w4-uint8", "32ch-asymmetric-pads")]
+    cases = [case for case in CASES if case.id in ("ds-cnn-64ch-25x5", "20ch-w13-uint8", "32ch-asymmetric-pads")]
     _run(cases, "cortex-m7", tmp_path, target)
 
 
@@ -164,11 +165,11 @@ def test_output_over_its_dying_input_stays_exact(case, tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
-def test_third_position_written_early_gives_wrong_bytes(tmp_path, monkeypatch):
+def test_positions_written_early_give_wrong_bytes(tmp_path, monkeypatch):
     """The check above can fail: with every position written as soon as its pass is done, the 48-channel
-    layer's third positions overwrite input bytes of later channels the block still reads (its delta, 1,280,
-    is not a multiple of 48)."""
-    monkeypatch.setattr(integer_depthwise_dsp, "defers", lambda count: False)
+    layer's third and fourth positions overwrite input bytes of later channels the block still reads (its
+    delta, 1,280, is not a multiple of 48)."""
+    monkeypatch.setattr(integer_depthwise_dsp, "deferred", lambda count: 0)
     got, want = _streamed(STREAMING[0], tmp_path)
     assert not np.array_equal(got, want)
 

@@ -1,39 +1,42 @@
 """Depthwise QConv, channels last, on Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32
-sums, a multiple of four channels): blocks of three output positions along a row, two channels at a time.
+sums, a multiple of four channels): blocks of up to four output positions along a row, two channels at a
+time.
 
 Why this shape. A tap's four channels are one word of inputs, and SMLABB/SMLATT multiply one channel
 each, so the products cost one instruction per MAC whatever the blocking; what a blocking saves is the
-rest: loading and centring the inputs, loading the weights, requantising. Three adjacent positions share
-most of their input columns (a 3x3 window at stride 1 reads 5 columns for the three, not 9), each column
-is loaded and centred once for every tap that reads it, and each tap's weights once per kernel row for the
-three positions. Thumb-2's 13 registers decide the rest: the four channels of a word are taken as two
-pairs, (x0, x2) then (x1, x3) — SXTAB16 without and with its rotation, sign- or zero-extending and adding
-``-zx`` in one instruction — so a pass keeps 6 sums, the row's 3 weight words, an input, the two pointers
-and the ``-zx`` constant in registers (the 12 sums of all four channels spilled on every column). The
-weights are the pairs (w0, w2), (w1, w3) (stored so at export, integer_conv_plan.spread_pairs, or spread
-by SXTB16 from bytes). Each channel's requantisation parameters are read once for its three positions.
+rest: loading and centring the inputs, loading the weights, requantising. Adjacent positions share most of
+their input columns (a 3x3 window at stride 1 reads 6 columns for four positions, not 12): each column is
+loaded and centred once for every tap that reads it, each tap's weights once per kernel row for the block.
+Thumb-2's registers decide the rest: the four channels of a word are taken as two pairs, (x0, x2) then
+(x1, x3) — SXTAB16 without and with its rotation, sign- or zero-extending and adding ``-zx`` in one
+instruction — so a pass keeps 8 sums (in r2-r9), the kernel row's weight words, an input, the two pointers
+and the ``-zx`` constant in registers (the 16 sums of all four channels cannot). The weights are the pairs
+(w0, w2), (w1, w3) (stored so at export, integer_conv_plan.spread_pairs, or spread by SXTB16 from bytes).
+Each channel's requantisation parameters are read once for the block's positions.
 
 The code is unrolled with constant offsets: per kernel row, its weights, then its columns in order (an
-empty inline-assembly statement between columns keeps LLVM from hoisting loads and sinking products
-across them, which spilled). A kernel row that reads the padding for some output row is tested per row;
-a column that reads it for some block is tested per block, and when enough blocks read no padding they
-run a copy without those tests (``SPLIT_TESTS``). A row of a width not a multiple of three ends with a
-shorter block. Cortex-M7, int8 3x3 (instructions per MAC, requantisation included; the single-position
-kernel before in brackets): DS-CNN 64 channels of 25x5 2.86 (3.65), MobileNetV1 0.25 8 channels of 48x48
-3.22 (4.28), 32 of 24x24 3.16 (3.82), 64 of 12x12 3.26 (3.59), 128 of 6x6 2.96 (3.76), 256 of 3x3 2.92
-(3.39), its stride-2 layers 2.76-3.38 (3.44-3.69). The products alone take 1 per MAC, centring and weights
-about 0.7, the requantisation (doubling, SMMULR, shift, rounding, SSAT, store: 6 per output) 0.75.
+empty inline-assembly statement between columns takes the sums in fixed registers: LLVM neither hoists
+loads nor sinks products across it, and keeps each sum in one register across the branches). A kernel row
+that reads the padding for some output row is tested per row; a column that reads it for some block is
+tested per block, and when enough blocks read no padding they run a copy without those tests
+(``SPLIT_TESTS``). Blocks of four or three positions (``block_positions``), a shorter last one where
+neither divides the row. Cortex-M7, int8 3x3 (instructions per MAC, requantisation included; the
+single-position kernel before in brackets): DS-CNN 64 channels of 25x5 2.86 (3.65), MobileNetV1 0.25 8
+channels of 48x48 3.11 (4.28), 32 of 24x24 3.09 (3.82), 64 of 12x12 2.98 (3.59), 128 of 6x6 2.96 (3.76),
+256 of 3x3 2.34 (3.39), its stride-2 layers 2.76-3.26 (3.44-3.69). The products take 1 per MAC, centring
+and weights about 0.6, the requantisation (doubling, SMMULR, shift, rounding, SSAT, store: 6 per output)
+0.75.
 
 Streaming (integer_conv.py ``qconv_stream``; memory_plan.overlap_bytes: the output may start ``delta``
 bytes below its dying input, delta >= (p + 1 - first(p)) * C for every output position p, first(p) the
 first input position its window and later ones read, C bytes per position on both sides): the blocks go
 along each row in order; a block writes its first two positions pass by pass, each after the pass has read
-its channels of the three windows, and keeps its third on the stack until its channel loop ends. Output
-byte (p + 1) * C + c, written while channels of p's window are still unread, then lies over an input byte
-of p's window of channel c or lower: below every channel still to read, but for c0 + 1, which the second
-pass of a block of four reads after the first wrote c0 + 2 — one byte lower, which would need delta = 1
-(mod 4), where delta is a multiple of 64. Position p + 2 written early would need a delta larger by a
-position (tests/exporters/test_depthwise_dsp.py shows its wrong bytes).
+its channels of the block's windows, and keeps the others on the stack until its channel loop ends
+(``deferred``). Output byte (p + 1) * C + c, written while channels of p's window are still unread, lies
+over an input byte of p's window of channel c or lower: below every channel still to read, but for c0 + 1,
+which the second pass of a block of four channels reads after the first wrote c0 + 2 — one byte lower,
+which would need delta = 1 (mod 4), where delta is a multiple of 64. Position p + 2 written early would
+need a delta larger by a position (tests/exporters/test_depthwise_dsp.py shows its wrong bytes).
 """
 
 from __future__ import annotations
@@ -53,13 +56,14 @@ from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 
 Value = ir.Value
 
-#: channels of a block (one word of 8-bit inputs); output positions of a block along the last axis
-LANES, POSITIONS = 4, 3
-#: most channels whose third position a block keeps on the stack (more: blocks of two positions; the stack
-#: budget is 512 B)
-DEFERRED_BYTES = 128
+#: channels of a block (one word of 8-bit inputs); most output positions of a block along the last axis (8
+#: sums, in r2-r9)
+LANES, POSITIONS = 4, 4
+#: most bytes of the positions a block keeps on the stack until its windows are read (its third and fourth;
+#: more channels: fewer positions per block; the stack budget is 512 B)
+DEFERRED_BYTES = 256
 #: least (blocks that read no padding) x (columns tested) per row for which such blocks get a copy without
-#: the tests: MobileNetV1's 48- and 24-wide rows (+1.3 KB of code each, 9% fewer instructions)
+#: the tests: MobileNetV1's rows of 48 (+1.7 KB of code, 7% fewer instructions), not its rows of 24 (8)
 SPLIT_TESTS = 12
 
 
@@ -85,10 +89,22 @@ def tested_columns(axis, count: int, start: int) -> set[int]:
             if not 0 <= start * axis.stride - axis.pad + offset < axis.size}
 
 
-def defers(count: int) -> bool:
-    """Whether a block of ``count`` positions keeps its last one on the stack until its windows are read
-    (module docstring: a third position written early may overwrite them)."""
-    return count >= 3
+def deferred(count: int) -> int:
+    """How many of a block's ``count`` positions wait on the stack until its windows are read: all but the
+    first two (module docstring: a third position written early may overwrite them)."""
+    return max(0, count - 2)
+
+
+def block_positions(out: int, channels: int) -> int:
+    """Positions per block along a row of ``out`` outputs: four or three, whichever divides the row (one block
+    of code; MobileNetV1's rows of 6: 3 + 3, not 4 + 2), else four, or three where four would leave a last
+    block of one (DS-CNN's rows of 5: 3 + 2, not 4 + 1); fewer while the positions kept on the stack would
+    pass ``DEFERRED_BYTES``."""
+    dividing = [count for count in (POSITIONS, 3) if out % count == 0]
+    count = dividing[0] if dividing else 3 if out % POSITIONS == 1 and out % 3 != 1 else POSITIONS
+    while count > 2 and deferred(count) * channels > DEFERRED_BYTES:
+        count -= 1
+    return min(count, out)
 
 
 def qconv_depthwise_dsp(k: KernelContext, cp: ConvPlan) -> None:
@@ -112,7 +128,7 @@ class _Kernel:
     def emit(self) -> None:
         b, cp, last = self.b, self.cp, self.last
         xa, ya = cp.xa, cp.ya
-        count = min(POSITIONS if ya.channels <= DEFERRED_BYTES else 2, last.out)
+        count = block_positions(last.out, ya.channels)
         full, rest = divmod(last.out, count)
         starts = [i * count for i in range(full)]
         tested = set().union(*(tested_columns(last, count, start) for start in starts))
@@ -170,26 +186,25 @@ class _Kernel:
             columns.append((offset, uses, test))
         x_block = affine(b, 0, (x_row, 1), (origin, xa.spatial[-1]))
         y_block = affine(b, 0, (y_row, 1), (start, ya.spatial[-1]))
-        deferred = None
-        if defers(count):
-            deferred = entry_alloca(b, ir.ArrayType(I8, ya.channels))
-            deferred.align = 4
+        kept, stack = deferred(count), None
+        if kept:
+            stack = entry_alloca(b, ir.ArrayType(I8, kept * ya.channels))
+            stack.align = 4
         with for_range(b, ya.channels // LANES, name="chan") as chan:
             c0 = affine(b, 0, (chan, LANES))
             xp = opaque(b, cp.x.address(b, affine(b, 0, (x_block, 1), (c0, 1))))
             wp = opaque(b, cp.w.address(b, b.lshr(c0, const(1)) if paired(cp.w) else c0))
 
             def place(p: int, channel: int) -> Value:
-                if p == count - 1 and deferred is not None:
-                    return b.gep(deferred, [const(0), affine(b, channel, (c0, 1))])
+                if p >= count - kept:
+                    return b.gep(stack, [const(0), affine(b, (p - count + kept) * ya.channels + channel, (c0, 1))])
                 return cp.y.address(b, affine(b, p * ya.spatial[-1] + channel, (y_block, 1), (c0, 1)))
 
             for half in (0, 1):
                 self.channel_pair(rows, columns, half, c0, xp, wp, count, place)
-        if deferred is not None:    # volatile: LLVM would make the copy a call to memcpy
-            words = b.bitcast(deferred, I32.as_pointer())
-            target = b.bitcast(cp.y.address(b, affine(b, (count - 1) * ya.spatial[-1], (y_block, 1))),
-                               I32.as_pointer())
+        for p in range(count - kept, count):    # volatile: LLVM would make the copy a call to memcpy
+            words = b.gep(b.bitcast(stack, I32.as_pointer()), [const((p - count + kept) * ya.channels // 4)])
+            target = b.bitcast(cp.y.address(b, affine(b, p * ya.spatial[-1], (y_block, 1))), I32.as_pointer())
             with for_range(b, ya.channels // 4, name="copy") as i:
                 b.store(volatile_load(b, b.gep(words, [i]), 4), b.gep(target, [i]), align=1)
 
