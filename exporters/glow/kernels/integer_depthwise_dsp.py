@@ -50,7 +50,7 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, seeds_bias
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
-from pegasus.exporters.glow.kernels.requant import I8, I32
+from pegasus.exporters.glow.kernels.requant import I8, I32, I64
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 
@@ -189,7 +189,7 @@ class _Kernel:
         kept, stack = deferred(count), None
         if kept:
             stack = entry_alloca(b, ir.ArrayType(I8, kept * ya.channels))
-            stack.align = 4
+            stack.align = 8
         with for_range(b, ya.channels // LANES, name="chan") as chan:
             c0 = affine(b, 0, (chan, LANES))
             xp = opaque(b, cp.x.address(b, affine(b, 0, (x_block, 1), (c0, 1))))
@@ -202,11 +202,15 @@ class _Kernel:
 
             for half in (0, 1):
                 self.channel_pair(rows, columns, half, c0, xp, wp, count, place)
-        for p in range(count - kept, count):    # volatile: LLVM would make the copy a call to memcpy
-            words = b.gep(b.bitcast(stack, I32.as_pointer()), [const((p - count + kept) * ya.channels // 4)])
-            target = b.bitcast(cp.y.address(b, affine(b, p * ya.spatial[-1], (y_block, 1))), I32.as_pointer())
-            with for_range(b, ya.channels // 4, name="copy") as i:
-                b.store(volatile_load(b, b.gep(words, [i]), 4), b.gep(target, [i]), align=1)
+        # copied out by LDRD/STRD (buffers are aligned, MEM_ALIGN), or words; volatile: LLVM would make the
+        # copy a call to memcpy
+        unit = I64 if ya.channels % 8 == 0 else I32
+        size = unit.width // 8
+        for p in range(count - kept, count):
+            source = b.gep(b.bitcast(stack, unit.as_pointer()), [const((p - count + kept) * ya.channels // size)])
+            target = b.bitcast(cp.y.address(b, affine(b, p * ya.spatial[-1], (y_block, 1))), unit.as_pointer())
+            with for_range(b, ya.channels // size, name="copy") as i:
+                b.store(volatile_load(b, b.gep(source, [i]), size), b.gep(target, [i]), align=4)
 
     def channel_pair(self, rows, columns, half: int, c0: Value, xp: Value, wp: Value, count: int, place) -> None:
         """Channels c0 + half and c0 + half + 2 at the block's ``count`` positions (``place(p, c)``: where
