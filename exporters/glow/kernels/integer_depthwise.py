@@ -13,7 +13,7 @@ window of at most ``DIRECT_TAPS`` taps; loops over conv.py's ``Axis.taps`` range
 interior positions run every tap unrolled with constant offsets. Then the bias and the requantisation,
 per channel. On Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32 sums), a layer of a
 multiple of four channels runs integer_depthwise_dsp.py's blocks of three positions along a row (Cortex-M7,
-int8 3x3 over 32 channels of 32x32, pads 1: 3.16 instructions per MAC, requantisation included; channels
+int8 3x3 over 32 channels of 32x32, pads 1: 2.88 instructions per MAC, requantisation included; channels
 first: 5.12); another channel count keeps one position here, blocks of four channels: one word of inputs
 becomes the centred pairs (x0, x2), (x1, x3) by SXTAB16 (sign- or zero-extend and add ``-zx`` in one
 instruction), a word of weights (w0, w2), (w1, w3) by SXTB16, and SMLABB/SMLATT take the four products:
