@@ -130,6 +130,10 @@ class _Kernel:
         xa, ya = cp.xa, cp.ya
         count = block_positions(last.out, ya.channels)
         full, rest = divmod(last.out, count)
+        self.stack = None       # one buffer for every block (the others keep fewer positions)
+        if deferred(count):
+            self.stack = entry_alloca(b, ir.ArrayType(I8, deferred(count) * ya.channels))
+            self.stack.align = 8
         starts = [i * count for i in range(full)]
         tested = set().union(*(tested_columns(last, count, start) for start in starts))
         plain = [start for start in starts if not tested_columns(last, count, start)]
@@ -186,10 +190,7 @@ class _Kernel:
             columns.append((offset, uses, test))
         x_block = affine(b, 0, (x_row, 1), (origin, xa.spatial[-1]))
         y_block = affine(b, 0, (y_row, 1), (start, ya.spatial[-1]))
-        kept, stack = deferred(count), None
-        if kept:
-            stack = entry_alloca(b, ir.ArrayType(I8, kept * ya.channels))
-            stack.align = 8
+        kept, stack = deferred(count), self.stack
         with for_range(b, ya.channels // LANES, name="chan") as chan:
             c0 = affine(b, 0, (chan, LANES))
             xp = opaque(b, cp.x.address(b, affine(b, 0, (x_block, 1), (c0, 1))))
