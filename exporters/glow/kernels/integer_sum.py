@@ -13,13 +13,23 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import broadcast_loop
 from pegasus.exporters.glow.kernels.elementwise import load_as
+from pegasus.exporters.glow.kernels.integer_dot import load_word
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
-from pegasus.exporters.glow.kernels.requant import I32, I64, clamp, narrow_bound, narrow_scale, requantize, widen
+from pegasus.exporters.glow.kernels.requant import (
+    I32,
+    I64,
+    clamp,
+    laundered,
+    narrow_bound,
+    narrow_scale,
+    requantize,
+    widen,
+)
 from pegasus.exporters.glow.llvm.barriers import opaque
-from pegasus.exporters.glow.llvm.loops import loop_nest
+from pegasus.exporters.glow.llvm.loops import for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range, scale
 from pegasus.ops.integer import clamp_bounds
@@ -82,9 +92,9 @@ def _scaled_tables(k: KernelContext) -> list[ir.Value | None]:
 
 
 def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value,
-                tables: list[ir.Value | None]) -> ir.Value:
+                tables: list[ir.Value | None], factors: dict[int, ir.Value]) -> ir.Value:
     """QAddRescaled's output in 32-bit arithmetic (``_narrow_plan`` said it may be)."""
-    y, a = k.outputs[0], k.attrs
+    a = k.attrs
     parts = []
     for (ref, zero, multiplier, shift), flat, table in zip(_operands(k), (f1, f2), tables):
         if table is not None:
@@ -92,10 +102,40 @@ def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value,
             continue
         centred = widen(b, centered(b, ref, flat, zero), I32, True)
         shifted = b.shl(centred, ir.Constant(I32, a.left_shift)) if a.left_shift else centred
-        parts.append(narrow_scale(b, shifted, multiplier, shift, a.rounding))
+        parts.append(narrow_scale(b, shifted, multiplier, shift, a.rounding, factors.get(multiplier)))
+    return _narrow_output(b, k, parts, factors)
+
+
+def _word_sums(k: KernelContext, tables: list[ir.Value], factors: dict[int, ir.Value]) -> None:
+    """Two same-shaped 8-bit operands read from tables, four elements a word: each operand's word loaded once
+    and its bytes extracted in registers (SBFX/UBFX), the elements left over one by one."""
+    b, (x1, x2), y = k.builder, k.inputs, k.outputs[0]
+    words, rest = divmod(y.type.size, 4)
+    signed = [ref.type.dtype.numpy.kind == "i" for ref in (x1, x2)]
+
+    def byte(word: ir.Value, lane: int, is_signed: bool) -> ir.Value:
+        high = b.shl(word, ir.Constant(I32, 24 - 8 * lane)) if lane < 3 else word
+        return (b.ashr if is_signed else b.lshr)(high, ir.Constant(I32, 24))
+
+    with for_range(b, words, name="word", unroll=False) as i:
+        first = b.mul(i, ir.Constant(I32, 4))
+        loaded = [load_word(b, ref, first) for ref in (x1, x2)]
+        for lane in range(4):
+            parts = [b.load(b.gep(table, [byte(word, lane, sign)]))
+                     for word, table, sign in zip(loaded, tables, signed)]
+            y.store(b, _narrow_output(b, k, parts, factors), b.add(first, ir.Constant(I32, lane)))
+    for flat in range(words * 4, words * 4 + rest):
+        y.store(b, _narrow_sum(b, k, ir.Constant(I32, flat), ir.Constant(I32, flat), tables, factors), flat)
+
+
+def _narrow_output(b: ir.IRBuilder, k: KernelContext, parts: list[ir.Value],
+                   factors: dict[int, ir.Value]) -> ir.Value:
+    """requant(A' ± B') + zero point, clamped, in the output type (32-bit arithmetic)."""
+    y, a = k.outputs[0], k.attrs
     total = b.sub(*parts) if a.subtract else b.add(*parts)
-    out = narrow_scale(b, total, a.multiplier[0], a.shift[0], a.rounding)
     lo, hi = clamp_bounds(a)
+    out = narrow_scale(b, total, a.multiplier[0], a.shift[0], a.rounding, factors.get(a.multiplier[0]),
+                       lo >= a.out_zero_point)   # a fused ReLU: no rounding of negative results needed
     return widen(b, clamp(b, b.add(out, ir.Constant(I32, a.out_zero_point)), lo, hi), y.element, True)
 
 
@@ -107,9 +147,14 @@ def q_add_rescaled(k: KernelContext) -> None:
     lo, hi = clamp_bounds(a)
     narrow = _narrow_plan(k) is not None
     tables = _scaled_tables(k) if narrow else [None, None]
+    # the multipliers the narrow form's SMMULRs take, each laundered once (requant.narrow_scale)
+    factors = {m: laundered(b, m) for m in {a.a_multiplier, a.b_multiplier, a.multiplier[0]}} if narrow else {}
+    if None not in tables and x1.shape == x2.shape == y.shape:
+        _word_sums(k, tables, factors)
+        return
     with broadcast_loop(b, y, [x1, x2]) as (out, f1, f2):
         if narrow:
-            y.store(b, _narrow_sum(b, k, f1, f2, tables), out)
+            y.store(b, _narrow_sum(b, k, f1, f2, tables, factors), out)
         else:
             first = _scaled(b, centered(b, x1, f1, a.a_zero_point), a.left_shift, a.a_multiplier, a.a_shift,
                             a.rounding)

@@ -185,15 +185,28 @@ def divide_away(b: ir.IRBuilder, value: ir.Value, shift: Scalar, plus: int = 0) 
     return halve_rounding(b, b.add(value, b.ashr(value, ir.Constant(I32, 31))), shift, plus)
 
 
-def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, rounding: str) -> ir.Value:
+def laundered(b: ir.IRBuilder, value: int) -> ir.Value:
+    """The i32 ``value`` in a register LLVM cannot see into (computed in the function's entry block)."""
+    with b.goto_entry_block():
+        return opaque(b, ir.Constant(I32, value))
+
+
+def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, rounding: str,
+                 factor: ir.Value | None = None, clamps_negatives: bool = False) -> ir.Value:
     """``scale(x, M, S)`` of an i32 ``x`` in 32-bit arithmetic, exactly, where ``narrow_bound`` allows it:
     ``tflite``: SRDHM(x', M) = SMMULR(2x', M) (see integer_dot.Requant), then RoundingDivideByPOT by e as
-    two shifts; ``half_up``: SMMULR(x, M) for S = 32, else ((SMMUL(x, M) >> (S - 33)) + 1) >> 1."""
+    two shifts; ``half_up``: SMMULR(x, M) for S = 32, else ((SMMUL(x, M) >> (S - 33)) + 1) >> 1. ``factor``:
+    M already ``laundered`` (one register for every call in a loop). ``clamps_negatives``: a clamp at or above
+    the zero point follows, sending every negative result to the same value however it is rounded, so TFLite's
+    round-half-away of negative values (``divide_away``'s sign correction) is left out."""
     if rounding == "tflite":
         left, exponent = max(31 - shift, 0), max(shift - 31, 0)
-        # the doubled value laundered: LLVM would widen the shift into the 64-bit product and expand it as
-        # UMLAL + MUL + SBFX instead of one SMMULR (QAddRescaled on Cortex-M7: 17.5 -> 10.6 instructions an element)
-        y = high_word(b, opaque(b, b.shl(x, ir.Constant(I32, left + 1))), multiplier, True)
-        return divide_away(b, y, exponent - 1) if exponent else y
+        # both factors laundered: seeing a shifted operand or a constant multiplier, LLVM at times expands the
+        # 64-bit product as UMLAL + MUL + shifts instead of one SMMULR
+        factor = laundered(b, multiplier) if factor is None else factor
+        y = high_word(b, opaque(b, b.shl(x, ir.Constant(I32, left + 1))), factor, True)
+        if not exponent:
+            return y
+        return halve_rounding(b, y, exponent - 1) if clamps_negatives else divide_away(b, y, exponent - 1)
     return high_word(b, x, multiplier, True) if shift == 32 else halve_rounding(b, high_word(b, x, multiplier, False),
                                                                                  shift - 33)
