@@ -24,6 +24,7 @@ from pegasus.exporters.glow.kernels.requant import (
     clamp,
     laundered,
     narrow_bound,
+    narrow_prescale,
     narrow_scale,
     requantize,
     widen,
@@ -70,19 +71,32 @@ def _operands(k: KernelContext) -> tuple[tuple, tuple]:
     return ((x1, a.a_zero_point, a.a_multiplier, a.a_shift), (x2, a.b_zero_point, a.b_multiplier, a.b_shift))
 
 
-def _scaled_tables(k: KernelContext) -> list[ir.Value | None]:
+def _prescale(k: KernelContext) -> int:
+    """The bits the tables are shifted ahead of the sum's rounding: only when both operands have one."""
+    return narrow_prescale(k.attrs.shift[0], k.attrs.rounding) if all(_tabled(k)) else 0
+
+
+def _tabled(k: KernelContext) -> list[bool]:
+    """Which operands read their scaled values from tables (``_scaled_tables``)."""
+    size = k.outputs[0].type.size
+    return [ref.type.dtype.itemsize == 1 and size > 1 << 8 for ref, *_ in _operands(k)]
+
+
+def _scaled_tables(k: KernelContext, prescale: int) -> list[ir.Value | None]:
     """For each 8-bit operand of a sum of more elements than it has values, the table of its scaled value A'
     for every value (requant.py's ``scale``, as the reference computes it), in the layer's parameters: one load
     instead of the centring, shift and SMMULR rounding (ResNet-8's three adds on Cortex-M7: 83 K instructions
-    fewer, 6 KB more weights). None for the others."""
-    a, size = k.attrs, k.outputs[0].type.size
+    fewer, 6 KB more weights), shifted left by ``prescale`` bits (requant.narrow_prescale, done ahead for the
+    sum's rounding when both operands have tables). None for the others."""
+    a = k.attrs
     tables = []
-    for ref, zero, multiplier, shift in _operands(k):
+    for (ref, zero, multiplier, shift), tabled in zip(_operands(k), _tabled(k)):
         low, high = integer_range(ref.type.dtype.numpy)
-        if ref.type.dtype.itemsize != 1 or size <= high - low + 1:
+        if not tabled:
             tables.append(None)
             continue
-        values = scale((np.arange(low, high + 1, dtype=np.int64) - zero) << a.left_shift, multiplier, shift, a.rounding)
+        values = scale((np.arange(low, high + 1, dtype=np.int64) - zero) << a.left_shift, multiplier, shift,
+                       a.rounding) << prescale
         table = k.table(tuple(int(v) for v in values), I32)
         if isinstance(table, ir.GlobalVariable):
             table = table.gep([ir.Constant(I32, 0), ir.Constant(I32, 0)])
@@ -103,7 +117,7 @@ def _narrow_sum(b: ir.IRBuilder, k: KernelContext, f1: ir.Value, f2: ir.Value,
         centred = widen(b, centered(b, ref, flat, zero), I32, True)
         shifted = b.shl(centred, ir.Constant(I32, a.left_shift)) if a.left_shift else centred
         parts.append(narrow_scale(b, shifted, multiplier, shift, a.rounding, factors.get(multiplier)))
-    return _narrow_output(b, k, parts, factors)
+    return _narrow_output(b, k, parts, factors, None not in tables and _prescale(k) > 0)
 
 
 def _word_sums(k: KernelContext, tables: list[ir.Value], factors: dict[int, ir.Value]) -> None:
@@ -123,19 +137,19 @@ def _word_sums(k: KernelContext, tables: list[ir.Value], factors: dict[int, ir.V
         for lane in range(4):
             parts = [b.load(b.gep(table, [byte(word, lane, sign)]))
                      for word, table, sign in zip(loaded, tables, signed)]
-            y.store(b, _narrow_output(b, k, parts, factors), b.add(first, ir.Constant(I32, lane)))
+            y.store(b, _narrow_output(b, k, parts, factors, _prescale(k) > 0), b.add(first, ir.Constant(I32, lane)))
     for flat in range(words * 4, words * 4 + rest):
         y.store(b, _narrow_sum(b, k, ir.Constant(I32, flat), ir.Constant(I32, flat), tables, factors), flat)
 
 
-def _narrow_output(b: ir.IRBuilder, k: KernelContext, parts: list[ir.Value],
-                   factors: dict[int, ir.Value]) -> ir.Value:
+def _narrow_output(b: ir.IRBuilder, k: KernelContext, parts: list[ir.Value], factors: dict[int, ir.Value],
+                   prescaled: bool) -> ir.Value:
     """requant(A' ± B') + zero point, clamped, in the output type (32-bit arithmetic)."""
     y, a = k.outputs[0], k.attrs
     total = b.sub(*parts) if a.subtract else b.add(*parts)
     lo, hi = clamp_bounds(a)
     out = narrow_scale(b, total, a.multiplier[0], a.shift[0], a.rounding, factors.get(a.multiplier[0]),
-                       lo >= a.out_zero_point)   # a fused ReLU: no rounding of negative results needed
+                       lo >= a.out_zero_point, prescaled)   # a fused ReLU: no rounding of negative results needed
     return widen(b, clamp(b, b.add(out, ir.Constant(I32, a.out_zero_point)), lo, hi), y.element, True)
 
 
@@ -146,7 +160,7 @@ def q_add_rescaled(k: KernelContext) -> None:
     b, (x1, x2), y, a = k.builder, k.inputs, k.outputs[0], k.attrs
     lo, hi = clamp_bounds(a)
     narrow = _narrow_plan(k) is not None
-    tables = _scaled_tables(k) if narrow else [None, None]
+    tables = _scaled_tables(k, _prescale(k)) if narrow else [None, None]
     # the multipliers the narrow form's SMMULRs take, each laundered once (requant.narrow_scale)
     factors = {m: laundered(b, m) for m in {a.a_multiplier, a.b_multiplier, a.multiplier[0]}} if narrow else {}
     if None not in tables and x1.shape == x2.shape == y.shape:

@@ -191,20 +191,26 @@ def laundered(b: ir.IRBuilder, value: int) -> ir.Value:
         return opaque(b, ir.Constant(I32, value))
 
 
+def narrow_prescale(shift: int, rounding: str) -> int:
+    """The left shift ``narrow_scale`` first applies to its operand (a caller may apply it ahead: ``prescaled``)."""
+    return max(31 - shift, 0) + 1 if rounding == "tflite" else 0
+
+
 def narrow_scale(b: ir.IRBuilder, x: ir.Value, multiplier: int, shift: int, rounding: str,
-                 factor: ir.Value | None = None, clamps_negatives: bool = False) -> ir.Value:
+                 factor: ir.Value | None = None, clamps_negatives: bool = False, prescaled: bool = False) -> ir.Value:
     """``scale(x, M, S)`` of an i32 ``x`` in 32-bit arithmetic, exactly, where ``narrow_bound`` allows it:
     ``tflite``: SRDHM(x', M) = SMMULR(2x', M) (see integer_dot.Requant), then RoundingDivideByPOT by e as
     two shifts; ``half_up``: SMMULR(x, M) for S = 32, else ((SMMUL(x, M) >> (S - 33)) + 1) >> 1. ``factor``:
     M already ``laundered`` (one register for every call in a loop). ``clamps_negatives``: a clamp at or above
     the zero point follows, sending every negative result to the same value however it is rounded, so TFLite's
-    round-half-away of negative values (``divide_away``'s sign correction) is left out."""
+    round-half-away of negative values (``divide_away``'s sign correction) is left out. ``prescaled``: ``x`` is
+    already shifted left by ``narrow_prescale`` bits (exactly: the bound allows it)."""
     if rounding == "tflite":
         left, exponent = max(31 - shift, 0), max(shift - 31, 0)
         # both factors laundered: seeing a shifted operand or a constant multiplier, LLVM at times expands the
         # 64-bit product as UMLAL + MUL + shifts instead of one SMMULR
         factor = laundered(b, multiplier) if factor is None else factor
-        y = high_word(b, opaque(b, b.shl(x, ir.Constant(I32, left + 1))), factor, True)
+        y = high_word(b, opaque(b, x if prescaled else b.shl(x, ir.Constant(I32, left + 1))), factor, True)
         if not exponent:
             return y
         return halve_rounding(b, y, exponent - 1) if clamps_negatives else divide_away(b, y, exponent - 1)
