@@ -60,7 +60,10 @@ def qconv_workspace(k: KernelContext) -> int:
 def qconv_stream(k: KernelContext) -> Stream | None:
     """A channels-last layer of batch 1 streams in both of its kernels (their loop nests, read for this):
     ``qconv_depthwise_last`` loops over the positions in row-major order, each position's channel blocks
-    read and written before the next position; ``qconv_im2col`` copies the receptive fields of a tile of
+    read and written before the next position — on DSP Cortex-M (integer_depthwise_dsp.py) a block of up to
+    four positions along a row, whose positions after the second wait in a stack buffer until the block's
+    windows are read, so the bytes it writes early lie below every input byte still to read at the planner's
+    64-byte-aligned delta; ``qconv_im2col`` copies the receptive fields of a tile of
     consecutive positions into its workspace before writing any output of the tile — but loops over the
     groups outside the positions, so only a layer of one group streams. Its border loads clamp a padding
     tap into the input and discard the value."""
