@@ -102,8 +102,9 @@ def test_bundles_on_cortex_m(cpu, tmp_path):
 
 
 def test_weights_stay_bytes_where_read_as_bytes():
-    """A QConv fused with its MaxPool (integer_conv_pool.py reads bytes) and a layer of 6 input channels keep
-    their 8-bit weights on a DSP CPU; the 8-channel layer beside them is spread (twice the bytes)."""
+    """A QConv fused with its MaxPool (integer_conv_pool.py reads bytes) and a dense layer keep their 8-bit
+    weights on a DSP CPU; the 8-channel layer beside them is spread (twice the bytes), and so is a layer of 6
+    input channels, in the first words of an array of its window's shape (integer_conv_plan.pack_weights)."""
     graph = Graph("pool")
     x = RNG.integers(-128, 127, (1, 8, 8, 8), endpoint=True).astype(np.int8)
     graph.tensors["x"] = Tensor("x", TensorType.of(x))
@@ -129,7 +130,10 @@ def test_weights_stay_bytes_where_read_as_bytes():
                                 RNG.integers(-127, 127, (4, 6, 3, 3), endpoint=True).astype(np.int8)],
                requant, constant=(1,))
     small, _ = build_graph([six])
-    assert pack_weights(small.nodes[0], small, resolve_target("arm", "cortex-m7"))[1].dtype == np.int8
+    packed = pack_weights(small.nodes[0], small, resolve_target("arm", "cortex-m7"))[1]
+    # 54 taps in groups of four: 14 groups, two words each per row, 112 words in rows of 54
+    assert packed.dtype == np.int32 and packed.shape == (3, 3, 3, 6)
+    assert np.count_nonzero(packed.reshape(-1)[4 * 28:]) == 0 and np.count_nonzero(packed.reshape(-1)[:4 * 28])
 
 
 def test_compact_weights_keep_bytes(tmp_path):

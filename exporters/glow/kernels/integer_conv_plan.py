@@ -33,6 +33,9 @@ from pegasus.ops.layout import first_shape
 from pegasus.ops.spatial import prod
 
 Value = ir.Value
+#: Most runs (rows of a window along its last axis) a channels-last layer's im2col copy unrolls: a paired layer
+#: of fewer than four channels has no other copy (its taps are reordered, ``stored_taps``).
+UNROLLED_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,27 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     if depthwise(node.attrs.group, w.shape[1]):
         return w.shape[0] == x.shape[-1] and w.shape[0] % 4 == 0
     positions = prod(graph.type_of(node.outputs[0]).shape[:-1])
-    return node.attrs.group == 1 and w.shape[1] % 4 == 0 and positions > 1 and not heads_pooling(graph, node)
+    # a number of input channels not a multiple of four (a first layer): the taps reordered (stored_taps), the
+    # window's rows copied a word at a time, their last taps one by one (integer_im2col.Words), all unrolled
+    rows, run = prod(w.shape[2:-1]), w.shape[-1] * w.shape[1]
+    dilated = bool(node.attrs.dilations) and node.attrs.dilations[-1] != 1
+    reordered = w.shape[1] % 4 == 0 or (run >= 2 and not dilated and rows * (1 + run % 4) <= UNROLLED_ROWS)
+    return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node)
+
+
+def stored_taps(kernel: tuple[int, ...], dilation: int, channels: int) -> tuple[int | None, ...]:
+    """The taps of a paired weight row in the order they are stored (and copied into the im2col buffer): their
+    natural indices (k..., ci), None for a zero padding the row to whole groups of four. Each run of taps
+    contiguous in a channels-last input — a row of the window along its last axis (dilation 1), else one tap's
+    channels — gives its whole words of four taps first, in order; the runs' last len % 4 taps follow, then the
+    padding. With a multiple of four channels, the natural order."""
+    run = kernel[-1] * channels if dilation == 1 else channels
+    words, rest = [], []
+    for start in range(0, prod(kernel) * channels, run):
+        whole = start + run // 4 * 4
+        words += range(start, whole)
+        rest += range(whole, start + run)
+    return (*words, *rest) + (None,) * (-(len(words) + len(rest)) % 4)
 
 
 def spread_pairs(w: np.ndarray) -> np.ndarray:
@@ -106,7 +129,10 @@ def spread_pairs(w: np.ndarray) -> np.ndarray:
 def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring);
     for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis (``spreads_pairs``, ``spread_pairs``:
-    int32 weights, which no layer has otherwise, mark the layout)."""
+    int32 weights, which no layer has otherwise, mark the layout): a depthwise layer's as (k..., 1, M / 2),
+    another's rows in ``stored_taps`` order, two by two interleaved (``interleave_rows``), as (M, k..., C/2) —
+    or, with C not a multiple of four, as the first words of an (M', k..., C) array of the fewest rows M' that
+    hold them, the rest zeros (a shape that keeps the window: ``conv_plan`` and row_chains read it there)."""
     w = graph.value_of(node.inputs[1])
     n = w.ndim - 2
     if depthwise(node.attrs.group, w.shape[1]):
@@ -115,8 +141,22 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
         relaid = np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))
     if not spreads_pairs(node, graph, target):
         return {1: relaid}
-    spread = spread_pairs(relaid.astype(np.int64) - node.attrs.w_zero_point)
-    return {1: spread if depthwise(node.attrs.group, w.shape[1]) else interleave_rows(spread)}
+    centred = relaid.astype(np.int64) - node.attrs.w_zero_point
+    if depthwise(node.attrs.group, w.shape[1]):
+        return {1: spread_pairs(centred)}
+    dilation = node.attrs.dilations[-1] if node.attrs.dilations else 1
+    order = stored_taps(w.shape[2:], dilation, w.shape[1])
+    flat = centred.reshape(w.shape[0], -1)
+    rows = np.zeros((w.shape[0], len(order)), np.int64)
+    places = [i for i, t in enumerate(order) if t is not None]
+    rows[:, places] = flat[:, [t for t in order if t is not None]]
+    words = interleave_rows(spread_pairs(rows))
+    if w.shape[1] % 4 == 0:
+        return {1: words.reshape(relaid.shape[:-1] + (w.shape[1] // 2,))}
+    row = relaid[0].size
+    filled = np.zeros(-(-words.size // row) * row, np.int32)
+    filled[:words.size] = words.reshape(-1)
+    return {1: filled.reshape((-1,) + relaid.shape[1:])}
 
 
 def interleave_rows(spread: np.ndarray) -> np.ndarray:
@@ -184,6 +224,13 @@ class ConvPlan:
         return I16 if self.mac.x.centered_is_i16 else I32
 
     @property
+    def order(self) -> tuple[int | None, ...] | None:
+        """The stored order of a paired layer's taps (``stored_taps``) when it is not the natural one."""
+        if not paired(self.w) or self.depthwise or self.in_group % 4 == 0:
+            return None
+        return stored_taps(tuple(axis.kernel for axis in self.axes), self.axes[-1].dilation, self.in_group)
+
+    @property
     def whole(self) -> int:
         """Taps in whole groups of four (SMLAD layout); the rest, depth % 4, are single MACs."""
         return self.mac.depth // 4 * 4 if self.dual else 0
@@ -208,27 +255,25 @@ class ConvPlan:
         """slot(p, 4 * q + j) for j < 4 and 4 * q + 4 <= depth."""
         if not self.dual:
             return affine(b, j, (p, self.mac.depth + self.mac.depth % 2), (q, 4))
-        e = [0, 2, 1, 3][j] if self.swapped else j
-        return affine(b, e // 2 * 2 * self.positions + e % 2, (q, 4 * self.positions), (p, 2))
+        return affine(b, [0, 2, 1, 3][j] if self.swapped else j, (q, 4 * self.positions), (p, 4))
 
     def slot(self, b: ir.IRBuilder, p: Value | int, k: Value | int) -> Value:
         """Where tap k of position p goes. Plain: row p, column k. SMLAD: group g of four taps of the tile's
-        positions at 4 * positions * g, as two runs of words, one per pair — (x0, x2) then (x1, x3) when the
-        weights are bytes (SXTB16's pairs) or stored as those pairs, else (x0, x1) then (x2, x3) — each run
-        the positions' words side by side, so a loop step loads one pair of every position in one LDRD;
-        then each position's last depth % 4."""
+        positions at 4 * positions * g, each position's four values in a row as two words of pairs — (x0, x2)
+        then (x1, x3) when the weights are bytes (SXTB16's pairs) or stored as those pairs, else (x0, x1)
+        then (x2, x3) — so that a block of two positions loads a group in one LDM (integer_smlad.py); then
+        each position's last depth % 4."""
         depth, positions = self.mac.depth, self.positions
         if not self.dual:
             return affine(b, 0, (p, depth + depth % 2), (k, 1))
         if isinstance(k, int):
             if k >= self.whole:
                 return affine(b, self.whole * positions + k - self.whole, (p, depth - self.whole))
-            e = [0, 2, 1, 3][k % 4] if self.swapped else k % 4
-            return affine(b, k // 4 * 4 * positions + e // 2 * 2 * positions + e % 2, (p, 2))
+            return affine(b, k // 4 * 4 * positions + ([0, 2, 1, 3][k % 4] if self.swapped else k % 4), (p, 4))
         j = b.and_(k, const(3))
-        pair, half = (b.and_(j, const(1)), b.lshr(j, const(1))) if self.swapped else \
-            (b.lshr(j, const(1)), b.and_(j, const(1)))
-        grouped = affine(b, 0, (b.and_(k, const(~3)), positions), (pair, 2 * positions), (p, 2), (half, 1))
+        if self.swapped:    # (j & 1) * 2 + (j >> 1)
+            j = affine(b, 0, (b.and_(j, const(1)), 2), (b.lshr(j, const(1)), 1))
+        grouped = affine(b, 0, (b.and_(k, const(~3)), positions), (p, 4), (j, 1))
         if self.whole == depth:
             return grouped
         tail = affine(b, self.whole * positions - self.whole, (p, depth - self.whole), (k, 1))
@@ -242,13 +287,17 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     xa = Activation(x, last)
     packed_depthwise = depthwise(group, xa.channels // group)
     w_shape = weight_shape(w.shape, last, packed_depthwise)
-    if paired(w):           # words of two centred 16-bit weights: (k..., 1, M / 2) or (M, k..., C/group / 2)
-        w_shape = ((w_shape[0] * 2,) + w_shape[1:] if packed_depthwise
-                   else (w_shape[0], w_shape[1] * 2) + w_shape[2:])
+    depth = prod(w_shape[1:])
+    if paired(w):       # words of two centred 16-bit weights (pack_weights): (k..., 1, M / 2), (M, k..., C / 2)
+        if packed_depthwise:    # or (M', k..., C), the first words of which hold the pairs
+            w_shape = (w_shape[0] * 2,) + w_shape[1:]
+        else:
+            w_shape = (Activation(y, last).channels, xa.channels // group) + w_shape[2:]
+            depth = prod(w_shape[1:]) + -prod(w_shape[1:]) % 4     # whole groups (stored_taps)
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     # paired: centred 8-bit weights, |w - zw| <= 255
     w_side = Operand(DType.INT16, 0, 255) if paired(w) else operand(k, w, k.attrs.w_zero_point, "weight")
-    mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, prod(w_shape[1:]))
+    mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, depth)
     dual = mac.dual(k.target)
     element = 2 if mac.x.centered_is_i16 else 4
     wanted = 2 if k.target.is_cortex_m else 4       # 2 x 2 accumulators: what 13 Thumb registers hold
