@@ -1,9 +1,11 @@
 """The SMLAD paths of im2col QConv on Cortex-M (integer_im2col.py, integer_smlad.py): first layers of fewer than
 four input channels, whose taps a paired layer stores reordered (integer_conv_plan.stored_taps: each row of the
 window along its last axis as whole words, the rows' last taps after them, zeros to whole groups), windows
-crossing the padding on every side, strides, odd channel and position counts (2 x 1 and 1 x 2 blocks) and long
-reductions (the looped LDM groups). Every bundle against the reference interpreter bit for bit on Cortex-M0
-(no DSP: bytes), M4, M7, M33 and M55, and the stored order against the weights written out here."""
+crossing the padding on every side, strides, odd channel and position counts (2 x 1 and 1 x 2 blocks), long
+reductions (the looped LDM groups), and weights stored doubled (TFLite rounding: the sums are 2 Σ, requantised
+as such, or halved back where a bias near 2**30 could overflow them; half_up rounding stores them as they are).
+Every bundle against the reference interpreter bit for bit on Cortex-M0 (no DSP: bytes), M4, M7, M33 and M55,
+and the stored order against the taps written out here."""
 
 from __future__ import annotations
 
@@ -22,17 +24,19 @@ RNG = np.random.default_rng(17)
 
 def conv(name: str, channels: int, outputs: int, kernel: tuple[int, int], size: tuple[int, int],
          stride: int = 1, pads: tuple[int, int, int, int] = (0, 0, 0, 0), unsigned: bool = False,
-         relu: bool = False, dilation: int = 1) -> Case:
+         relu: bool = False, dilation: int = 1, rounding: str = "tflite", big_bias: bool = False) -> Case:
     dtype = np.uint8 if unsigned else np.int8
     lo, hi = (0, 255) if unsigned else (-128, 127)
     x = RNG.integers(lo, hi, (1, *size, channels), endpoint=True).astype(dtype)
     w = RNG.integers(lo, hi, (outputs, channels, *kernel), endpoint=True).astype(dtype)
     bias = RNG.integers(-5000, 5000, outputs).astype(np.int32)
+    if big_bias:    # |acc + bias| may pass 2**30: the doubled sums of doubled weights are halved back
+        bias[0] = (1 << 30) - 7
     depth = channels * kernel[0] * kernel[1]
     attrs = {"multiplier": tuple(int(v) for v in RNG.integers(1 << 29, 1 << 31, outputs)),
              "shift": tuple(int(v) for v in 37 + depth.bit_length() // 2 + RNG.integers(0, 2, outputs)),
              "out_zero_point": 5 if unsigned else -4, "out_dtype": "uint8" if unsigned else "int8",
-             "rounding": "tflite", "channels_last": True, "pads": pads, "strides": (stride, stride),
+             "rounding": rounding, "channels_last": True, "pads": pads, "strides": (stride, stride),
              "dilations": (dilation, dilation), "x_zero_point": 120 if unsigned else -7,
              "w_zero_point": 131 if unsigned else 0, **({"lo": 5 if unsigned else -4} if relu else {})}
     return Case(name, "QConv", [x, w, bias], attrs, constant=(1, 2))
@@ -49,6 +53,8 @@ CASES = [
     conv("16ch-3x3-pad1-s2", 16, 6, (3, 3), (9, 7), stride=2, pads=(1, 1, 1, 1)),   # border taps by words
     conv("32ch-3x3-pad1", 32, 4, (3, 3), (4, 5), pads=(1, 1, 1, 1), relu=True),     # 72 groups: looped
     conv("8ch-1x1-uint8", 8, 7, (1, 1), (3, 3), unsigned=True),
+    conv("8ch-3x3-big-bias", 8, 4, (3, 3), (5, 4), pads=(1, 1, 1, 1), big_bias=True),
+    conv("4ch-3x3-half-up", 4, 4, (3, 3), (5, 4), pads=(1, 1, 1, 1), rounding="half_up"),    # not doubled
 ]
 
 

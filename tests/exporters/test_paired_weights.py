@@ -69,15 +69,15 @@ CASES = [
 
 def test_stored_layout():
     """Rows of a pair (2i, 2i + 1) word by word from 2 * depth * i halves: per group of four taps of the row's
-    (k..., C) order, centred, (w0, w2) of row 2i, of row 2i + 1, then (w1, w3) of each; an odd last row alone
-    (its groups (w0, w2, w1, w3))."""
+    (k..., C) order, centred and doubled (TFLite rounding: integer_conv_plan.doubles), (w0, w2) of row 2i, of
+    row 2i + 1, then (w1, w3) of each; an odd last row alone (its groups (w0, w2, w1, w3))."""
     case = conv("layout", 8, 5, 3, unsigned=True)
     graph, _ = build_graph([case])
     node = graph.nodes[0]
     packed = pack_weights(node, graph, resolve_target("arm", "cortex-m7"))[1]
     assert packed.dtype == np.int32
     halves = packed.reshape(-1).view(np.int16)
-    w = case.inputs[1].astype(np.int64) - 120
+    w = 2 * (case.inputs[1].astype(np.int64) - 120)
     rows = w.transpose(0, 2, 3, 1).reshape(5, -1)          # (M, k, k, C) -> the taps in channels-last order
     depth = rows.shape[1]
     for c in range(5):

@@ -13,7 +13,7 @@ per tap, every other layer's as (M, k..., C/group), so that the taps of a weight
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from llvmlite import ir
@@ -103,6 +103,13 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node)
 
 
+def doubles(attrs) -> bool:
+    """Whether an im2col layer's paired weights are stored doubled, 2 (w - zw): the sums are then 2 Σ, which
+    TFLite's requantisation takes first (SRDHM is SMMULR of the doubled sum, integer_dot.Requant) — an
+    instruction per output saved."""
+    return getattr(attrs, "rounding", "half_up") == "tflite"
+
+
 def stored_taps(kernel: tuple[int, ...], dilation: int, channels: int) -> tuple[int | None, ...]:
     """The taps of a paired weight row in the order they are stored (and copied into the im2col buffer): their
     natural indices (k..., ci), None for a zero padding the row to whole groups of four. Each run of taps
@@ -144,6 +151,7 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
     centred = relaid.astype(np.int64) - node.attrs.w_zero_point
     if depthwise(node.attrs.group, w.shape[1]):
         return {1: spread_pairs(centred)}
+    centred *= 1 + doubles(node.attrs)
     dilation = node.attrs.dilations[-1] if node.attrs.dilations else 1
     order = stored_taps(w.shape[2:], dilation, w.shape[1])
     flat = centred.reshape(w.shape[0], -1)
@@ -198,6 +206,12 @@ class ConvPlan:
     madd: int           # x86 PMADDWD dot products of this many 16-bit lanes (0: plain loops)
     positions: int      # output positions per tile (rows of the im2col buffer)
     block: int          # output channels per register block
+    doubled: bool = False   # paired weights stored doubled (``doubles``): the sums are 2 Σ
+
+    @property
+    def sums(self) -> Mac:
+        """The MACs of Σ (x - zx) (w - zw) itself (``mac`` bounds the doubled sums of doubled weights)."""
+        return replace(self.mac, w=Operand(DType.INT16, 0, 255)) if self.doubled else self.mac
 
     @property
     def xa(self) -> Activation:
@@ -296,7 +310,9 @@ def conv_plan(k: KernelContext) -> ConvPlan:
             depth = prod(w_shape[1:]) + -prod(w_shape[1:]) % 4     # whole groups (stored_taps)
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     # paired: centred 8-bit weights, |w - zw| <= 255
-    w_side = Operand(DType.INT16, 0, 255) if paired(w) else operand(k, w, k.attrs.w_zero_point, "weight")
+    doubled = paired(w) and not packed_depthwise and doubles(k.attrs)
+    w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if paired(w)
+              else operand(k, w, k.attrs.w_zero_point, "weight"))
     mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, depth)
     dual = mac.dual(k.target)
     element = 2 if mac.x.centered_is_i16 else 4
@@ -308,7 +324,7 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # (a dense layer: each pair of inputs loaded once for four channels) — 2 over weights stored as pairs,
     # whose rows are interleaved two by two (interleave_rows)
     block = 4 if madd == 32 or (dual and positions == 1 and not paired(w)) else 2
-    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block)
+    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, doubled)
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:

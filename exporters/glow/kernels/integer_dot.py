@@ -41,6 +41,7 @@ from pegasus.exporters.glow.kernels.requant import (
     wide_multiplier,
     widen,
 )
+from pegasus.exporters.glow.llvm.barriers import volatile_load
 from pegasus.exporters.glow.llvm.loops import const
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
@@ -235,13 +236,28 @@ class Requant:
         for ``channel``."""
         return self.many(b, [(acc, channel, bias)])[0]
 
-    def many(self, b: ir.IRBuilder, items: list[tuple[Value, Value, Value | None]]) -> list[Value]:
+    @property
+    def takes_doubled(self) -> bool:
+        """Whether ``many(..., doubled=True)`` may be given 2 (acc + bias) itself: the narrow ``tflite`` form, whose
+        first step doubles the sum, when that cannot overflow (``bound`` < 2**30: no ``_checks``)."""
+        return bool(self.narrow) and self.rounding == "tflite" and not self._checks(True)
+
+    def many(self, b: ir.IRBuilder, items: list[tuple[Value, Value, Value | None]],
+             doubled: bool = False) -> list[Value]:
         """The outputs of several (acc, channel, bias): in the narrow form with one overflow branch for all
-        of them, so the sums are all formed before it (none is kept across blocks)."""
-        loaded = [(acc, *self._parameters(b, channel), bias) for acc, channel, bias in items]
+        of them, so the sums are all formed before it (none is kept across blocks). ``doubled``: each acc is
+        already 2 (acc + bias), bias None (``takes_doubled``; a kernel whose weights are doubled forms it)."""
+        assert not doubled or (self.takes_doubled and all(bias is None for *_, bias in items))
+        parameters: dict[int, tuple] = {}     # per channel value, loaded once for its positions
+        for _, channel, _ in items:
+            if id(channel) not in parameters:
+                parameters[id(channel)] = self._parameters(b, channel)
+        loaded = [(acc, *parameters[id(channel)], bias) for acc, channel, bias in items]
         if not self.narrow or not all(acc.type.width == 32 and (bias is None or bias.type.width == 32)
                                       for acc, _, _, bias in loaded):
             return [self._one(b, *item) for item in loaded]
+        if doubled:
+            return [self._scaled(b, acc, multiplier, shift) for acc, multiplier, shift, _ in loaded]
         if not self._checks(any(bias is not None for *_, bias in loaded)):
             return [self._narrow(b, acc, bias, multiplier, shift, None) for acc, multiplier, shift, bias in loaded]
         wide = b.append_basic_block("rq.wide")
@@ -268,10 +284,12 @@ class Requant:
         return (bias and self.bound >= INT32_MAX) or (self.rounding == "tflite" and self.bound >= 1 << 30)
 
     def _parameters(self, b: ir.IRBuilder, channel: Value) -> tuple[Value | int, Value | int]:
-        if self.pairs is not None:
+        if self.pairs is not None:      # one 64-bit load: an LDRD on Cortex-M (volatile: LLVM keeps it whole)
             first = b.shl(channel, ir.Constant(channel.type, 1))
-            return (load_channel(b, self.pairs, first),
-                    load_channel(b, self.pairs, b.or_(first, ir.Constant(channel.type, 1))))
+            pointer = self.pairs if not isinstance(self.pairs, ir.GlobalVariable) else b.bitcast(
+                self.pairs, I32.as_pointer())
+            both = volatile_load(b, b.bitcast(b.gep(pointer, [first], inbounds=True), I64.as_pointer()), 4)
+            return b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)
         return tuple(value if isinstance(value, int) else load_channel(b, value, channel)
                      for value in (self.multiplier, self.shift))
 
@@ -318,6 +336,10 @@ class Requant:
             x = add_checked(b, acc, bias, wide) if self.bound >= INT32_MAX else b.add(acc, bias)
         if self.rounding == "tflite":
             x = add_checked(b, x, x, wide) if self.bound >= 1 << 30 else b.add(x, x)
+        return self._scaled(b, x, multiplier, shift)
+
+    def _scaled(self, b: ir.IRBuilder, x: Value, multiplier: Value | int, shift: Value | int) -> Value:
+        """The narrow form from its 32-bit sum (doubled for ``tflite``) on."""
         # the zero point rides on the rounding's + 1 (halve_rounding): no add of its own
         high = high_word(b, x, multiplier, self.rounding == "tflite")
         if self.rounding == "tflite" and not self.clamps_negatives:

@@ -63,7 +63,7 @@ from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
 from pegasus.exporters.glow.kernels.requant import I32, I64, widen
 from pegasus.exporters.glow.kernels.shape_ops import constant_table
-from pegasus.exporters.glow.llvm.barriers import opaque
+from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ops.spatial import prod
 
@@ -307,29 +307,46 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     then dot products with blocks of output channels, each output finished and requantised."""
     b = k.builder
     taps = Taps.of(k.module, cp)
-    rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias))
+    rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.sums, cp.bias))
     positions = prod([axis.out for axis in cp.axes])
     words = cp.buffer_bytes // 4
     buffer = b.bitcast(k.scratch(ir.ArrayType(I32, words), cp.buffer_bytes), cp.element.as_pointer())
     sums = entry_alloca(b, ir.ArrayType(cp.mac.acc, cp.positions)) if cp.mac.fold else None
     dot = dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain
     ya = cp.ya
-    # the fold of asymmetric weights, subtracted after the seeded sums, wraps back exactly
-    seeded = cp.dual and seeds_bias(cp.mac, cp.bias)
+    # the fold of asymmetric weights, subtracted after the seeded sums, wraps back exactly; doubled weights
+    # (integer_conv_plan.doubles) seed doubled biases when the requantisation takes 2 (acc + bias) as it is
+    seeded = cp.dual and seeds_bias(cp.sums, cp.bias) and (not cp.doubled or rq.takes_doubled)
+    doubled = seeded and cp.doubled
+
+    def seeds(chans: list[Value]) -> list[Value]:
+        """The (int32) biases of a block's channels, doubled for doubled weights; two as one LDRD (a volatile
+        64-bit load)."""
+        if len(chans) != 2:
+            values = [cp.bias.load(b, chan) for chan in chans]
+        else:
+            both = volatile_load(b, b.bitcast(cp.bias.address(b, chans[0]), I64.as_pointer()), 4)
+            values = [b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)]
+        return [b.add(value, value) for value in values] if doubled else values
 
     def channels(batch: Value, group: Value, first: Value, count: int, local0: Value, width: int,
                  buffer: Value) -> None:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
         if seeded:      # the SMLAD sums start at the biases: no add per output after them
-            acc = dot_dual(b, cp, buffer, w_rows, count, [cp.bias.load(b, chan) for chan in chans])
+            acc = dot_dual(b, cp, buffer, w_rows, count, seeds(chans))
         else:
             acc = dot(b, cp, buffer, w_rows, count)
         sum_xs = [b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
                   for p in range(count)]
         cells = [(c, p) for c in range(width) for p in range(count)]
-        values = finish(b, cp.mac, [(acc[c][p], sum_xs[p], chans[c]) for c, p in cells],
-                        None if seeded else cp.bias, rq)
+        if doubled:
+            values = rq.many(b, [(acc[c][p], chans[c], None) for c, p in cells], doubled=True)
+        else:
+            if cp.doubled:      # 2 Σ, exactly even
+                acc = [[b.ashr(total, ir.Constant(total.type, 1)) for total in row] for row in acc]
+            values = finish(b, cp.mac, [(acc[c][p], sum_xs[p], chans[c]) for c, p in cells],
+                            None if seeded else cp.bias, rq)
         for (c, p), value in zip(cells, values):
             y_row = affine(b, 0, (batch, ya.batch), (chans[c], ya.channel), (first, ya.position))
             cp.y.store(b, value, affine(b, p * ya.position, (y_row, 1)))
