@@ -150,10 +150,16 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
     places = None if cp.order is None else constant_table(b.module, np.asarray(
         [i for _, i in sorted((t, i) for i, t in enumerate(cp.order) if t is not None)], np.int16))
 
+    # a 1x1 convolution of stride 1 reads output position p's input at position p: no coordinates to find
+    pointwise = cp.channels_last and all(axis.kernel == 1 and axis.stride == 1 and axis.pad == 0
+                                         and axis.size == axis.out for axis in axes)
+
     with for_range(b, count, name="p") as p:
         position = b.add(first, p)
         coords = []
         for i, (axis, stride) in enumerate(zip(axes, out_strides)):
+            if pointwise:
+                break
             o = b.udiv(position, const(stride)) if stride != 1 else position
             coords.append(b.urem(o, const(axis.out)) if i else o)
         origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
@@ -186,6 +192,8 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
                 put_word(b.load(at, align=1), affine(b, group, (g, 1)))
 
         def x_base() -> Value:
+            if pointwise:
+                return affine(b, 0, (batch, xa.batch), (group, cp.in_group), (position, xa.channels))
             return affine(b, 0, (batch, xa.batch), (group, cp.in_group), *zip(origins, xa.spatial))
 
         def interior() -> None:
