@@ -41,7 +41,7 @@ from pegasus.exporters.glow.kernels.requant import (
     wide_multiplier,
     widen,
 )
-from pegasus.exporters.glow.llvm.barriers import volatile_load
+from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.loops import const
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
@@ -343,7 +343,9 @@ class Requant:
         # the zero point rides on the rounding's + 1 (halve_rounding): no add of its own
         high = high_word(b, x, multiplier, self.rounding == "tflite")
         if self.rounding == "tflite" and not self.clamps_negatives:
-            return self._clamped(b, divide_away(b, high, shift, self.zero_point))
+            # high + (high >> 31) is one ADD with a shifted operand; seen through, LLVM folds the add into a
+            # second multiply (SMMLAR), an instruction more
+            return self._clamped(b, divide_away(b, opaque(b, high), shift, self.zero_point))
         return self._clamped(b, halve_rounding(b, high, shift, self.zero_point))
 
 
