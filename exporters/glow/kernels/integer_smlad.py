@@ -40,6 +40,8 @@ LDM_REGISTERS = (("r4", "r5", "r6", "r7"), ("r8", "r9", "r10", "r11"))
 #: at 16, 36 and 72: MobileNetV1 9.085 / 8.974 / 8.964 M, 23.8 / 25.7 / 27.6 KB; ResNet-8 10.353 / 10.096 /
 #: 10.037 M, 32.9 / 37.3 / 38.2 KB.
 UNROLL = 72
+#: Most groups per loop iteration of a paired block of one row or one position.
+ODD_UNROLL = 8
 #: Groups from which a reduction over unpaired weights (bytes: dense layers, --compact-weights) stays rolled.
 LONG_REDUCTION = 16
 
@@ -168,8 +170,9 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
         return start
     w_step = 2 * rows if paired(cp.w) else 4
     w_base = b.bitcast(base, I32.as_pointer()) if paired(cp.w) else base
-    # unpaired weights (dense layers, --compact-weights) unroll a short reduction only: code over speed
-    most = UNROLL if paired(cp.w) else groups if groups < LONG_REDUCTION else 1
+    # unpaired weights (dense layers, --compact-weights) unroll a short reduction only, and blocks of one row or
+    # position (an odd last channel or tile: rare) a few groups: code over speed
+    most = (UNROLL if rows * count == 4 else ODD_UNROLL) if paired(cp.w) else groups if groups < LONG_REDUCTION else 1
     unroll = max(d for d in range(1, min(groups, most) + 1) if groups % d == 0)
 
     def run(x_at: Value, w_at: Value, sums: list[list[Value]]) -> tuple[Value, Value, list[list[Value]]]:
