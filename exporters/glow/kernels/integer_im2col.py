@@ -87,17 +87,29 @@ class Taps:
 
 
 @dataclass(frozen=True)
-class Words:
-    """How the SMLAD path copies a channels-last window of 8-bit inputs a word at a time: ``runs`` of whole
-    words contiguous in the input (input offset from the window's origin, words, first group of the row),
-    ``singles`` the runs' last len % 4 taps (input offset, place in the row) — runs are the rows of the window
-    along its last axis (or single taps when it is dilated), in a paired layer's stored order
-    (integer_conv_plan.stored_taps); ``taps`` the per-tap runs (kernel index, input offset, first group) a
-    window crossing the padding copies, with a multiple of four channels."""
+class Run:
+    """A run of a window's taps contiguous in a channels-last input: a row along the window's last axis (or one
+    tap when that axis is dilated or the layer grouped) — its first tap's natural index (k..., ci), input
+    offset from the window's origin, whole words (count, first group of the row's buffer) and last len % 4
+    taps (input offset, place in the row)."""
 
-    runs: list[tuple[int, int, int]]
-    singles: list[tuple[int, int]]
+    tap: int
+    offset: int
+    words: int
+    group: int
+    singles: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Words:
+    """How the SMLAD path copies a channels-last window of 8-bit inputs a word at a time: its ``runs``, in a
+    paired layer's stored order (integer_conv_plan.stored_taps); ``taps`` the per-tap runs (kernel index,
+    input offset, first group) a window crossing the padding copies, with a multiple of four channels;
+    ``places`` where each natural tap is stored."""
+
+    runs: tuple[Run, ...]
     taps: list[tuple[tuple[int, ...], int, int]]
+    places: dict[int, int]
 
     @classmethod
     def of(cls, cp: ConvPlan, offsets: list[int]) -> Words | None:
@@ -110,17 +122,15 @@ class Words:
         channels = cp.in_group
         # a row's taps are contiguous in the input when the last axis is not dilated and the group is the input
         run = kernel[-1] * channels if cp.axes[-1].dilation == 1 and cp.group == 1 else channels
-        runs, singles = [], []
-        for start in range(0, prod(kernel) * channels, run):
-            whole = run // 4 * 4
-            if whole:
-                runs.append((offsets[start], whole // 4, place[start] // 4))
-            singles += [(offsets[t], place[t]) for t in range(start + whole, start + run)]
-        if len(runs) + len(singles) > UNROLLED_TAPS and cp.order is None:
+        whole = run // 4 * 4
+        runs = tuple(Run(start, offsets[start], whole // 4, place[start] // 4 if whole else 0,
+                         tuple((offsets[t], place[t]) for t in range(start + whole, start + run)))
+                     for start in range(0, prod(kernel) * channels, run))
+        if sum(bool(r.words) + len(r.singles) for r in runs) > UNROLLED_TAPS and cp.order is None:
             return None     # the table of tap offsets copies it (``interior``)
         taps = [(ks, offsets[s * channels], place[s * channels] // 4)
                 for s, ks in enumerate(itertools.product(*(range(n) for n in kernel)))] if channels % 4 == 0 else []
-        return cls(runs, singles, taps)
+        return cls(runs, taps, place)
 
 
 def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value, first: Value, count: int,
@@ -146,9 +156,6 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
         smlad = dsp(b.module, "smlad", 3)
         minus_zx = const((-cp.mac.x.zero_point & 0xFFFF) * 0x10001)
         pairs = b.bitcast(buffer, I32.as_pointer())
-    # where a paired layer stores each natural tap (its border copy), when not in the natural order
-    places = None if cp.order is None else constant_table(b.module, np.asarray(
-        [i for _, i in sorted((t, i) for i, t in enumerate(cp.order) if t is not None)], np.int16))
 
     # a 1x1 convolution of stride 1 reads output position p's input at position p: no coordinates to find
     pointwise = cp.channels_last and all(axis.kernel == 1 and axis.stride == 1 and axis.pad == 0
@@ -210,10 +217,62 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
             """The SMLAD path's window: its runs a word at a time (SXTAB16/UXTAB16 centre the pairs (x0, x2),
             (x1, x3) that the buffer holds), the runs' last taps one by one."""
             base = x_base()
-            for offset, count, group in words.runs:
-                copy_words(cp.x.address(b, affine(b, offset, (base, 1))), count, group)
-            for offset, place in words.singles:
+            for run in words.runs:
+                copy_run(base, run)
+
+        def copy_run(base: Value, run: Run) -> None:
+            if run.words:
+                copy_words(cp.x.address(b, affine(b, run.offset, (base, 1))), run.words, run.group)
+            for offset, place in run.singles:
                 put(centered(b, cp.x, affine(b, offset, (base, 1)), cp.mac.x), cp.slot(b, p, place))
+
+        def inside_taps() -> list[list[Value]]:
+            """Per axis, per kernel index, whether the tap reads inside the input."""
+            return [[b.icmp_unsigned("<", affine(b, kk * axis.dilation, (origin, 1)), const(axis.size))
+                     for kk in range(axis.kernel)] for axis, origin in zip(axes, origins)]
+
+        def border_rows() -> None:
+            """A window crossing the padding, fewer than four channels (reordered taps): each row of the window
+            inside the input copied as in ``word_runs``, each other tap by tap (zero where it reads the padding)."""
+            base = x_base()
+            inside = inside_taps()
+            last = axes[-1].kernel
+            whole_row = inside[-1][0]
+            for ok in inside[-1][1:]:
+                whole_row = b.and_(whole_row, ok)
+            for run in words.runs:
+                ks = run.tap // cp.in_group // last
+                row_ok = None
+                for axis_inside, axis in zip(inside[-2::-1], axes[-2::-1]):
+                    ks, kk = divmod(ks, axis.kernel)
+                    row_ok = axis_inside[kk] if row_ok is None else b.and_(row_ok, axis_inside[kk])
+                full = whole_row if row_ok is None else b.and_(row_ok, whole_row)
+                with b.if_else(full) as (then, otherwise):
+                    with then:
+                        copy_run(base, run)
+                    with otherwise:
+                        if row_ok is None:
+                            partial_row(base, run, inside[-1])
+                            continue
+                        with b.if_else(row_ok) as (partial, outside):
+                            with partial:
+                                partial_row(base, run, inside[-1])
+                            with outside:       # the row reads the padding only: zeros
+                                for j in range(last * cp.in_group):
+                                    put(const(0), cp.slot(b, p, words.places[run.tap + j]))
+
+        def partial_row(base: Value, run: Run, inside: list[Value]) -> None:
+            """A row of the window inside the input along its other axes, partly in the padding along the last
+            (``inside``: per last-axis kernel index), tap by tap."""
+            for j in range(axes[-1].kernel * cp.in_group):
+                ok = inside[j // cp.in_group]
+                flat = b.select(ok, affine(b, taps.offsets[run.tap + j], (base, 1)), x_base_safe())
+                value = b.select(ok, centered(b, cp.x, flat, cp.mac.x), const(0))
+                put(value, cp.slot(b, p, words.places[run.tap + j]))
+
+        def x_base_safe() -> Value:
+            """The first input of the image and group: a place any tap may read, its value discarded."""
+            return affine(b, 0, (batch, xa.batch), (group, cp.in_group))
 
         def runs() -> None:
             """Channels last: each tap's C/group channels are one contiguous run of X and of the row (the
@@ -230,8 +289,7 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
             zeros = constant_table(b.module, np.full(cp.in_group, cp.mac.x.zero_point, cp.x.type.dtype.numpy))
             padding = b.bitcast(zeros, cp.x.ptr.type)
             base = x_base()
-            inside = [[b.icmp_unsigned("<", affine(b, kk * axis.dilation, (origin, 1)), const(axis.size))
-                       for kk in range(axis.kernel)] for axis, origin in zip(axes, origins)]
+            inside = inside_taps()
             for ks, offset, group in words.taps:
                 ok = inside[0][ks[0]]
                 for axis_inside, kk in zip(inside[1:], ks[1:]):
@@ -245,10 +303,7 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
                 with loop_nest(b, kernel, names="abcdefgh") as ks:
                     flat, inside = tap_at(b, axes, origins, ks, xa.spatial, x_chan)
                     value = b.select(inside, centered(b, cp.x, flat, cp.mac.x), const(0))
-                    index = tap_index(b, cp, ci, ks)
-                    if places is not None:
-                        index = widen(b, load_channel(b, places, index), I32, True)
-                    put(value, cp.slot(b, p, index))
+                    put(value, cp.slot(b, p, tap_index(b, cp, ci, ks)))
 
         whole = word_runs if words else runs if spatial else interior
         checked = [(o, limit) for o, limit, axis in zip(coords, limits, axes) if limit != (0, axis.out)]
@@ -260,7 +315,7 @@ def im2col(b: ir.IRBuilder, cp: ConvPlan, taps: Taps, batch: Value, group: Value
                 with then:
                     whole()
                 with otherwise:
-                    (border_words if words and words.taps else border)()
+                    (border_words if words and words.taps else border_rows if words else border)()
         if sums is not None:
             b.store(b.load(running), b.gep(sums, [const(0), p], inbounds=True))
 
