@@ -7,7 +7,10 @@ Activations are channels first (N, C, D1..Dn) or, with ``channels_last``, (N, D1
 channels-last layer are re-laid at export (``pack_weights``, applied by exporters/glow/lower.py, so
 NAME.weights.bin holds what the kernel reads): a depthwise layer's as (k..., 1, M), one vector of channels
 per tap, every other layer's as (M, k..., C/group), so that the taps of a weight row follow the input
-(each tap's C/group channels contiguous, as in the channels-last input).
+(each tap's C/group channels contiguous, as in the channels-last input). On Cortex-M with the DSP extension
+8-bit weights are stored as centred 16-bit pairs (``spreads_pairs``): an im2col layer's rows interleaved two
+by two, doubled under TFLite rounding (``doubles``), its taps reordered when its channels are not a multiple
+of four (``stored_taps``), so that the im2col copy moves whole words of four inputs.
 """
 
 from __future__ import annotations

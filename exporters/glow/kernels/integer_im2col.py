@@ -17,12 +17,16 @@ of the window along its last axis is one contiguous run of the input: 8-bit inpu
 at a time, SXTAB16/UXTAB16 centring the two pairs, one STRD storing them (``Words``). A paired layer of fewer
 than four (or not a multiple of four) input channels — a first layer: RGB, a spectrogram — stores its taps
 reordered (integer_conv_plan.stored_taps), each row's whole words first, the rows' last taps after them, so
-that it is copied the same way; a window crossing the padding takes each tap's words from the input or from
-a constant run of zero points (with a multiple of four channels), else tests each tap. A 1x1 convolution
+that it is copied the same way. A window crossing the padding takes each tap's words from the input or from
+a constant run of zero points (a multiple of four channels), or copies its rows inside the input as words,
+stores zeros for rows in the padding and goes tap by tap through the rows the padding cuts (reordered taps);
+other layers test each tap. A 1x1 convolution
 takes the same route: reading each pixel's channels straight from the input instead would unpack every input
-word once per pair of output channels rather than once. Cortex-M7, int8 (instructions per MAC): ResNet-8's
-3x3 layers 0.88 / 0.82 / 0.73 at 16 / 32 / 64 channels (with their residual add), MobileNetV1's 1x1 layers
-0.71 to 0.81 from 64 channels on, the first layers 1.43 (VWW, 3 channels), 1.27 (ResNet-8), 0.95 (DS-CNN's
+word once per pair of output channels rather than once. Cortex-M7, int8, MACs per instruction (from 0.43 to
+1.21 before the LDM groups, the word copies of first layers and the doubled weights): MobileNetV1's 1x1 layers
+0.52 (8 -> 16 channels: the requantisation of 8-MAC outputs dominates), 0.79, 1.04, then 1.25 to 1.46 from 64
+channels on; ResNet-8's 3x3 layers with their residual add 1.20 / 1.28 / 1.43 at 16 / 32 / 64 channels;
+DS-CNN's 1x1 64 -> 64 1.26; the first layers 0.76 (MobileNetV1, 3 channels), 0.85 (ResNet-8), 1.06 (DS-CNN's
 10x4 window of 1 channel).
 
 On x86-64 the dot products use PMADDWD (integer_madd.py; VPDPWSSD with AVX-512 VNNI) whenever the
