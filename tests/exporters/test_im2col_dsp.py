@@ -3,7 +3,9 @@ four input channels, whose taps a paired layer stores reordered (integer_conv_pl
 window along its last axis as whole words, the rows' last taps after them, zeros to whole groups), windows
 crossing the padding on every side, strides, odd channel and position counts (2 x 1 and 1 x 2 blocks), long
 reductions (the looped LDM groups), and weights stored doubled (TFLite rounding: the sums are 2 Σ, requantised
-as such, or halved back where a bias near 2**30 could overflow them; half_up rounding stores them as they are).
+as such from the blocks' table of doubled biases and parameters that replaces the biases — with the rounding's
+constant folded under a fused ReLU — or halved back where a bias near 2**30 could overflow them; half_up
+rounding stores them as they are).
 Every bundle against the reference interpreter bit for bit on Cortex-M0 (no DSP: bytes), M4, M7, M33 and M55,
 and the stored order against the taps written out here."""
 

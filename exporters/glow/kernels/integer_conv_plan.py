@@ -22,7 +22,16 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.conv import Axis, axes_of
-from pegasus.exporters.glow.kernels.integer_dot import SCRATCH_BYTES, Mac, Operand, madd_fits, operand
+from pegasus.exporters.glow.kernels.integer_dot import (
+    NARROW_BASE,
+    SCRATCH_BYTES,
+    Mac,
+    Operand,
+    fold_constant,
+    madd_fits,
+    narrow_form,
+    operand,
+)
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, strides_of
@@ -32,6 +41,7 @@ from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv
+from pegasus.ops.integer import clamp_bounds
 from pegasus.ops.layout import first_shape
 from pegasus.ops.spatial import prod
 
@@ -162,12 +172,58 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
     places = [i for i, t in enumerate(order) if t is not None]
     rows[:, places] = flat[:, [t for t in order if t is not None]]
     words = interleave_rows(spread_pairs(rows))
+    table = block_table(node, graph, len(order))
+    biases = {} if table is None else {2: table}
     if w.shape[1] % 4 == 0:
-        return {1: words.reshape(relaid.shape[:-1] + (w.shape[1] // 2,))}
+        return {1: words.reshape(relaid.shape[:-1] + (w.shape[1] // 2,)), **biases}
     row = relaid[0].size
     filled = np.zeros(-(-words.size // row) * row, np.int32)
     filled[:words.size] = words.reshape(-1)
-    return {1: filled.reshape((-1,) + relaid.shape[1:])}
+    return {1: filled.reshape((-1,) + relaid.shape[1:]), **biases}
+
+
+def block_table(node: Node, graph: Graph, depth: int) -> np.ndarray | None:
+    """What a paired im2col layer under TFLite rounding reads per pair of output channels, in place of its
+    biases (input 2): (2 b0, 2 b1, M0, t0, M1, t1) — the doubled biases its doubled sums start at and the
+    narrow requantisation's (multiplier, shift) pairs (integer_dot.Requant, t = S - 32) — and, where every
+    channel's rounding constant folds (integer_dot.fold_constant), (t + 1) for t and (K0, K1) after them: the
+    block loads them through one pointer, four LDRDs; its length, 6 or 8 words a pair (an odd last channel
+    padded with zeros), tells the layout. None where the doubled sums could overflow (the biases and
+    parameters then stay where they were)."""
+    attrs = node.attrs
+    if len(node.inputs) < 3 or not node.inputs[2] or not doubles(attrs):
+        return None
+    bias = graph.tensors[node.inputs[2]]
+    if not bias.is_constant or graph.type_of(node.inputs[2]).dtype is not DType.INT32:
+        return None
+    biases = graph.value_of(node.inputs[2]).astype(np.int64)
+    channels = len(biases)
+    multipliers = [int(m) for m in attrs.multiplier] * (channels if len(attrs.multiplier) == 1 else 1)
+    shifts = [int(v) for v in attrs.shift] * (channels if len(attrs.shift) == 1 else 1)
+    pairs = narrow_form(attrs.rounding, attrs.out_zero_point, multipliers, shifts)
+    x = graph.type_of(node.inputs[0])
+    bound = depth * Operand(x.dtype, attrs.x_zero_point).magnitude * 255 + int(np.abs(biases).max(initial=0))
+    if pairs is None or bound >= 1 << 30:     # Requant.takes_doubled
+        return None
+    folds = [fold_constant(attrs.rounding, attrs.out_zero_point, clamp_bounds(attrs)[0], bound, m, s) for m, s in pairs]
+    folded = all(k is not None for k in folds)
+    rows = [(2 * b, m, s - NARROW_BASE["tflite"] + folded, k if folded else 0)
+            for b, (m, s), k in zip(biases, pairs, folds)]
+    rows += [(0, 0, 0, 0)] * (channels % 2)
+    table = []
+    for first, second in zip(rows[::2], rows[1::2]):
+        table += [first[0], second[0], first[1], first[2], second[1], second[2]]
+        table += [first[3], second[3]] if folded else []
+    return np.asarray(table, np.int64).astype(np.int32)
+
+
+def block_layout(cp: ConvPlan) -> int | None:
+    """Words a pair of output channels takes in the ``block_table`` that replaced the layer's biases (6 or 8),
+    None when the biases are the layer's own."""
+    if cp.bias is None or not paired(cp.w) or cp.depthwise:
+        return None
+    pairs = -(-cp.ya.channels // 2)
+    return next((words for words in (6, 8) if cp.bias.shape[0] == words * pairs), None)
 
 
 def interleave_rows(spread: np.ndarray) -> np.ndarray:

@@ -166,6 +166,14 @@ def narrow_pairs(rounding: str, multipliers: list[int], shifts: list[int]) -> li
     return pairs if all(0 <= m < (1 << 31) and s <= 64 for m, s in pairs) else None
 
 
+def narrow_form(rounding: str, zero_point: int, multipliers: list[int],
+                shifts: list[int]) -> list[tuple[int, int]] | None:
+    """``Requant``'s narrow (M, S) pairs (``narrow_pairs``) when the output zero point lets it add in 32 bits."""
+    if (1 << 30) + 1 + 2 * abs(zero_point) >= (1 << 31):
+        return None
+    return narrow_pairs(rounding, multipliers, shifts)
+
+
 class Requant:
     """The op's requantisation of an accumulator plus bias, per tensor or per output channel.
 
@@ -207,8 +215,7 @@ class Requant:
         self.high_word = False
         self.pairs: ir.Value | None = None    # per-channel (multiplier, shift) words of the narrow form
         self.saturate = any(m == INT32_MIN for m in multipliers)
-        self.narrow = (1 << 30) + 1 + 2 * abs(self.zero_point) < (1 << 31) and narrow_pairs(
-            self.rounding, multipliers, shifts)
+        self.narrow = narrow_form(self.rounding, self.zero_point, multipliers, shifts)
         if not self.narrow:
             if len(multipliers) > 1:
                 fits = all(-(1 << 31) <= m < (1 << 31) for m in multipliers)
@@ -243,16 +250,21 @@ class Requant:
         return bool(self.narrow) and self.rounding == "tflite" and not self._checks(True)
 
     def many(self, b: ir.IRBuilder, items: list[tuple[Value, Value, Value | None]],
-             doubled: bool = False) -> list[Value]:
+             doubled: bool = False, parameters: list[tuple[Value, Value, Value | None]] | None = None) -> list[Value]:
         """The outputs of several (acc, channel, bias): in the narrow form with one overflow branch for all
         of them, so the sums are all formed before it (none is kept across blocks). ``doubled``: each acc is
-        already 2 (acc + bias), bias None (``takes_doubled``; a kernel whose weights are doubled forms it)."""
+        already 2 (acc + bias), bias None (``takes_doubled``; a kernel whose weights are doubled forms it);
+        then ``parameters`` may give each item's (multiplier, shift, K) as the kernel loaded them from a table
+        of its own (``fold_constant``: shift t + 1 and K, or shift t and None)."""
         assert not doubled or (self.takes_doubled and all(bias is None for *_, bias in items))
-        parameters: dict[int, tuple] = {}     # per channel value, loaded once for its positions
+        if parameters is not None:
+            assert doubled
+            return [self._scaled(b, acc, *loaded) for (acc, _, _), loaded in zip(items, parameters)]
+        per_channel: dict[int, tuple] = {}    # per channel value, loaded once for its positions
         for _, channel, _ in items:
-            if id(channel) not in parameters:
-                parameters[id(channel)] = self._parameters(b, channel)
-        loaded = [(acc, *parameters[id(channel)], bias) for acc, channel, bias in items]
+            if id(channel) not in per_channel:
+                per_channel[id(channel)] = self._parameters(b, channel)
+        loaded = [(acc, *per_channel[id(channel)], bias) for acc, channel, bias in items]
         if not self.narrow or not all(acc.type.width == 32 and (bias is None or bias.type.width == 32)
                                       for acc, _, _, bias in loaded):
             return [self._one(b, *item) for item in loaded]
@@ -338,15 +350,34 @@ class Requant:
             x = add_checked(b, x, x, wide) if self.bound >= 1 << 30 else b.add(x, x)
         return self._scaled(b, x, multiplier, shift)
 
-    def _scaled(self, b: ir.IRBuilder, x: Value, multiplier: Value | int, shift: Value | int) -> Value:
-        """The narrow form from its 32-bit sum (doubled for ``tflite``) on."""
-        # the zero point rides on the rounding's + 1 (halve_rounding): no add of its own
+    def _scaled(self, b: ir.IRBuilder, x: Value, multiplier: Value | int, shift: Value | int,
+                k: Value | None = None) -> Value:
+        """The narrow form from its 32-bit sum (doubled for ``tflite``) on; with K (``fold_constant``), shift is
+        t + 1."""
         high = high_word(b, x, multiplier, self.rounding == "tflite")
+        if k is not None:   # (high + K) >> (t + 1): SMMLAR and ASR
+            return self._clamped(b, b.ashr(b.add(high, k), shift))
+        # the zero point rides on the rounding's + 1 (halve_rounding): no add of its own
         if self.rounding == "tflite" and not self.clamps_negatives:
             # high + (high >> 31) is one ADD with a shifted operand; seen through, LLVM folds the add into a
             # second multiply (SMMLAR), an instruction more
             return self._clamped(b, divide_away(b, opaque(b, high), shift, self.zero_point))
         return self._clamped(b, halve_rounding(b, high, shift, self.zero_point))
+
+
+def fold_constant(rounding: str, zero_point: int, lo: int, bound: int, multiplier: int, shift: int) -> int | None:
+    """K = (1 + 2 zp) << t for a channel of ``Requant``'s narrow form (t = S - NARROW_BASE), when
+    ((high >> t) + 1 + 2 zp) >> 1 (``halve_rounding``) may be taken as (high + K) >> (t + 1) — the same value,
+    K a multiple of 2**t; an add the high word's multiply takes (SMMLAR), a SUB saved per output: not for
+    TFLite's rounding of negative values (``divide_away``, no fused ReLU: ``lo`` < zero point), and only where
+    |high| + |K| < 2**31 (|high| <= 2 |x| M / 2**32 + 1 for TFLite's doubled x, |x| M / 2**32 + 1 for half_up,
+    |x| <= ``bound``). None otherwise."""
+    if rounding == "tflite" and lo < zero_point:
+        return None
+    t = shift - NARROW_BASE[rounding]
+    k = (1 + 2 * zero_point) << t
+    doubled = 2 if rounding == "tflite" else 1
+    return k if bound * doubled * multiplier // (1 << 32) + 2 + abs(k) < (1 << 31) else None
 
 
 def add_checked(b: ir.IRBuilder, x: Value, y: Value, overflow: ir.Block) -> Value:

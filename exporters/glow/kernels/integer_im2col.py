@@ -45,6 +45,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import (
     ConvPlan,
+    block_layout,
     tap_at,
     tap_index,
     tap_offsets,
@@ -65,7 +66,7 @@ from pegasus.exporters.glow.kernels.integer_smlad import dot_dual
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles
 from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
-from pegasus.exporters.glow.kernels.requant import I32, I64, widen
+from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
 from pegasus.exporters.glow.kernels.shape_ops import constant_table
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
@@ -374,7 +375,11 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     then dot products with blocks of output channels, each output finished and requantised."""
     b = k.builder
     taps = Taps.of(k.module, cp)
-    rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.sums, cp.bias))
+    # a paired layer's biases may have been replaced by its blocks' table (integer_conv_plan.block_table), which
+    # holds the requantisation's parameters too: no tables of Requant's own then
+    layout = block_layout(cp)
+    rq = (Requant(k.table, k.attrs, cp.y, acc_bound(cp.sums, cp.bias)) if layout is None
+          else Requant(lambda values, ty: None, k.attrs, cp.y, acc_bound(cp.sums, None)))
     positions = prod([axis.out for axis in cp.axes])
     words = cp.buffer_bytes // 4
     buffer = b.bitcast(k.scratch(ir.ArrayType(I32, words), cp.buffer_bytes), cp.element.as_pointer())
@@ -383,8 +388,52 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     ya = cp.ya
     # the fold of asymmetric weights, subtracted after the seeded sums, wraps back exactly; doubled weights
     # (integer_conv_plan.doubles) seed doubled biases when the requantisation takes 2 (acc + bias) as it is
-    seeded = cp.dual and seeds_bias(cp.sums, cp.bias) and (not cp.doubled or rq.takes_doubled)
+    seeded = layout is not None or (cp.dual and seeds_bias(cp.sums, cp.bias) and (not cp.doubled or rq.takes_doubled))
     doubled = seeded and cp.doubled
+
+    def table_words(at: Value, offset: int) -> list[Value]:
+        """Two int32 words of the bias tensor at ``at`` + ``offset`` as one LDRD (a volatile 64-bit load)."""
+        both = volatile_load(b, b.bitcast(b.gep(at, [const(offset)], inbounds=True), I64.as_pointer()), 4)
+        return [b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)]
+
+    def block(at: Value, w_at: Value, y_at: Value, width: int, count: int, buffer: Value) -> None:
+        """A block of ``width`` channels from the ``block_table`` (at ``at``: its doubled biases, then (M, t) or
+        (M, t + 1) of each channel, and the channels' K), the weights at ``w_at``, the outputs at ``y_at``."""
+        acc = dot_dual(b, cp, buffer, [None] * width, count, table_words(at, 0)[:width], base=w_at)
+        m0, s0, m1, s1 = table_words(at, 2) + table_words(at, 4)
+        ks = table_words(at, 6) if layout == 8 else [None, None]
+        parameters = [(m0, s0, ks[0]), (m1, s1, ks[1])]
+        cells = [(c, p) for c in range(width) for p in range(count)]
+        values = rq.many(b, [(acc[c][p], None, None) for c, p in cells], doubled=True,
+                         parameters=[parameters[c] for c, _ in cells])
+        for (c, p), value in zip(cells, values):
+            b.store(value, b.gep(y_at, [const(p * ya.position + c)], inbounds=True))
+
+    def blocks(batch: Value, first: Value, count: int, buffer: Value) -> None:
+        """The blocks of a tile of a layer with a ``block_table``: a loop over pairs of channels walking three
+        pointers (table, weights, outputs), laundered so that LLVM keeps them as they are rather than indices
+        (each an add per block, no base kept), then an odd last channel."""
+        pairs = cp.out_group // 2
+        starts = [b.bitcast(cp.bias.ptr, I32.as_pointer()), b.bitcast(cp.w.ptr, I16.as_pointer()),
+                  cp.y.address(b, affine(b, 0, (batch, ya.batch), (first, ya.position)))]
+        steps = [layout, 2 * cp.mac.depth, 2]
+        ends = starts
+        if pairs:
+            entry = b.block
+            body, after = b.append_basic_block("blocks.body"), b.append_basic_block("blocks.end")
+            end = b.gep(starts[0], [const(pairs * layout)], inbounds=True)
+            b.branch(body)
+            b.position_at_end(body)
+            phis = [b.phi(start.type) for start in starts]
+            block(*phis, 2, count, buffer)
+            ends = [opaque(b, b.gep(phi, [const(step)], inbounds=True)) for phi, step in zip(phis, steps)]
+            for phi, start, following in zip(phis, starts, ends):
+                phi.add_incoming(start, entry)
+                phi.add_incoming(following, b.block)
+            b.cbranch(b.icmp_unsigned("!=", ends[0], end), body, after)
+            b.position_at_end(after)
+        if cp.out_group % 2:
+            block(*ends, 1, count, buffer)
 
     def seeds(chans: list[Value]) -> list[Value]:
         """The (int32) biases of a block's channels, doubled for doubled weights; two as one LDRD (a volatile
@@ -423,6 +472,9 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         # the blocks read the rows through a laundered pointer: LLVM then stops carrying copied values across
         # the loop of channel blocks (DS-CNN on Cortex-M7: 0.7 % fewer instructions)
         rows = opaque(b, buffer) if cp.dual else buffer
+        if layout is not None:      # one group
+            blocks(batch, first, count, rows)
+            return
         for_tiles(b, 0, cp.out_group, cp.block,
                   lambda local0, width: channels(batch, group, first, count, local0, width, rows))
 

@@ -69,16 +69,18 @@ def pinned(b: ir.IRBuilder, values: list[Value], registers: tuple[str, ...]) -> 
 
 
 def dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int,
-             seeds: list[Value] | None = None) -> list[list[Value]]:
+             seeds: list[Value] | None = None, base: Value | None = None) -> list[list[Value]]:
     """acc[c][p] = Σ_k buffer[p][k] * W[row c][k] for ``count`` positions and the channels ``w_rows`` (the
     first value of each row; consecutive channels: byte or int16 rows follow each other, ``depth`` values
     apart; rows of 16-bit pairs come as one interleaved pair or a lone row) with SMLAD (SMLALD into i64)
     over groups of four taps, single MACs for the last depth % 4 of unpaired weights; the sums start at
-    ``seeds`` (per row) when given."""
+    ``seeds`` (per row) when given. ``base``: the first row's address instead (pairs: an i16*)."""
     acc = cp.mac.acc
     rows = len(w_rows)
     words = b.bitcast(buffer, I32.as_pointer())
-    if paired(cp.w):    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
+    if base is not None:
+        pass
+    elif paired(cp.w):    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
         base = b.gep(b.bitcast(cp.w.ptr, I16.as_pointer()), [w_rows[0]], inbounds=True)
     else:
         base = cp.w.address(b, w_rows[0])
