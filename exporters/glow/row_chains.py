@@ -182,7 +182,6 @@ def _join(graph: Graph, layer: Layer) -> bool:
 def chain_rows(graph: Graph, layers: list[Layer]) -> list[Layer]:
     """``layers`` with each residual block that can run row by row as one ``RowChain``, placed at its join."""
     readers = Counter(n for layer in layers for n in layer.present_inputs())
-    made = {id(layer): layer for layer in layers}
     producer = {out: layer for layer in layers for out in layer.outputs if out}
     outputs = set(graph.outputs)
     chains = {}
@@ -215,7 +214,7 @@ def chain_rows(graph: Graph, layers: list[Layer]) -> list[Layer]:
     for layer in layers:
         chain = chains.get(id(layer))
         if chain is None:
-            result.append(made[id(layer)])
+            result.append(layer)
         elif layer.nodes[0] is chain.nodes[-1]:
             result.append(chain)
     return result

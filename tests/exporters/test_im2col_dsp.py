@@ -14,12 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.integer_conv_plan import stored_taps
-from pegasus.exporters.glow.target import resolve_target
-from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph
+from tests.exporters.test_kernels_elementwise import Case
+from tests.exporters.test_paired_weights import assert_bundle_matches
 
 RNG = np.random.default_rng(17)
 
@@ -72,11 +69,4 @@ def test_stored_taps():
 
 @pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55", "cortex-m0"])
 def test_bundles_on_cortex_m(cpu, tmp_path):
-    graph, feeds = build_graph(CASES)
-    want = interpreter.run(graph, feeds)
-    assert sum(len(np.unique(v)) > 3 for v in want.values()) == len(CASES)    # not all clamped
-    export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
-    spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
-    outputs = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec)
-    for name, value in want.items():
-        np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+    assert_bundle_matches(CASES, cpu, tmp_path)
