@@ -13,6 +13,14 @@
   kernel reads each column's weights contiguously along the reduction (SMLAD pairs on Cortex-M, PMADDWD on
   x86) where the matrix product walks across columns. Two Reshapes (aliases: no copy) keep the tensors'
   names and shapes; the result is bit for bit the QMatMul's (the same sums, bias and requantisation).
+- float rewrites (``float_rewrites``), the same arithmetic up to float rounding (onnxruntime's optimiser does
+  the same): a Mul/Add/Sub by a per-channel constant after a channels-first float Conv folds into its weights
+  and bias, and after a BatchNormalization into its scale and B (channels-last convolutions have this done at
+  import: pegasus/passes/fold_channel_affine.py); so Caffe's Scale layers vanish and the Relu after them
+  joins the convolution (fuse.py). An AveragePool without padding reading a 1x1 stride-1 float Conv (and
+  nothing else reading the conv) runs before it: averaging commutes with a per-position linear map whose
+  bias the window's weights (summing to 1) keep, and the convolution then computes 1/(kh*kw) of the
+  positions (DenseNet's transition layers: 2x2 windows, a quarter of the multiplications).
 """
 
 from __future__ import annotations
@@ -137,10 +145,163 @@ def dense_layers_as_convs(graph: Graph) -> bool:
     return changed
 
 
+FLOATS = (DType.FLOAT32, DType.FLOAT64)
+#: op -> (operand positions that may be the layer's output, how the constant acts)
+AFFINE = {"Mul": ((0, 1), "scale"), "Add": ((0, 1), "shift"), "Sub": ((0,), "negative shift")}
+
+
+def channel_vector(value: np.ndarray | None, channels: int, rank: int) -> np.ndarray | None:
+    """A float constant as a (channels,) float64 vector when it broadcasts along axis 1 of a rank-``rank``
+    tensor only ((C, 1, 1), (1, C, 1, 1) or one value), else None."""
+    if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > rank or rank < 2:
+        return None
+    if value.size == 1:
+        return np.full(channels, value.reshape(()), dtype=np.float64)
+    shape = (1,) * (rank - value.ndim) + value.shape
+    if shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    return value.reshape(channels).astype(np.float64)
+
+
+def _affine_after(graph: Graph, node: Node, readers: dict[str, list[Node]]) -> tuple[Node, str, np.ndarray] | None:
+    """(the affine node, its kind, its per-channel vector) when ``node``'s float output, no graph output, is
+    read by one Mul/Add/Sub by a per-channel constant, which keeps its shape and dtype; else None."""
+    out = node.outputs[0]
+    ttype = graph.type_of(out)
+    found = readers.get(out, [])
+    if len(found) != 1 or out in graph.outputs or ttype.dtype not in FLOATS or found[0].op not in AFFINE:
+        return None
+    affine = found[0]
+    result = graph.type_of(affine.outputs[0])
+    if len(affine.inputs) != 2 or (result.shape, result.dtype) != (ttype.shape, ttype.dtype):
+        return None
+    positions, kind = AFFINE[affine.op]
+    for position in positions:
+        if affine.inputs[position] == out and affine.inputs[1 - position] != out:
+            vector = channel_vector(graph.value_of(affine.inputs[1 - position]), ttype.shape[1], ttype.rank)
+            if vector is not None:
+                return affine, kind, vector
+    return None
+
+
+def _constants(graph: Graph, node: Node, positions: tuple[int, ...]) -> list[np.ndarray] | None:
+    values = [graph.value_of(node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else None for i in positions]
+    return None if any(v is None for v in values) else values
+
+
+def _set_constant(graph: Graph, node: Node, position: int, value: np.ndarray, dtype: np.dtype) -> None:
+    """Point input ``position`` of ``node`` at a new constant (the old one may be shared)."""
+    node.inputs += [""] * (position + 1 - len(node.inputs))
+    node.inputs[position] = graph.add_constant(f"{node.name}_folded_{position}", value.astype(dtype))
+
+
+def _fold_into_conv(graph: Graph, conv: Node, kind: str, v: np.ndarray) -> bool:
+    """Conv weights (M, C/group, k...) and bias as the affine after it makes them."""
+    found = _constants(graph, conv, (1,))
+    if conv.attrs.channels_last or found is None:
+        return False
+    weight = found[0]
+    bias = graph.value_of(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(v.size)
+    if bias is None:
+        return False
+    bias = bias.astype(np.float64)
+    if kind == "scale":
+        _set_constant(graph, conv, 1, weight * v.reshape((-1,) + (1,) * (weight.ndim - 1)), weight.dtype)
+        bias = bias * v
+    else:
+        bias = bias + (v if kind == "shift" else -v)
+    _set_constant(graph, conv, 2, bias, weight.dtype)
+    return True
+
+
+def _fold_into_batchnorm(graph: Graph, norm: Node, kind: str, v: np.ndarray) -> bool:
+    """BatchNormalization's scale and B (per channel: (x - mean) * scale / sqrt(var + eps) + B)."""
+    found = _constants(graph, norm, (1, 2))
+    if norm.attrs.training_mode or found is None or any(p.shape != v.shape for p in found):
+        return False
+    scale, offset = found
+    if kind == "scale":
+        _set_constant(graph, norm, 1, scale * v, scale.dtype)
+        _set_constant(graph, norm, 2, offset * v, offset.dtype)
+    else:
+        _set_constant(graph, norm, 2, offset + (v if kind == "shift" else -v), offset.dtype)
+    return True
+
+
+AFFINE_FOLDS = {"Conv": _fold_into_conv, "BatchNormalization": _fold_into_batchnorm}
+
+
+def fold_channel_affines(graph: Graph) -> bool:
+    """Each per-channel Mul/Add/Sub after a float Conv or BatchNormalization folded into it (module docstring);
+    the layer takes over the affine's output."""
+    readers = graph.consumers()
+    changed = False
+    for node in list(graph.nodes):
+        while node.op in AFFINE_FOLDS and len(node.outputs) == 1 and node.outputs[0]:
+            found = _affine_after(graph, node, readers)
+            if found is None or not AFFINE_FOLDS[node.op](graph, node, *found[1:]):
+                break
+            affine, source = found[0], node.outputs[0]
+            graph.remove_nodes([affine])
+            node.outputs[0] = affine.outputs[0]
+            del graph.tensors[source]
+            readers = graph.consumers()
+            changed = True
+    return changed
+
+
+def _pointwise(conv: Node, graph: Graph) -> bool:
+    """A channels-first float Conv with a 1x1 kernel, stride 1 and no padding."""
+    weight = graph.tensors[conv.inputs[1]]
+    return (conv.op == "Conv" and not conv.attrs.channels_last and graph.type_of(conv.outputs[0]).dtype in FLOATS
+            and all(d == 1 for d in weight.type.shape[2:]) and all(s == 1 for s in conv.attrs.strides)
+            and not any(conv.attrs.pads) and conv.attrs.auto_pad in ("NOTSET", "VALID"))
+
+
+def _plain_average(pool: Node) -> bool:
+    """An AveragePool whose every window lies inside the input (its weights sum to 1)."""
+    attrs = pool.attrs
+    return (pool.op == "AveragePool" and not attrs.channels_last and not any(attrs.pads) and not attrs.ceil_mode
+            and attrs.auto_pad in ("NOTSET", "VALID") and all(d == 1 for d in attrs.dilations)
+            and not any(pool.outputs[1:]))
+
+
+def pool_before_pointwise_conv(graph: Graph) -> bool:
+    """Every plain AveragePool that alone reads a 1x1 Conv computed before it: the pool takes the Conv's place
+    in the order, reading the Conv's input, and the Conv takes the pool's, writing the pool's output."""
+    readers = graph.consumers()
+    changed = False
+    nodes = graph.nodes
+    for position, conv in enumerate(nodes):
+        out = conv.outputs[0] if conv.op == "Conv" and conv.outputs else ""
+        found = readers.get(out, []) if out else []
+        if len(found) != 1 or out in graph.outputs or not _plain_average(found[0]) or not _pointwise(conv, graph):
+            continue
+        pool, x, y = found[0], conv.inputs[0], found[0].outputs[0]
+        pooled = graph.unique_tensor_name(f"{x}_pooled")
+        x_type, y_type = graph.type_of(x), graph.type_of(y)
+        graph.tensors[pooled] = Tensor(pooled, TensorType(x_type.shape[:2] + y_type.shape[2:], x_type.dtype))
+        del graph.tensors[out]
+        pool.inputs, pool.outputs = [x], [pooled]
+        conv.inputs, conv.outputs = [pooled, *conv.inputs[1:]], [y]
+        later = next(i for i in range(position + 1, len(nodes)) if nodes[i] is pool)
+        nodes[position], nodes[later] = pool, conv
+        changed = True
+    return changed
+
+
+def float_rewrites(graph: Graph) -> bool:
+    """The float rewrites of the module docstring, in place."""
+    folded = fold_channel_affines(graph)
+    moved = pool_before_pointwise_conv(graph)
+    return folded or moved
+
+
 def lower_for_export(graph: Graph, target=None) -> Graph:
     """The graph code is generated from; ``target`` (exporters.glow.target.Target) lets packers lay weights
     out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension)."""
     lowered = copy.deepcopy(graph)
+    float_rewrites(lowered)
     dense_layers_as_convs(lowered)
     channels_last_layers(lowered, target)
     materialize_outputs(lowered)
