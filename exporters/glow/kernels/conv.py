@@ -458,7 +458,12 @@ def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
     if conv_workspace(k):
         emit_correlation(k, num, row_taps_correlation(k, epilogue, win))
         return
-    emit_correlation(k, num, conv_correlation(k, epilogue))
+    cr = conv_correlation(k, epilogue)
+    simd = simd_of(k.target)
+    if conv_plane.fits(cr, simd, num, k.target):
+        conv_plane.emit_plane(k, num, cr, simd)
+        return
+    emit_correlation(k, num, cr)
 
 
 def weights_known(node: Node, graph: Graph) -> bool:
@@ -529,6 +534,6 @@ def conv_transpose(k: KernelContext) -> None:
         emit_correlation(k, num, cr)
 
 
-# the channels-last kernels build on this file (imported last: they import it; this also registers
-# their weight layouts)
-from pegasus.exporters.glow.kernels import conv_channels_last  # noqa: E402
+# the channels-last and flattened-plane kernels build on this file (imported last: they import it; this
+# also registers the channels-last weight layouts)
+from pegasus.exporters.glow.kernels import conv_channels_last, conv_plane  # noqa: E402

@@ -1,0 +1,182 @@
+"""Float 2-D convolutions of stride 1 whose output rows are as long as their input rows ("same" padding
+along the row: ResNet's, VGG's, Inception's and SqueezeNet's 3x3 layers), computed over the flattened
+plane rather than row by row, on x86-64 with AVX or AVX-512.
+
+conv.py's row tiles cover each output row with whole vectors, so a row of 56, 28 or 14 positions under
+16-lane vectors computes 64, 32 or 16 (12-14 % of the FMAs wasted; 27 of SqueezeNet's 32). Here output
+position q = r*W + c of the plane reads input q + (kh*dh - ph)*W + (kw*dw - pw) for tap (kh, kw): one
+offset per tap for the whole plane, so a register tile is any run of consecutive positions, crossing row
+ends. The lanes whose tap falls off the row (column c + kw*dw - pw outside [0, W)) or off the plane (row
+r + kh*dh - ph outside [0, H)) read zero: masked loads (AVX-512 zeroing masks, AVX VMASKMOVPS), with masks
+computed once per tile from the lanes' (r, c) and kept across the input-channel loop. Tiles whose rows
+all have every kh tap inside need only the column masks (a 3x3 kernel: two per vector); the few tiles at
+the top and bottom of the plane also test rows. The plane's tail tile overlaps its neighbour (conv.py's
+``cover``). Each tile is as conv.py's: a block of output channels x the tile's positions in registers,
+bias first, one broadcast weight per channel times one input vector per tap, the fused epilogue before
+the store, and runs of channel blocks sharing each tile's inputs (``WEIGHT_BUDGET``).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.conv import WEIGHT_BUDGET, block_channels
+from pegasus.exporters.glow.kernels.linear import (
+    Accumulators,
+    Numeric,
+    Simd,
+    Value,
+    affine,
+    for_tiles,
+    masked_intrinsic,
+    power_of_two_below,
+    vconst,
+)
+from pegasus.exporters.glow.kernels.registry import I32, KernelContext
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+
+#: taps unrolled in the input-channel loop at most (7x7); larger kernels stay row by row
+MOST_TAPS = 49
+
+
+def fits(cr, simd: Simd, num: Numeric, target) -> bool:
+    """Whether Correlation ``cr`` (conv.py) runs over the flattened plane: x86-64 with AVX vectors
+    (runtime lane masks are one instruction there), 2-D, stride 1, rows as long as the input's and not a
+    whole number of tiles (those waste no lanes row by row, and 3x3 64@224 ran at 186 GF/s here, 235 row by
+    row), a plain Conv's output placement, and at most ``MOST_TAPS`` taps."""
+    if target.arch != "x86_64" or simd.width < 32 or len(cr.axes) != 2:
+        return False
+    height, width = cr.axes
+    if width.out % tile_lanes(simd, num, height.out * width.out) == 0:
+        return False
+    return (all(a.stride == 1 for a in cr.axes) and width.size == width.out and not cr.y_steps and
+            cr.y_offset == 0 and cr.w_offset == 0 and height.kernel * width.kernel <= MOST_TAPS and
+            cr.x.strides[2:] == (width.size, 1) and cr.y.strides[2:] == (width.out, 1))
+
+
+def tile_lanes(simd: Simd, num: Numeric, total: int) -> int:
+    """Positions of a register tile: two vectors (or the power of two below a smaller plane)."""
+    return min(2 * simd.lanes(num.compute), power_of_two_below(total))
+
+
+def _offsets(cr) -> list[tuple[int, int, int]]:
+    """(kh, kw, flat input offset) of every tap."""
+    height, width = cr.axes
+    return [(kh, kw, (kh * height.dilation - height.pad) * width.size + kw * width.dilation - width.pad)
+            for kh in range(height.kernel) for kw in range(width.kernel)]
+
+
+def _masks(num: Numeric, cr, first: Value, lanes: int, rows: bool) -> dict[tuple[int, int], Value | None]:
+    """Per tap, the <lanes x i1> mask of the tile's lanes whose input lies inside (None: all of them,
+    statically). Column masks always; row masks only when ``rows``."""
+    b = num.b
+    height, width = cr.axes
+    vector = ir.VectorType(I32, lanes)
+    start = b.insert_element(ir.Constant(vector, None), first, const(0))
+    position = b.add(b.shuffle_vector(start, start, vconst([0] * lanes)), vconst(list(range(lanes))))
+    row, column = b.udiv(position, vconst([width.size] * lanes)), b.urem(position, vconst([width.size] * lanes))
+
+    def inside(index: Value, shift: int, size: int) -> Value:
+        return b.icmp_unsigned("<", b.add(index, vconst([shift] * lanes)), vconst([size] * lanes))
+
+    columns = {kw: None if kw * width.dilation == width.pad else
+               inside(column, kw * width.dilation - width.pad, width.size) for kw in range(width.kernel)}
+    masks = {}
+    for kh in range(height.kernel):
+        row_mask = inside(row, kh * height.dilation - height.pad, height.size) if rows else None
+        for kw in range(width.kernel):
+            parts = [m for m in (row_mask, columns[kw]) if m is not None]
+            masks[kh, kw] = None if not parts else parts[0] if len(parts) == 1 else b.and_(*parts)
+    return masks
+
+
+def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside: bool) -> Value:
+    """``lanes`` consecutive elements of ``ref`` from ``flat``, the lanes off ``mask`` zero. ``inside``: every
+    lane lies in the tensor, so a plain load and a select (a masked load that misses L1 costs Zen 4/5 far
+    more: 3x3 128@224 ran at 131 GF/s); else a masked load, whose lanes off the mask are not read."""
+    if mask is None:
+        return num.load(ref, flat, lanes)
+    b = num.b
+    if inside:
+        return b.select(mask, num.load(ref, flat, lanes), num.constant(0, lanes))
+    vector = ir.VectorType(num.storage, lanes)
+    pointer = b.bitcast(b.gep(ref.ptr, [flat]), vector.as_pointer())     # not inbounds: may start outside
+    value = b.call(masked_intrinsic(b.module, "load", vector),
+                   [pointer, const(num.dtype.itemsize), mask, ir.Constant(vector, None)])
+    return num._widen(value)
+
+
+def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels: int, first: Value, lanes: int,
+          masks: dict, inside: bool) -> None:
+    """Y[batch, channels local0:+channels of the group, positions first:+lanes of the plane]."""
+    b = num.b
+    plane = cr.x.strides[1]
+    channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
+    acc = Accumulators(num, channels, lanes)
+    for j in range(channels):
+        acc.set(j, num.load(cr.bias, affine(b, j, (channel0, 1)), lanes, 0) if cr.bias is not None
+                else num.constant(0, lanes))
+    with for_range(b, cr.in_group, name="ci", unroll=False) as ci:
+        x_flat = affine(b, 0, (batch, cr.x.strides[0]), (group, cr.in_group * plane), (ci, plane), (first, 1))
+        w_flat = affine(b, 0, (group, cr.w_group), (local0, cr.w_channel), (ci, cr.w_input))
+        for kh, kw, offset in _offsets(cr):
+            inputs = _load(num, cr.x, affine(b, offset, (x_flat, 1)), lanes, masks[kh, kw], inside)
+            w_tap = affine(b, kh * cr.w_taps[0] + kw * cr.w_taps[1], (w_flat, 1))
+            for j in range(channels):
+                acc.mul_add(j, num.load(cr.w, affine(b, j * cr.w_channel, (w_tap, 1)), lanes, 0), inputs)
+    y_flat = affine(b, 0, (batch, cr.y.strides[0]), (channel0, cr.y.strides[1]), (first, 1))
+    for j in range(channels):
+        num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), cr.epilogue(num, acc.get(j)))
+
+
+def _runs(cr, total: int, lanes: int) -> list[tuple[int, int, bool]]:
+    """(first tile, tiles, inside) covering the plane's ``total`` positions in tiles of ``lanes``: whole
+    tiles, then one static tail tile ending at the plane's end (-1 as its index). ``inside``: every tap of
+    every lane reads within the input plane, so only the columns need masks (a lane whose column is
+    inside then reads a row inside too)."""
+    height, width = cr.axes
+    offsets = [offset for _, _, offset in _offsets(cr)]
+    size = height.size * width.size
+
+    def inside(first: int) -> bool:
+        return first + min(offsets) >= 0 and first + lanes - 1 + max(offsets) < size
+
+    full = total // lanes
+    inner = [t for t in range(full) if inside(t * lanes)]
+    lo, hi = (inner[0], inner[-1] + 1) if inner else (full, full)
+    runs = [(0, lo, False), (lo, hi - lo, True), (hi, full - hi, False)]
+    runs = [run for run in runs if run[1] > 0]
+    if total % lanes:
+        runs.append((-1, 1, inside(total - lanes)))
+    return runs
+
+
+def emit_plane(k: KernelContext, num: Numeric, cr, simd: Simd) -> None:
+    """Loops over batch, group and runs of channel blocks whose weights fit ``WEIGHT_BUDGET``; over the
+    plane's tiles inside, each block of the run on each tile."""
+    b = k.builder
+    height, width = cr.axes
+    total = height.out * width.out
+    lanes = tile_lanes(simd, num, total)
+    block = block_channels(simd, num, cr.out_group, lanes)
+    weights = block * cr.in_group * height.kernel * width.kernel * num.dtype.itemsize
+    blocks = max(1, WEIGHT_BUDGET // max(1, weights))
+
+    def channel_blocks(batch: Value, group: Value, start: Value, count: int) -> None:
+        for first_tile, tiles, inside in _runs(cr, total, lanes):
+            def tile(first: Value, inside: bool = inside) -> None:
+                masks = _masks(num, cr, first, lanes, not inside)
+                for_tiles(b, 0, count, block, lambda local, channels: _tile(
+                    num, cr, batch, group, affine(b, 0, (start, 1), (local, 1)), channels, first, lanes, masks,
+                    inside))
+
+            if first_tile < 0:
+                tile(const(total - lanes))
+            elif tiles == 1:
+                tile(const(first_tile * lanes))
+            else:
+                with for_range(b, tiles, name="tile") as t:
+                    tile(affine(b, first_tile * lanes, (t, lanes)))
+
+    with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
+        for_tiles(b, 0, cr.out_group, block * blocks, lambda start, count: channel_blocks(batch, group, start, count))
