@@ -75,6 +75,14 @@ CASES = [
     dw("16ch-5x5-int64-bias", 16, (6, 11), kernel=(5, 5), pads=(2, 2, 2, 2), bias="int64"),
     dw("24ch-per-tensor-half-up", 24, (6, 7), pads=(1, 0, 0, 1), per_channel=False, rounding="half_up"),
     dw("32ch-asymmetric-pads", 32, (6, 10), pads=(0, 1, 2, 2), w_zero_point=-2),
+    # a fused ReLU under TFLite's rounding: the bias replaced by the table (2 b, K, M, t + 1), doubled weights
+    dw("8ch-48-wide-relu", 8, (4, 48), pads=(1, 1, 1, 1), clamp=(-3, None)),
+    dw("12ch-stride2-same-relu", 12, (7, 13), strides=(2, 2), pads=(0, 0, 1, 1), clamp=(-3, 90)),
+    dw("8ch-w1-relu", 8, (9, 1), pads=(1, 1, 1, 1), clamp=(-3, None)),
+    dw("260ch-blocks-of-2-relu", 260, (3, 5), pads=(1, 1, 1, 1), clamp=(-3, None), w_zero_point=3),
+    dw("8ch-3d-relu", 8, (3, 4, 6), kernel=(3, 3, 3), pads=(1, 1, 1, 1, 1, 1), clamp=(-3, None)),
+    dw("16ch-dilated-relu-per-tensor", 16, (7, 9), dilations=(2, 2), pads=(2, 2, 2, 2), clamp=(-3, None),
+       per_channel=False, x_zero_point=11),
 ]
 CPUS = ["cortex-m7", "cortex-m4", "cortex-m33", "cortex-m55"]
 
@@ -140,7 +148,8 @@ def _chain(case: Case) -> tuple[Graph, dict[str, np.ndarray]]:
 
 
 STREAMING = [dw("48ch-24-wide", 48, (5, 24), pads=(1, 1, 1, 1)), dw("20ch-w4", 20, (6, 4), pads=(1, 1, 1, 1)),
-             dw("64ch-ds-cnn", 64, (25, 5), pads=(1, 1, 1, 1))]
+             dw("64ch-ds-cnn", 64, (25, 5), pads=(1, 1, 1, 1)),
+             dw("48ch-24-wide-relu", 48, (5, 24), pads=(1, 1, 1, 1), clamp=(-3, None))]
 
 
 def _streamed(case: Case, tmp_path) -> tuple[np.ndarray, np.ndarray]:

@@ -163,7 +163,10 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
         return {1: relaid}
     centred = relaid.astype(np.int64) - node.attrs.w_zero_point
     if depthwise(node.attrs.group, w.shape[1]):
-        return {1: spread_pairs(centred)}
+        table = depthwise_table(node, graph, prod(w.shape[2:]))
+        if table is None:
+            return {1: spread_pairs(centred)}
+        return {1: spread_pairs(2 * centred), 2: table}
     centred *= 1 + doubles(node.attrs)
     dilation = node.attrs.dilations[-1] if node.attrs.dilations else 1
     order = stored_taps(w.shape[2:], dilation, w.shape[1])
@@ -182,14 +185,12 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
     return {1: filled.reshape((-1,) + relaid.shape[1:]), **biases}
 
 
-def block_table(node: Node, graph: Graph, depth: int) -> np.ndarray | None:
-    """What a paired im2col layer under TFLite rounding reads per pair of output channels, in place of its
-    biases (input 2): (2 b0, 2 b1, M0, t0, M1, t1) — the doubled biases its doubled sums start at and the
-    narrow requantisation's (multiplier, shift) pairs (integer_dot.Requant, t = S - 32) — and, where every
-    channel's rounding constant folds (integer_dot.fold_constant), (t + 1) for t and (K0, K1) after them: the
-    block loads them through one pointer, four LDRDs; its length, 6 or 8 words a pair (an odd last channel
-    padded with zeros), tells the layout. None where the doubled sums could overflow (the biases and
-    parameters then stay where they were)."""
+def _requant_rows(node: Node, graph: Graph, depth: int) -> tuple[list[tuple[int, int, int, int]], bool] | None:
+    """Per output channel of a paired layer under TFLite rounding, (2 b, M, t, K) — the doubled bias its doubled
+    sums start at and the narrow requantisation's (multiplier, shift) (integer_dot.Requant, t = S - 32), with
+    t + 1 for t and the rounding constant K where every channel's folds (integer_dot.fold_constant, else K 0) —
+    and whether they fold; None where the doubled sums of ``depth`` MACs could overflow or the layer has no
+    int32 constant bias."""
     attrs = node.attrs
     if len(node.inputs) < 3 or not node.inputs[2] or not doubles(attrs):
         return None
@@ -207,14 +208,47 @@ def block_table(node: Node, graph: Graph, depth: int) -> np.ndarray | None:
         return None
     folds = [fold_constant(attrs.rounding, attrs.out_zero_point, clamp_bounds(attrs)[0], bound, m, s) for m, s in pairs]
     folded = all(k is not None for k in folds)
-    rows = [(2 * b, m, s - NARROW_BASE["tflite"] + folded, k if folded else 0)
-            for b, (m, s), k in zip(biases, pairs, folds)]
-    rows += [(0, 0, 0, 0)] * (channels % 2)
+    return [(2 * b, m, s - NARROW_BASE["tflite"] + folded, k if folded else 0)
+            for b, (m, s), k in zip(biases, pairs, folds)], folded
+
+
+def block_table(node: Node, graph: Graph, depth: int) -> np.ndarray | None:
+    """What a paired im2col layer under TFLite rounding reads per pair of output channels, in place of its
+    biases (input 2): (2 b0, 2 b1, M0, t0, M1, t1) — the doubled biases its doubled sums start at and the
+    narrow requantisation's (multiplier, shift) pairs (integer_dot.Requant, t = S - 32) — and, where every
+    channel's rounding constant folds (integer_dot.fold_constant), (t + 1) for t and (K0, K1) after them: the
+    block loads them through one pointer, four LDRDs; its length, 6 or 8 words a pair (an odd last channel
+    padded with zeros), tells the layout. None where the doubled sums could overflow (the biases and
+    parameters then stay where they were)."""
+    found = _requant_rows(node, graph, depth)
+    if found is None:
+        return None
+    rows, folded = found
+    rows += [(0, 0, 0, 0)] * (len(rows) % 2)
     table = []
     for first, second in zip(rows[::2], rows[1::2]):
         table += [first[0], second[0], first[1], first[2], second[1], second[2]]
         table += [first[3], second[3]] if folded else []
     return np.asarray(table, np.int64).astype(np.int32)
+
+
+def depthwise_table(node: Node, graph: Graph, taps: int) -> np.ndarray | None:
+    """What a paired depthwise layer (integer_depthwise_dsp.py) under TFLite rounding reads per channel in place
+    of its bias when every channel's rounding constant folds: (2 b, K, M, t + 1) — its weights are then stored
+    doubled, its sums start at 2 b, and each output is SMMLAR, ASR, SSAT (no doubling, no SUB); the table's
+    length, four words a channel, tells the layout (``depthwise_layout``). None otherwise, and for a layer a
+    pooling follows (integer_conv_pool.py reads its own bias)."""
+    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
+
+    found = _requant_rows(node, graph, taps)
+    if found is None or not found[1] or heads_pooling(graph, node):
+        return None
+    return np.asarray([(b, k, m, t) for b, m, t, k in found[0]], np.int64).reshape(-1).astype(np.int32)
+
+
+def depthwise_layout(bias: TensorRef | None, channels: int) -> bool:
+    """Whether a paired depthwise layer's bias was replaced by its ``depthwise_table`` (and its weights doubled)."""
+    return bias is not None and channels % 4 == 0 and bias.shape[0] == 4 * channels
 
 
 def block_layout(cp: ConvPlan) -> int | None:
@@ -369,7 +403,8 @@ def conv_plan(k: KernelContext) -> ConvPlan:
             depth = prod(w_shape[1:]) + -prod(w_shape[1:]) % 4     # whole groups (stored_taps)
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     # paired: centred 8-bit weights, |w - zw| <= 255
-    doubled = paired(w) and not packed_depthwise and doubles(k.attrs)
+    doubled = paired(w) and doubles(k.attrs) and (not packed_depthwise
+                                                  or depthwise_layout(bias, Activation(y, last).channels))
     w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if paired(w)
               else operand(k, w, k.attrs.w_zero_point, "weight"))
     mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, depth)

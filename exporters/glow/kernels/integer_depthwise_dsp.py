@@ -46,7 +46,7 @@ from contextlib import nullcontext
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, depthwise_layout, paired
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, seeds_bias
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
@@ -117,13 +117,17 @@ class _Kernel:
 
     def __init__(self, k: KernelContext, cp: ConvPlan):
         self.b, self.cp = k.builder, cp
-        self.rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias))
+        # a layer whose bias was replaced by its table (integer_conv_plan.depthwise_table) reads its requantisation
+        # there: no tables of Requant's own
+        self.table = depthwise_layout(cp.bias, cp.ya.channels)
+        self.rq = (Requant(lambda values, ty: None, k.attrs, cp.y, acc_bound(cp.sums, None)) if self.table
+                   else Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias)))
         *self.outer, self.last = cp.axes
         kernel = tuple(axis.kernel for axis in cp.axes)
         self.w_steps = [stride * cp.ya.channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
         self.x_steps = [axis.dilation * stride for axis, stride in zip(cp.axes, cp.xa.spatial)]
-        self.seeded = seeds_bias(cp.mac, cp.bias)
-        self.taps = _Taps(self.b, cp)
+        self.seeded = self.table or seeds_bias(cp.mac, cp.bias)
+        self.taps = _Taps(self.b, cp, self.table)
 
     def emit(self) -> None:
         b, cp, last = self.b, self.cp, self.last
@@ -242,8 +246,13 @@ class _Kernel:
         _fence(b, every)
         for high, channel in enumerate(channels):     # a channel's parameters read once for its positions
             _fence(b)
-            bias = None if cp.bias is None or self.seeded else cp.bias.load(b, channel)
-            values = self.rq.many(b, [(b.load(pair[high]), channel, bias) for pair in slots])
+            if self.table:      # 2 (acc + bias) from doubled weights and seeds; (K, M, t + 1) after the seed
+                k, multiplier, shift = self.taps.parameters(channel)
+                values = self.rq.many(b, [(b.load(pair[high]), None, None) for pair in slots], doubled=True,
+                                      parameters=[(multiplier, shift, k)] * len(slots))
+            else:
+                bias = None if cp.bias is None or self.seeded else cp.bias.load(b, channel)
+                values = self.rq.many(b, [(b.load(pair[high]), channel, bias) for pair in slots])
             for p, value in enumerate(values):
                 b.store(value, place(p, half + 2 * high))
 
@@ -271,8 +280,8 @@ class _Taps:
     """The DSP arithmetic of a tap for a channel pair: centred inputs by SXTAB16, weight pairs (stored so at
     export or spread by SXTB16), SMLABB/SMLATT."""
 
-    def __init__(self, b: ir.IRBuilder, cp: ConvPlan):
-        self.b, self.cp = b, cp
+    def __init__(self, b: ir.IRBuilder, cp: ConvPlan, table: bool):
+        self.b, self.cp, self.table = b, cp, table
         module, mac = b.module, cp.mac
         self.xtab = dsp(module, "sxtab16" if mac.x.signed else "uxtab16", 2)
         self.xtb = dsp(module, "sxtb16" if mac.w.signed else "uxtb16", 1)
@@ -284,8 +293,18 @@ class _Taps:
         return word if not half else b.or_(b.lshr(word, const(8)), b.shl(word, const(24)))
 
     def seed(self, channel: Value) -> Value:
-        """The bias of ``channel`` (the sums start at it)."""
-        return self.cp.bias.load(self.b, channel)
+        """The bias of ``channel`` (the sums start at it): 2 b from a ``depthwise_table``."""
+        b = self.b
+        return self.cp.bias.load(b, b.shl(channel, const(2)) if self.table else channel)
+
+    def parameters(self, channel: Value) -> list[Value]:
+        """(K, M, t + 1) of ``channel`` from its ``depthwise_table`` row (2 b, K, M, t + 1): an LDR and an LDRD
+        (a volatile 64-bit load, which LLVM keeps whole)."""
+        b, bias = self.b, self.cp.bias
+        row = b.shl(channel, const(2))
+        k = bias.load(b, b.add(row, const(1)))
+        both = volatile_load(b, b.bitcast(bias.address(b, b.add(row, const(2))), I64.as_pointer()), 4)
+        return [k, b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)]
 
     def inputs(self, pointer: Value, half: int) -> Value:
         """(x_half - zx, x_half+2 - zx) of the four input bytes at ``pointer`` (volatile: loaded where written,
