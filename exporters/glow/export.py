@@ -43,7 +43,7 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     check_emitters(graph)
     layers = chain_rows(graph, fuse_layers(graph)) if fuse else single_layers(graph)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
-                       reuse_input_memory)
+                       reuse_input_memory, concat_in_place=not target.is_cortex_m)
     check_limits(graph, plan, target.address_bits)
     module = build_module(graph, plan, target, name)
     if bundle_api == "dynamic":

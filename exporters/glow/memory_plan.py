@@ -38,6 +38,16 @@ A layer whose kernel needs scratch memory (``kernels.registry.workspace``) gets 
 activations region, live during that layer only (``workspace_name``): RAM the kernels use is planned and
 counted like any tensor's, not taken from the stack.
 
+Concat by construction (``concat_in_place``: hosted targets, float tensors): a Concat whose inputs are
+contiguous runs of its output (every axis before the concatenation axis of size 1) gets each input's
+buffer moved into its output's at that input's byte offset (64-byte aligned offsets only), so the layers
+producing the inputs write straight into the joined tensor and the Concat copies nothing (its kernel
+compares the pointers: kernels/shape_ops.py). DenseNet's dense blocks thus become one buffer each, every
+layer writing its channels after the ones before. An input moves only when every tensor of its buffer is
+written by the Concat's layer and that buffer holds nothing but the input (and the tensors written over
+before it); a tensor written over the joined output after the Concat (an in-place layer) must come after
+the last read of every moved tensor. The merged buffer lives from the first of its tensors to the last.
+
 The plan is made for a list of layers (``fuse.Layer``, the units code is generated in; by default one
 per node): lifetimes count in layers, a layer reads its inputs and writes its outputs, and the tensors
 inside a fused layer are never allocated (they have no location). The plan keeps its layers, so code
@@ -46,6 +56,7 @@ generation runs exactly the units it was planned for.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +65,7 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.kernels.registry import Stream, strides_of
 from pegasus.ir.graph import Graph
+from pegasus.ops.common import normalize_axis
 from pegasus.ops.registry import get_op
 
 ALIGN = 64
@@ -91,6 +103,7 @@ class Buffer:
     end: int
     placeholder: str | None = None
     workspace: bool = False
+    offsets: dict[str, int] = field(default_factory=dict)   # tensors not at the buffer's start (Concat inputs)
 
 
 @dataclass
@@ -204,6 +217,47 @@ def _group_buffers(graph: Graph, layers: list[Layer], reuse_inputs: bool) -> dic
         end = end_of_graph if name in graph.outputs else last_use.get(name, buffer.start)
         buffer.end = max(buffer.end, end)
     return of
+
+
+def concat_slices(graph: Graph, layer: Layer) -> list[int] | None:
+    """The byte offsets of a Concat layer's inputs in its float output when each input is one contiguous run of
+    it (the axes before the concatenation axis all of size 1) and the inputs are distinct tensors; else None."""
+    node = layer.nodes[0]
+    if layer.fused or node.op != "Concat" or not node.outputs[0] or "" in node.inputs:
+        return None
+    y = graph.type_of(node.outputs[0])
+    axis = normalize_axis(node.attrs.axis, y.rank)
+    if not y.dtype.is_float or any(d != 1 for d in y.shape[:axis]) or len(set(node.inputs)) != len(node.inputs):
+        return None
+    run = math.prod(y.shape[axis + 1:]) * y.dtype.itemsize
+    starts = np.cumsum([0] + [graph.type_of(x).shape[axis] * run for x in node.inputs[:-1]])
+    return [int(start) for start in starts]
+
+
+def _concat_in_place(graph: Graph, layers: list[Layer], of: dict[str, Buffer]) -> None:
+    """Move Concat inputs' buffers into their outputs' (module docstring), in layer order: a dense block's
+    joined tensors nest, each at the start of the next."""
+    written = {name: index for index, layer in enumerate(layers) for name in layer.outputs if name}
+    last_read = {name: index for index, layer in enumerate(layers) for name in layer.present_inputs()}
+    last_read.update({name: len(layers) for name in graph.outputs})
+    for index, layer in enumerate(layers):
+        starts = concat_slices(graph, layer)
+        whole = of.get(layer.outputs[0]) if starts is not None else None
+        if whole is None or whole.placeholder or whole.tensors[0] != layer.outputs[0]:
+            continue
+        later = [written[name] for name in whole.tensors if written.get(name, -1) > index]
+        for x, start in zip(layer.inputs, starts):
+            part = of.get(x)
+            if (part is None or part is whole or part.placeholder or part.workspace or start % ALIGN
+                    or part.size != graph.type_of(x).nbytes or part.offsets.get(x, 0)
+                    or any(written.get(name, len(layers)) > index for name in part.tensors)
+                    or any(at <= last_read.get(name, -1) for at in later for name in part.tensors)):
+                continue
+            for name in part.tensors:
+                whole.offsets[name] = start + part.offsets.get(name, 0)
+                of[name] = whole
+            whole.tensors += part.tensors
+            whole.start, whole.end = min(whole.start, part.start), max(whole.end, part.end)
 
 
 def workspace_name(layer: Layer) -> str:
@@ -349,11 +403,13 @@ def _place(buffers: list[Buffer], links: dict[tuple[int, int], int]) -> tuple[di
 
 
 def plan_memory(graph: Graph, layers: list[Layer] | None = None, workspaces: dict[int, int] | None = None,
-                streams: dict[int, Stream] | None = None, reuse_input_memory: bool = False) -> MemoryPlan:
+                streams: dict[int, Stream] | None = None, reuse_input_memory: bool = False,
+                concat_in_place: bool = False) -> MemoryPlan:
     """Plan ``graph`` run as ``layers`` (default: one layer per node, unfused); ``workspaces`` gives the
     scratch bytes of layers (by index) whose kernels need some, ``streams`` the layers (by index) whose
     kernels stream (``kernels.registry.Stream``); ``reuse_input_memory`` plans every buffer in the mutable
-    region, the inputs' bytes reused once they are read (module docstring)."""
+    region, the inputs' bytes reused once they are read; ``concat_in_place`` builds Concats in place (module
+    docstring)."""
     layers = single_layers(graph) if layers is None else layers
     constant_locations, constant_size = _place_constants(graph)
     placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
@@ -361,6 +417,8 @@ def plan_memory(graph: Graph, layers: list[Layer] | None = None, workspaces: dic
                                              MUTABLE)
     locations = {**constant_locations}
     of = _group_buffers(graph, layers, reuse_input_memory)
+    if concat_in_place:
+        _concat_in_place(graph, layers, of)
     buffers = list({id(b): b for b in of.values()}.values())
     if reuse_input_memory:   # a placeholder no layer writes (fed by a constant) lives throughout
         buffers += [Buffer([name], graph.type_of(name).nbytes, -1, len(layers), name)
@@ -374,8 +432,8 @@ def plan_memory(graph: Graph, layers: list[Layer] | None = None, workspaces: dic
     for buffer in buffers:
         if id(buffer) in offsets:
             for name in buffer.tensors:
-                locations[name] = Location(region, offsets[id(buffer)], buffer.size if buffer.workspace else
-                                           graph.type_of(name).nbytes)
+                locations[name] = Location(region, offsets[id(buffer)] + buffer.offsets.get(name, 0),
+                                           buffer.size if buffer.workspace else graph.type_of(name).nbytes)
         else:
             base = mutable_locations[buffer.placeholder]
             for name in buffer.tensors:
