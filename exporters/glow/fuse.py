@@ -5,6 +5,7 @@ convolution with the layers that consume its output on the spot (``FUSIONS``):
 
     Conv → zero or more unary element-wise layers (Relu, Clip, Sigmoid...) → at most one MaxPool/AveragePool
     QConv → at most one MaxPool
+    BatchNormalization (float) → zero or more unary element-wise layers (kernels/normalization.py)
 
 The element-wise layers become an epilogue applied to each convolution accumulator before it is stored
 or pooled, and the pooling reduces convolution values computed in registers (a QConv's requantised
@@ -47,6 +48,7 @@ class Fusion:
 FUSIONS = {
     "Conv": Fusion(FUSED_DTYPES, True, POOLS),
     "QConv": Fusion((DType.INT8, DType.UINT8, DType.INT16), False, ("MaxPool",)),
+    "BatchNormalization": Fusion(FUSED_DTYPES, True, ()),
 }
 
 

@@ -1,6 +1,7 @@
 """The float rewrites of the export (exporters/glow/lower.py ``float_rewrites``): a per-channel Mul/Add/Sub
 after a channels-first Conv or a BatchNormalization folds into its weights, and an AveragePool without
-padding after a 1x1 Conv runs before it. The rewritten graph must give what onnxruntime gives for the model
+padding after a 1x1 Conv runs before it; then a BatchNormalization and the unary layers after it are one
+fused layer (fuse.py, kernels/normalization.py). The bundles must give what onnxruntime gives for the model
 as written (rtol 1e-4 / atol 1e-5), and the cases that must not be rewritten keep their layers (and still
 match).
 """
@@ -12,6 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.importers.onnx.loader import import_onnx
 from tests.exporters.host_runner import run_bundle_host
@@ -69,11 +71,40 @@ def _kept():
     return _model(nodes, inits, (1, 8, 10, 10), "y")
 
 
-def _matches_onnxruntime(model, tmp_path) -> None:
+def _normalized_chains():
+    """BatchNormalization -> Sigmoid -> Clip on a (1, 8, 100) tensor (3-D, odd lengths for the vector
+    loops), and a BatchNormalization read by a Relu and by the output (not fused)."""
+    inits = [_const("scale", 8), _const("offset", 8), _const("mean", 8),
+             numpy_helper.from_array(RNG.uniform(0.5, 2, 8).astype(np.float32), "var")]
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["x3"]),
+             helper.make_node("BatchNormalization", ["x3", "scale", "offset", "mean", "var"], ["n"]),
+             helper.make_node("Sigmoid", ["n"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "scale", "offset", "mean", "var"], ["y"]),
+             helper.make_node("Relu", ["y"], ["r"])]
+    inits += [numpy_helper.from_array(np.array([1, 8, 100], np.int64), "shape"),
+              numpy_helper.from_array(np.array(0.55, np.float32), "lo"),
+              numpy_helper.from_array(np.array(0.7, np.float32), "hi")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8, 10, 10))
+    graph = helper.make_graph(nodes, "rewrites", [x], [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                                                       for name in ("y", "r")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_batch_normalization_fuses_with_the_unary_layers_after_it(tmp_path):
+    graph = import_onnx(_normalized_chains(), name="rewrites")
+    assert [layer.op for layer in fuse_layers(lower_for_export(graph))] == [
+        "Reshape", "BatchNormalization_Sigmoid_Clip", "BatchNormalization", "Relu"]
+    _matches_onnxruntime(_normalized_chains(), tmp_path, ("y", "r"))
+
+
+def _matches_onnxruntime(model, tmp_path, outputs=("y",)) -> None:
     x = RNG.uniform(-1, 1, (1, 8, 10, 10)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = run_bundle_host(import_onnx(model, name="rewrites"), {"x": x}, workdir=tmp_path)["y"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = run_bundle_host(import_onnx(model, name="rewrites"), {"x": x}, workdir=tmp_path)
+    for name, expected in zip(outputs, want):
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_affines_fold_and_the_average_moves_before_the_pointwise_conv():
@@ -83,6 +114,8 @@ def test_affines_fold_and_the_average_moves_before_the_pointwise_conv():
     pool, conv = lowered.nodes[-2:]
     assert lowered.type_of(pool.outputs[0]).shape == (1, 6, 5, 5) and conv.inputs[0] == pool.outputs[0]
     assert conv.outputs == ["y"]
+    assert [layer.op for layer in fuse_layers(lowered)] == ["BatchNormalization_Relu", "Conv_Relu",
+                                                             "Conv_Relu_AveragePool", "Conv"]
 
 
 @pytest.mark.parametrize("make", [_densenet_like, _kept], ids=["folded", "kept"])

@@ -5,7 +5,9 @@ Statistics are computed as the reference does, in float32 (float64 for float64 t
 stash_type otherwise), two passes: the mean, then the mean squared deviation. Sums carry the
 ``reassoc`` flag so LLVM vectorises them into several partial sums (closer to NumPy's pairwise sums
 than one running total). BatchNormalization with training_mode=1 is not emitted (a bundle runs
-inference; export the model with training_mode=0).
+inference; export the model with training_mode=0). A float BatchNormalization heads a fused layer
+(exporters/glow/fuse.py) with the unary element-wise layers after it (the pre-activation BN -> Relu of
+DenseNet): their formulas are applied to each normalised value before it is stored, one pass instead of two.
 """
 
 from __future__ import annotations
@@ -26,8 +28,15 @@ from pegasus.exporters.glow.kernels.binary import (
     store_lanes,
     strided_loop,
 )
-from pegasus.exporters.glow.kernels.elementwise import Arith, LaneArith, compute_dtype, load_as, store_as
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, strides_of
+from pegasus.exporters.glow.kernels.elementwise import (
+    Arith,
+    LaneArith,
+    apply_unary,
+    compute_dtype,
+    load_as,
+    store_as,
+)
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, group_emitter, strides_of
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
@@ -66,8 +75,9 @@ def mean_and_inv_std(ar: Arith, x: TensorRef, base: ir.Value, count: int, epsilo
 
 
 @emitter("BatchNormalization")
-def batch_normalization(k: KernelContext) -> None:
-    """y = (x - mean) * (scale / sqrt(var + epsilon)) + B; parameters may be (C, d2, ...) aligned with x."""
+def batch_normalization(k: KernelContext, epilogue: tuple = ()) -> None:
+    """y = (x - mean) * (scale / sqrt(var + epsilon)) + B; parameters may be (C, d2, ...) aligned with x.
+    ``epilogue``: (op, attrs) of fused unary layers applied to each value before the store."""
     if k.attrs.training_mode:
         raise PegasusError(f"layer '{k.node.name}': BatchNormalization with training_mode=1 is not exported "
                            "(bundles run inference; set training_mode=0)")
@@ -83,18 +93,30 @@ def batch_normalization(k: KernelContext) -> None:
             shift, offset = load_as(b, mean, c, ar.dtype), load_as(b, bias, c, ar.dtype)
             base = b.mul(b.add(b.mul(n, const(channels)), c), const(inner))
 
+            def finish(value: ir.Value) -> ir.Value:
+                for op, attrs in epilogue:
+                    value = apply_unary(b, k.math, op, attrs, value, y.type.dtype)
+                return value
+
             def normalize(flats: list[ir.Value], width: int, shift=shift, inv=inv, offset=offset) -> None:
                 flat = flats[0]
                 if width == 1:
                     value = ar.add(ar.mul(ar.sub(load_as(b, x, flat, ar.dtype), shift), inv), offset)
-                    store_as(b, y, flat, value, ar.dtype)
+                    store_as(b, y, flat, finish(value), ar.dtype)
                     return
                 vector = LaneArith(b, ar.dtype, k.math, width)
                 value = vector.sub(load_lanes(b, x, flat, width, 1), splat(b, shift, width))
                 value = vector.add(vector.mul(value, splat(b, inv, width)), splat(b, offset, width))
-                store_lanes(b, y, flat, value)
+                store_lanes(b, y, flat, finish(value))
 
             lane_loop(b, (inner,), [(1,)], lanes, normalize, [base])
+
+
+@group_emitter("BatchNormalization")
+def batch_normalization_group(k: KernelContext, layer) -> None:
+    """A BatchNormalization with the unary layers fused after it (fuse.Layer ``layer``): k's output is the
+    last one's."""
+    batch_normalization(k, tuple((node.op, node.attrs) for node in layer.epilogue))
 
 
 @emitter("InstanceNormalization")
