@@ -49,6 +49,9 @@ Value = ir.Value
 #: Most runs (rows of a window along its last axis) a channels-last layer's im2col copy unrolls: a paired layer
 #: of fewer than four channels has no other copy (its taps are reordered, ``stored_taps``).
 UNROLLED_ROWS = 64
+#: Most groups of four taps a layer's blocks may have for one function to compute every block of a tile
+#: (``tile_stream``: its groups unrolled).
+TILE_GROUPS = 72
 
 
 @dataclass(frozen=True)
@@ -177,8 +180,11 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
     words = interleave_rows(spread_pairs(rows))
     table = block_table(node, graph, len(order))
     biases = {} if table is None else {2: table}
+    stream = tile_stream(words, table, len(order))
+    if stream is not None:      # the weights live in the stream: input 1 keeps one row (its shape: the window)
+        words, biases = words[:1], {2: stream}
     if w.shape[1] % 4 == 0:
-        return {1: words.reshape(relaid.shape[:-1] + (w.shape[1] // 2,)), **biases}
+        return {1: words.reshape((-1,) + relaid.shape[1:-1] + (w.shape[1] // 2,)), **biases}
     row = relaid[0].size
     filled = np.zeros(-(-words.size // row) * row, np.int32)
     filled[:words.size] = words.reshape(-1)
@@ -230,6 +236,28 @@ def block_table(node: Node, graph: Graph, depth: int) -> np.ndarray | None:
         table += [first[0], second[0], first[1], first[2], second[1], second[2]]
         table += [first[3], second[3]] if folded else []
     return np.asarray(table, np.int64).astype(np.int32)
+
+
+def tile_stream(words: np.ndarray, table: np.ndarray | None, depth: int) -> np.ndarray | None:
+    """What a paired im2col layer reads per pair of output channels when one function computes every block of
+    a tile (integer_smlad_tile.py), in place of its biases: the pair's doubled biases, its interleaved weight
+    rows (``depth`` words), then (M0, t0 + 1, M1, t1 + 1, K0, K1) — one pointer walks it, an LDRD, an LDM per
+    group of four taps, an LDM of the parameters. Only for a ``block_table`` whose rounding constants fold,
+    an even number of output channels and at most ``TILE_GROUPS`` groups (unrolled); None otherwise."""
+    channels = words.shape[0]
+    if table is None or channels % 2 or depth // 4 > TILE_GROUPS or len(table) != 4 * channels:
+        return None
+    pairs = channels // 2
+    blocks = np.asarray(table).reshape(pairs, 8)
+    flat = words.reshape(pairs, depth)
+    return np.concatenate([blocks[:, :2], flat, blocks[:, 2:]], axis=1).reshape(-1).astype(np.int32)
+
+
+def tile_layout(cp: ConvPlan) -> bool:
+    """Whether a paired im2col layer's biases were replaced by its ``tile_stream``."""
+    if cp.bias is None or not paired(cp.w) or cp.depthwise or cp.ya.channels % 2:
+        return False
+    return cp.bias.shape[0] == cp.ya.channels // 2 * (cp.mac.depth + 8)
 
 
 def depthwise_table(node: Node, graph: Graph, taps: int) -> np.ndarray | None:

@@ -49,6 +49,7 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import (
     tap_at,
     tap_index,
     tap_offsets,
+    tile_layout,
     window_inside,
 )
 from pegasus.exporters.glow.kernels.integer_dot import (
@@ -63,6 +64,7 @@ from pegasus.exporters.glow.kernels.integer_dot import (
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, padded, reduce_all
 from pegasus.exporters.glow.kernels.integer_smlad import dot_dual
+from pegasus.exporters.glow.kernels.integer_smlad_tile import tile_blocks
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles
 from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
@@ -378,7 +380,8 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     # a paired layer's biases may have been replaced by its blocks' table (integer_conv_plan.block_table), which
     # holds the requantisation's parameters too: no tables of Requant's own then
     layout = block_layout(cp)
-    rq = (Requant(k.table, k.attrs, cp.y, acc_bound(cp.sums, cp.bias)) if layout is None
+    tiled = tile_layout(cp)     # or by its tile_stream, which holds the weights too (integer_smlad_tile.py)
+    rq = (Requant(k.table, k.attrs, cp.y, acc_bound(cp.sums, cp.bias)) if layout is None and not tiled
           else Requant(lambda values, ty: None, k.attrs, cp.y, acc_bound(cp.sums, None)))
     positions = prod([axis.out for axis in cp.axes])
     words = cp.buffer_bytes // 4
@@ -400,8 +403,9 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         """A block of ``width`` channels from the ``block_table`` (at ``at``: its doubled biases, then (M, t) or
         (M, t + 1) of each channel, and the channels' K), the weights at ``w_at``, the outputs at ``y_at``."""
         acc = dot_dual(b, cp, buffer, [None] * width, count, table_words(at, 0)[:width], base=w_at)
-        m0, s0, m1, s1 = table_words(at, 2) + table_words(at, 4)
-        ks = table_words(at, 6) if layout == 8 else [None, None]
+        past = cp.mac.depth if tiled else 0     # a tile_stream's parameters follow the pair's weights
+        m0, s0, m1, s1 = table_words(at, 2 + past) + table_words(at, 4 + past)
+        ks = table_words(at, 6 + past) if layout == 8 or tiled else [None, None]
         parameters = [(m0, s0, ks[0]), (m1, s1, ks[1])]
         cells = [(c, p) for c in range(width) for p in range(count)]
         values = rq.many(b, [(acc[c][p], None, None) for c, p in cells], doubled=True,
@@ -414,14 +418,17 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         pointers (table, weights, outputs), laundered so that LLVM keeps them as they are rather than indices
         (each an add per block, no base kept), then an odd last channel."""
         pairs = cp.out_group // 2
-        starts = [b.bitcast(cp.bias.ptr, I32.as_pointer()), b.bitcast(cp.w.ptr, I16.as_pointer()),
+        table = b.bitcast(cp.bias.ptr, I32.as_pointer())
+        size = cp.mac.depth + 8 if tiled else layout    # words a pair takes in the table (or the tile_stream)
+        weights = b.gep(table, [const(2)], inbounds=True) if tiled else cp.w.ptr
+        starts = [table, b.bitcast(weights, I16.as_pointer()),
                   cp.y.address(b, affine(b, 0, (batch, ya.batch), (first, ya.position)))]
-        steps = [layout, 2 * cp.mac.depth, 2]
+        steps = [size, 2 * size if tiled else 2 * cp.mac.depth, 2]
         ends = starts
         if pairs:
             entry = b.block
             body, after = b.append_basic_block("blocks.body"), b.append_basic_block("blocks.end")
-            end = b.gep(starts[0], [const(pairs * layout)], inbounds=True)
+            end = b.gep(starts[0], [const(pairs * size)], inbounds=True)
             b.branch(body)
             b.position_at_end(body)
             phis = [b.phi(start.type) for start in starts]
@@ -472,7 +479,10 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         # the blocks read the rows through a laundered pointer: LLVM then stops carrying copied values across
         # the loop of channel blocks (DS-CNN on Cortex-M7: 0.7 % fewer instructions)
         rows = opaque(b, buffer) if cp.dual else buffer
-        if layout is not None:      # one group
+        if tiled and count > 1:     # one group
+            tile_blocks(b, cp, rq, rows, count, cp.y.address(b, affine(b, 0, (batch, ya.batch), (first, ya.position))))
+            return
+        if layout is not None or tiled:      # one group
             blocks(batch, first, count, rows)
             return
         for_tiles(b, 0, cp.out_group, cp.block,

@@ -1,0 +1,136 @@
+"""Every block of an im2col tile in one function, on Cortex-M CPUs with the DSP extension (M4/M7/M33/M55): the
+blocks of two output channels x the tile's positions of a paired layer whose biases were replaced by its
+``tile_stream`` (integer_conv_plan.py), requantised and stored where they are computed.
+
+Why. Called once per block (integer_smlad.py's helper), a block of 2 channels x 2 positions spent about 17
+instructions besides its SMLADs, LDMs and requantisation: the call and its arguments, the table's four
+LDRDs, three pointers and the loop — MobileNetV1's 1x1 layers of 8 to 32 channels a third of their time. Here
+one pointer walks the stream: per pair of channels an LDRD of the doubled biases the sums start at, an LDM
+of the rows' words per group of four taps (into r8-r11, the tile's positions into r4-r7, as in
+integer_smlad.py), an LDM of (M0, t0 + 1, M1, t1 + 1, K0, K1), then SMMLAR, ASR and SSAT per output
+(integer_dot.Requant, ``fold_constant``). The buffer's pointer walks the groups by LDM's writeback and goes
+back by one SUB per block (laundered, so that LLVM keeps no second copy of it); the output pointer and the
+stream's end wait on the stack while the 14 registers hold the sums, the loaded words and the two pointers.
+The groups are unrolled (at most integer_conv_plan.TILE_GROUPS), and the function, internal, is shared by the
+layers of one depth, tile and clamp (the output's row is an argument). A tile of one position (the last of an
+odd count) keeps integer_im2col.py's blocks, walking the same stream: unrolled for one position, the groups
+would cost more code than they save.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
+from pegasus.exporters.glow.kernels.integer_dot import Requant, dsp
+from pegasus.exporters.glow.kernels.integer_smlad import TUNING, _TunedFor, _words, pinned
+from pegasus.exporters.glow.kernels.registry import entry_alloca
+from pegasus.exporters.glow.kernels.requant import I32, I64
+from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
+from pegasus.exporters.glow.llvm.loops import const, no_unroll
+
+Value = ir.Value
+#: The registers a block's requantisation parameters are loaded into (ascending: one LDM).
+PARAMETER_REGISTERS = ("r4", "r5", "r6", "r7", "r8", "r9")
+
+
+def tile_blocks(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, rows: Value, count: int, y_at: Value) -> None:
+    """Every pair of output channels of a tile of ``count`` positions (the buffer ``rows``; outputs from
+    ``y_at``, the tile's first output)."""
+    function = _function(b.module, cp, rq, count, y_at.type)
+    stream = b.bitcast(cp.bias.ptr, I32.as_pointer())
+    end = b.gep(stream, [const(cp.bias.shape[0])], inbounds=True)
+    b.call(function, [b.bitcast(rows, I32.as_pointer()), stream, y_at, end, const(cp.ya.position)])
+
+
+def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: ir.Type) -> ir.Function:
+    groups = cp.mac.depth // 4
+    name = (f"pegasus_tile_2x{count}_{groups}_{cp.positions}_{y_type.pointee.width}"
+            f"_{rq.lo}_{rq.hi}".replace("-", "m"))
+    if name in module.globals:
+        return module.globals[name]
+    words = I32.as_pointer()
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [words, words, y_type, words, I32]), name=name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    tuning = TUNING.get(str(module.triple).split("-")[0])
+    if tuning:
+        function.attributes = _TunedFor(tuning, function.attributes)
+    for arg in function.args[:3]:
+        arg.add_attribute("noalias")
+    x0, s0, y0, end, stride = function.args
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    entry = b.block
+    body, after = function.append_basic_block("pairs.body"), function.append_basic_block("pairs.end")
+    # one output pointer per position (the positions' rows, ``stride`` apart), each bumped by 2 per pair; they
+    # and the stream's end wait on the stack (volatile: LLVM would rather keep them and spill sums)
+    outputs = _Outputs(b, [y0] + [b.gep(y0, [b.mul(stride, const(p))], inbounds=True) for p in range(1, count)])
+    last = entry_alloca(b, words)
+    b.store(end, last)
+    b.branch(body)
+    b.position_at_end(body)
+    x_at, s_at = b.phi(words), b.phi(words)
+    x_next, s_next = _pair(b, cp, rq, count, groups, x_at, s_at, outputs)
+    for phi, first, following in ((x_at, x0, x_next), (s_at, s0, s_next)):
+        phi.add_incoming(first, entry)
+        phi.add_incoming(following, b.block)
+    latch = b.cbranch(b.icmp_unsigned("!=", s_next, volatile_load(b, last, 4)), body, after)
+    latch.set_metadata("llvm.loop", no_unroll(module))
+    b.position_at_end(after)
+    b.ret_void()
+    return function
+
+
+class _Outputs:
+    """The output pointers of a tile's positions in a stack slot, read and written back whole (one LDRD and
+    one STRD for two)."""
+
+    def __init__(self, b: ir.IRBuilder, pointers: list[Value]):
+        self.type, self.count = pointers[0].type, len(pointers)
+        self.slot = entry_alloca(b, ir.IntType(32 * self.count))
+        self.slot.align = 8
+        self.store(b, pointers)
+
+    def load(self, b: ir.IRBuilder) -> list[Value]:
+        both = volatile_load(b, self.slot, 4)
+        return [b.inttoptr(b.trunc(b.lshr(both, ir.Constant(both.type, 32 * p)), I32), self.type)
+                for p in range(self.count)]
+
+    def store(self, b: ir.IRBuilder, pointers: list[Value]) -> None:
+        wide = ir.IntType(32 * self.count)
+        value = ir.Constant(wide, 0)
+        for p, pointer in enumerate(pointers):
+            value = b.or_(value, b.shl(b.zext(b.ptrtoint(pointer, I32), wide), ir.Constant(wide, 32 * p)))
+        b.store(value, self.slot, align=4)     # read back by the volatile load: kept
+
+
+def _pair(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, count: int, groups: int, x_at: Value, s_at: Value,
+          outputs: _Outputs) -> tuple[Value, Value]:
+    """One pair of channels: its sums from the seeds at ``s_at``, requantised and stored where ``outputs``
+    points (and the pointers bumped); the buffer and stream pointers of the next pair."""
+    smlad = dsp(b.module, "smlad", 3)
+    both = volatile_load(b, b.bitcast(s_at, I64.as_pointer()), 4)
+    seeds = [b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)]
+    sums = [[seeds[c] for _ in range(count)] for c in range(2)]
+    w_at = opaque(b, b.gep(s_at, [const(2)], inbounds=True))
+    x_step = 2 * cp.positions
+    for _ in range(groups):
+        xs = _words(b, x_at, 2 * count, 0)
+        ws = _words(b, w_at, 4, 1)
+        for half in range(2):
+            sums = [[b.call(smlad, [xs[2 * p + half], ws[2 * half + c], sums[c][p]]) for p in range(count)]
+                    for c in range(2)]
+        x_at = opaque(b, b.gep(x_at, [const(x_step)], inbounds=True))
+        w_at = opaque(b, b.gep(w_at, [const(4)], inbounds=True))
+    x_back = opaque(b, b.gep(x_at, [const(-x_step * groups)], inbounds=True))
+    loaded = pinned(b, [b.load(b.gep(w_at, [const(j)], inbounds=True)) for j in range(6)], PARAMETER_REGISTERS)
+    parameters = [(loaded[0], loaded[1], loaded[4]), (loaded[2], loaded[3], loaded[5])]
+    cells = [(c, p) for c in range(2) for p in range(count)]
+    values = rq.many(b, [(sums[c][p], None, None) for c, p in cells], doubled=True,
+                     parameters=[parameters[c] for c, _ in cells])
+    y_at = outputs.load(b)
+    for (c, p), value in zip(cells, values):
+        b.store(value, b.gep(y_at[p], [const(c)], inbounds=True))
+    outputs.store(b, [b.gep(at, [const(2)], inbounds=True) for at in y_at])
+    return x_back, opaque(b, b.gep(w_at, [const(6)], inbounds=True))
