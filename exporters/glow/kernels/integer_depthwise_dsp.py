@@ -229,13 +229,17 @@ class _Kernel:
             seed = taps.seed(channel) if self.seeded else const(0)
             for pair in slots:
                 b.store(seed, pair[high])
+        # the sums a fence pins: those of the positions some MAC reached so far (a prefix of ``every``, the
+        # positions starting in order); a sum still at its seed is not copied into its register before its first MAC
+        started = 0
         for ks, row_test in rows.items():
             x_row = sum(kk * step for kk, step in zip(ks, x_steps))
             w_row = sum(kk * step for kk, step in zip(ks, w_steps)) + half
             with b.if_then(row_test) if row_test is not None else nullcontext():
                 weights = {}
                 for offset, uses, test in columns:
-                    _fence(b, every)
+                    _fence(b, every[:started])
+                    started = max(started, *(2 * (p + 1) for p, _ in uses))
                     for _, kk in uses:      # before the test: later columns use them too
                         if kk not in weights:
                             weights[kk] = taps.weight(wp, w_row + kk * w_steps[-1], half)
