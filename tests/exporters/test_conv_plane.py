@@ -17,7 +17,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pegasus.exporters.glow.codegen import layer_workspaces
+from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.kernels import conv_plane
+from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import HOST_TRIPLES, Target, host_arch
 from pegasus.importers.onnx.loader import import_onnx
 from tests.exporters import host_runner
@@ -87,27 +90,29 @@ def _use_cpu(name: str, monkeypatch) -> None:
                         lambda *args: Target("x86_64", cpu, HOST_TRIPLES["x86_64"], "hard", "pic"))
 
 
-def _count_planes(monkeypatch) -> list[str]:
-    """Names of the layers conv_plane emitted, from now on."""
+def _count_planes(monkeypatch, function: str = "emit_plane") -> list[str]:
+    """Names of the layers conv_plane's ``function`` emitted, from now on."""
     emitted = []
-    original = conv_plane.emit_plane
+    original = getattr(conv_plane, function)
 
     def spy(k, *args):
         emitted.append(k.node.name)
         original(k, *args)
 
-    monkeypatch.setattr(conv_plane, "emit_plane", spy)
+    monkeypatch.setattr(conv_plane, function, spy)
     return emitted
 
 
-def _model(x, w, b, pads, dilations, group, auto_pad, relu=False):
+def _model(x, w, b, pads, dilations, group, auto_pad, relu=False, pool: tuple[str, dict] | None = None):
     dtype = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
              np.float16: TensorProto.FLOAT16}[x.dtype.type]
     initializers = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
     attrs = {"auto_pad": auto_pad} if auto_pad else {"pads": pads}
     conv = helper.make_node("Conv", ["x", "w"] + (["b"] if b is not None else []), ["c" if relu else "y"],
                             dilations=dilations, group=group, **attrs)
-    nodes = [conv] + ([helper.make_node("Relu", ["c"], ["y"])] if relu else [])
+    nodes = [conv] + ([helper.make_node("Relu", ["c"], ["r" if pool else "y"])] if relu else [])
+    if pool:
+        nodes.append(helper.make_node(pool[0], ["r"], ["y"], **pool[1]))
     graph = helper.make_graph(nodes, "plane", [helper.make_tensor_value_info("x", dtype, list(x.shape))],
                               [helper.make_tensor_value_info("y", dtype, None)], initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -145,4 +150,37 @@ def test_plane_with_relu_matches_onnxruntime(cpu, monkeypatch, tmp_path):
     if llvm.get_host_cpu_features().get("avx") or cpu != "host":
         assert emitted
     assert (got >= 0).all()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+POOLS = {
+    "max-2x2": ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "max-3x3-stride2-overlapping": ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "average-2x2-ceil": ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+}
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+@pytest.mark.parametrize("pool", list(POOLS))
+def test_conv_relu_pool_staged_from_the_plane(cpu, pool, monkeypatch, tmp_path):
+    """A Conv + Relu + pooling layer over the plane (VGG's blocks: 3x3 then a 2x2 max pool; Inception's 3x3
+    stride-2 max pool) stages runs of channels in a planned workspace and pools from there: 40 channels
+    (runs and a remainder), a 13x13 plane (odd: the 2x2 pool drops the last row, ceil_mode keeps it)."""
+    _use_cpu(cpu, monkeypatch)
+    emitted = _count_planes(monkeypatch, "emit_staged")
+    monkeypatch.setattr(conv_plane, "STAGE_BUDGET", 3 * 13 * 13 * 4 * 8)    # runs of 24 channels
+    x = RNG.uniform(-1, 1, (1, 12, 13, 13)).astype(np.float32)
+    w = (RNG.standard_normal((40, 12, 3, 3)) / 10).astype(np.float32)
+    b = RNG.uniform(-1, 1, 40).astype(np.float32)
+    model = _model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True, pool=POOLS[pool])
+    graph = import_onnx(model, name="plane")
+    lowered = lower_for_export(graph)
+    layers = fuse_layers(lowered)
+    assert [layer.op for layer in layers] == [f"Conv_Relu_{POOLS[pool][0]}"]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = host_runner.run_bundle_host(graph, {"x": x}, workdir=tmp_path)["y"]
+    if llvm.get_host_cpu_features().get("avx") or cpu != "host":
+        assert emitted
+        target = host_runner.resolve_target(None, None, None, "pic")
+        assert layer_workspaces(lowered, layers, target) == {0: conv_plane.STAGE_BUDGET}
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

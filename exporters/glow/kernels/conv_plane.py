@@ -11,12 +11,21 @@ r + kh*dh - ph outside [0, H)) read zero: masked loads (AVX-512 zeroing masks, A
 computed once per tile from the lanes' (r, c) and kept across the input-channel loop. Tiles whose rows
 all have every kh tap inside need only the column masks (a 3x3 kernel: two per vector); the few tiles at
 the top and bottom of the plane also test rows. The plane's tail tile overlaps its neighbour (conv.py's
-``cover``). Each tile is as conv.py's: a block of output channels x the tile's positions in registers,
-bias first, one broadcast weight per channel times one input vector per tap, the fused epilogue before
-the store, and runs of channel blocks sharing each tile's inputs (``WEIGHT_BUDGET``).
+``cover``; a tail of one vector when that covers it). Each tile is as conv.py's: a block of output
+channels x the tile's positions in registers, bias first, one broadcast weight per channel times one input
+vector per tap, the fused epilogue before the store, and runs of channel blocks sharing each tile's inputs
+(``WEIGHT_BUDGET``). Summing the input channels in chunks that keep a block's weights in L1, with partial
+sums in Y, bought nothing (3x3 256@14 and 512@7 within 1 %): the tiles run at this CPU's FMA peak
+(~255 GF/s on 56x56 and 28x28 planes), and what remains on small planes is the tail tile's idle lanes.
+
+A Conv fused with a pooling (kernels/pool.py) that runs here stages a run of channels at a time
+(``STAGE_BUDGET``: the staged outputs stay in L2) in its workspace and pools from there with the pooling's
+own kernel (``emit_staged``): VGG's 3x3 + 2x2 max pool blocks reduced register tiles of rows of 32 instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from llvmlite import ir
 
@@ -32,8 +41,10 @@ from pegasus.exporters.glow.kernels.linear import (
     power_of_two_below,
     vconst,
 )
-from pegasus.exporters.glow.kernels.registry import I32, KernelContext
+from pegasus.exporters.glow.kernels.registry import I32, Emitter, KernelContext, TensorRef
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.ir.graph import Node
+from pegasus.ir.tensor import TensorType
 
 #: taps unrolled in the input-channel loop at most (7x7); larger kernels stay row by row
 MOST_TAPS = 49
@@ -106,9 +117,15 @@ def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside
     return num._widen(value)
 
 
+#: where a block's outputs go: local0 (the group's first channel of the block) -> (tensor, flat index of that
+#: channel's position 0, flat step per channel)
+Placement = Callable[[Value], tuple[TensorRef, Value, int]]
+
+
 def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels: int, first: Value, lanes: int,
-          masks: dict, inside: bool) -> None:
-    """Y[batch, channels local0:+channels of the group, positions first:+lanes of the plane]."""
+          masks: dict, inside: bool, out: Placement) -> None:
+    """Output channels local0:+channels of the group, positions first:+lanes of the plane, placed by
+    ``out``: the bias, plus the sum over the group's input channels and taps, through the epilogue."""
     b = num.b
     plane = cr.x.strides[1]
     channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
@@ -124,21 +141,22 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
             w_tap = affine(b, kh * cr.w_taps[0] + kw * cr.w_taps[1], (w_flat, 1))
             for j in range(channels):
                 acc.mul_add(j, num.load(cr.w, affine(b, j * cr.w_channel, (w_tap, 1)), lanes, 0), inputs)
-    y_flat = affine(b, 0, (batch, cr.y.strides[0]), (channel0, cr.y.strides[1]), (first, 1))
+    ref, base, step = out(local0)
+    y_flat = affine(b, 0, (base, 1), (first, 1))
     for j in range(channels):
-        num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), cr.epilogue(num, acc.get(j)))
+        num.store(ref, affine(b, j * step, (y_flat, 1)), cr.epilogue(num, acc.get(j)))
 
 
-def _runs(cr, total: int, lanes: int) -> list[tuple[int, int, bool]]:
+def _runs(cr, total: int, lanes: int, tail: int) -> list[tuple[int, int, bool]]:
     """(first tile, tiles, inside) covering the plane's ``total`` positions in tiles of ``lanes``: whole
-    tiles, then one static tail tile ending at the plane's end (-1 as its index). ``inside``: every tap of
-    every lane reads within the input plane, so only the columns need masks (a lane whose column is
-    inside then reads a row inside too)."""
+    tiles, then one static tail tile of ``tail`` lanes ending at the plane's end (-1 as its index).
+    ``inside``: every tap of every lane reads within the input plane, so only the columns need masks (a
+    lane whose column is inside then reads a row inside too)."""
     height, width = cr.axes
     offsets = [offset for _, _, offset in _offsets(cr)]
     size = height.size * width.size
 
-    def inside(first: int) -> bool:
+    def inside(first: int, lanes: int = lanes) -> bool:
         return first + min(offsets) >= 0 and first + lanes - 1 + max(offsets) < size
 
     full = total // lanes
@@ -147,36 +165,94 @@ def _runs(cr, total: int, lanes: int) -> list[tuple[int, int, bool]]:
     runs = [(0, lo, False), (lo, hi - lo, True), (hi, full - hi, False)]
     runs = [run for run in runs if run[1] > 0]
     if total % lanes:
-        runs.append((-1, 1, inside(total - lanes)))
+        runs.append((-1, 1, inside(total - tail, tail)))
     return runs
 
 
-def emit_plane(k: KernelContext, num: Numeric, cr, simd: Simd) -> None:
-    """Loops over batch, group and runs of channel blocks whose weights fit ``WEIGHT_BUDGET``; over the
-    plane's tiles inside, each block of the run on each tile."""
-    b = k.builder
+def plane_blocks(simd: Simd, num: Numeric, cr) -> tuple[int, int]:
+    """(channels of a block, channels of a run): blocks fill the accumulator registers for a tile of
+    ``tile_lanes``; a run holds the blocks whose weights fit ``WEIGHT_BUDGET`` (each tile's inputs are read
+    from memory once per run)."""
+    height, width = cr.axes
+    block = block_channels(simd, num, cr.out_group, tile_lanes(simd, num, height.out * width.out))
+    weights = block * cr.in_group * height.kernel * width.kernel * num.dtype.itemsize
+    return block, min(cr.out_group, block * max(1, WEIGHT_BUDGET // max(1, weights)))
+
+
+def plane_run(num: Numeric, cr, simd: Simd, batch: Value, group: Value, start: Value, count: int,
+              out: Placement) -> None:
+    """Output channels start:+count of the group (a run), placed by ``out``: the plane's tiles, each block
+    of the run on each tile (blocks of ``plane_blocks``; the tail tile's of its own width)."""
+    b = num.b
     height, width = cr.axes
     total = height.out * width.out
     lanes = tile_lanes(simd, num, total)
-    block = block_channels(simd, num, cr.out_group, lanes)
-    weights = block * cr.in_group * height.kernel * width.kernel * num.dtype.itemsize
-    blocks = max(1, WEIGHT_BUDGET // max(1, weights))
+    vector = simd.lanes(num.compute)
+    tail = min(lanes, max(vector, 1 << (total % lanes - 1).bit_length())) if total % lanes else lanes
+    for first_tile, tiles, inside in _runs(cr, total, lanes, tail):
+        def tile(first: Value, inside: bool = inside, lanes: int = lanes) -> None:
+            masks = _masks(num, cr, first, lanes, not inside)
+            for_tiles(b, 0, count, block_channels(simd, num, cr.out_group, lanes), lambda local, channels: _tile(
+                num, cr, batch, group, affine(b, 0, (start, 1), (local, 1)), channels, first, lanes, masks, inside,
+                out))
 
-    def channel_blocks(batch: Value, group: Value, start: Value, count: int) -> None:
-        for first_tile, tiles, inside in _runs(cr, total, lanes):
-            def tile(first: Value, inside: bool = inside) -> None:
-                masks = _masks(num, cr, first, lanes, not inside)
-                for_tiles(b, 0, count, block, lambda local, channels: _tile(
-                    num, cr, batch, group, affine(b, 0, (start, 1), (local, 1)), channels, first, lanes, masks,
-                    inside))
+        if first_tile < 0:
+            tile(const(total - tail), lanes=tail)
+        elif tiles == 1:
+            tile(const(first_tile * lanes))
+        else:
+            with for_range(b, tiles, name="tile") as t:
+                tile(affine(b, first_tile * lanes, (t, lanes)))
 
-            if first_tile < 0:
-                tile(const(total - lanes))
-            elif tiles == 1:
-                tile(const(first_tile * lanes))
-            else:
-                with for_range(b, tiles, name="tile") as t:
-                    tile(affine(b, first_tile * lanes, (t, lanes)))
+
+def emit_plane(k: KernelContext, num: Numeric, cr, simd: Simd) -> None:
+    """Loops over batch, group and runs of channel blocks (``plane_blocks``), each run over the plane."""
+    b = k.builder
+    _, run = plane_blocks(simd, num, cr)
+
+    def into_y(batch: Value, group: Value) -> Placement:
+        return lambda local0: (cr.y, affine(b, 0, (batch, cr.y.strides[0]), (group, cr.out_group * cr.y.strides[1]),
+                                            (local0, cr.y.strides[1])), cr.y.strides[1])
 
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
-        for_tiles(b, 0, cr.out_group, block * blocks, lambda start, count: channel_blocks(batch, group, start, count))
+        for_tiles(b, 0, cr.out_group, run, lambda start, count: plane_run(
+            num, cr, simd, batch, group, start, count, into_y(batch, group)))
+
+
+#: bytes of convolution outputs a Conv fused with its pooling stages at most (a run of channels at a time)
+STAGE_BUDGET = 256 * 1024
+
+
+def stage_channels(simd: Simd, num: Numeric, cr) -> int:
+    """Channels a fused pooling stages at a time: a run (``plane_blocks``), fewer (whole blocks) when their
+    outputs would pass ``STAGE_BUDGET``."""
+    block, run = plane_blocks(simd, num, cr)
+    plane = cr.axes[0].out * cr.axes[1].out * num.dtype.itemsize
+    return min(run, max(block, STAGE_BUDGET // plane // block * block))
+
+
+def stage_bytes(simd: Simd, num: Numeric, cr) -> int:
+    return stage_channels(simd, num, cr) * cr.axes[0].out * cr.axes[1].out * num.dtype.itemsize
+
+
+def emit_staged(k: KernelContext, num: Numeric, cr, simd: Simd, pool: Node, pool_emitter: Emitter) -> None:
+    """A Conv fused with the pooling ``pool`` (kernels/pool.py): per run of channels, the plane's tiles
+    through the epilogue into the workspace, then ``pool_emitter`` (the pooling's own) from there into those
+    channels of Y (``cr.y``, the pooled output)."""
+    b = k.builder
+    height, width = cr.axes
+    total, y = height.out * width.out, cr.y
+    stage_ptr = k.scratch(cr.x.element, stage_bytes(simd, num, cr))
+
+    def stage_run(batch: Value, group: Value, start: Value, count: int) -> None:
+        stage = TensorRef(stage_ptr, TensorType((1, count, height.out, width.out), cr.x.type.dtype))
+        plane_run(num, cr, simd, batch, group, start, count,
+                  lambda local0: (stage, affine(b, 0, (local0, total), (start, -total)), total))
+        channel0 = affine(b, 0, (group, cr.out_group), (start, 1))
+        first = b.gep(y.ptr, [affine(b, 0, (batch, y.strides[0]), (channel0, y.strides[1]))], inbounds=True)
+        pooled = TensorRef(first, TensorType((1, count, *y.shape[2:]), y.type.dtype))
+        pool_emitter(KernelContext(pool, pool.attrs, b, [stage], [pooled], k.math, k.target))
+
+    with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
+        for_tiles(b, 0, cr.out_group, stage_channels(simd, num, cr),
+                  lambda start, count: stage_run(batch, group, start, count))

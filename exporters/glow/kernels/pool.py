@@ -465,12 +465,29 @@ def _staged_block(target, conv: Node, x: TensorType, w: TensorType) -> tuple[tup
     return conv_out, tile_shape(simd_of(target), num, conv_out[-1], w.shape[0] // conv.attrs.group)[1]
 
 
+def _plane(conv: Node, types_in: list[TensorType | None], target) -> Correlation | None:
+    """The convolution (into its own, unpooled output) when it runs over the flattened plane
+    (kernels/conv_plane.py): it is then staged, whether the pooling windows overlap or not."""
+    x, w = types_in[0], types_in[1]
+    win = Conv.geometry(conv.attrs, x.shape, w.shape)
+    y = TensorRef(None, TensorType((x.shape[0], w.shape[0], *win.out), x.dtype))
+    context = KernelContext(conv, conv.attrs, None, [TensorRef(None, t) if t else None for t in types_in], [y], None,
+                            target)
+    if pointwise(win) or conv_workspace(context):
+        return None
+    cr = conv_correlation(context, Epilogue())
+    return cr if conv_plane.fits(cr, simd_of(target), Numeric(None, x.dtype), target) else None
+
+
 def conv_pool_workspace(conv: Node, types_in: list[TensorType | None], pool: Node, target) -> int:
     """Bytes of the workspace a channels-first Conv fused with ``pool`` stages its output in (0: none,
     the pooled tiles are reduced from convolution tiles in registers)."""
     x, w = types_in[0], types_in[1]
     if conv.attrs.channels_last or x.dtype not in FLOATS or not stages_conv_output(target):
         return 0
+    plane = _plane(conv, types_in, target)
+    if plane is not None:
+        return conv_plane.stage_bytes(simd_of(target), Numeric(None, x.dtype), plane)
     conv_out, block = _staged_block(target, conv, x, w)
     if not _overlaps(pool, conv_out):
         return 0
@@ -527,6 +544,10 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
     types_in = [ref.type for ref in k.inputs if ref]
     if conv_pool_workspace(k.node, types_in, pool, k.target):
         assert k.workspace is not None, f"layer '{k.node.name}': its staged convolution has no workspace"
+        if _plane(k.node, types_in, k.target) is not None:
+            conv_plane.emit_staged(k, num, conv_correlation(k, epilogue), simd_of(k.target), pool,
+                                   average_pool if pool.op == "AveragePool" else max_pool)
+            return
         win = Conv.geometry(k.attrs, types_in[0].shape, types_in[1].shape)
         gathered = _gathered(k.node, types_in, k.target)
         _emit_staged(k, num, row_taps_correlation(k, epilogue, win) if gathered else conv_correlation(k, epilogue),
@@ -561,4 +582,4 @@ def conv_group(k: KernelContext, layer) -> None:
 
 
 # the channels-last kernels build on this file (imported last: they import it)
-from pegasus.exporters.glow.kernels import pool_channels_last  # noqa: E402
+from pegasus.exporters.glow.kernels import conv_plane, pool_channels_last  # noqa: E402
