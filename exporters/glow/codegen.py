@@ -6,12 +6,16 @@ Each layer function takes typed pointers to its tensors (and an ``i8*`` to its p
 kernel has one), then an ``i8*`` to its parameter block in the weights (kernels/parameters.py: per-channel
 requantisation tables; ``undef`` for a layer without one); pointers whose byte ranges overlap no other
 argument are marked ``noalias`` so LLVM can vectorise freely. Layers whose functions are the same text share
-one (``_shared``). The module has no globals with mutable state and calls nothing outside itself (math
-functions come from ``llvm.mathlib``).
+one (``_shared``). A layer whose emitter would see exactly what an earlier one's saw (``_layer_key``: its ops
+and attributes, its tensors' types and constant bounds, which arguments are ``noalias``, its workspace size;
+its kernel reads nothing else) is not generated again: it calls that function with the same parameter block
+bytes (DenseNet-121's 58 3x3 convolutions have four shapes). The module has no globals with mutable state
+and calls nothing outside itself (math functions come from ``llvm.mathlib``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -37,7 +41,7 @@ from pegasus.exporters.glow.row_chains import RowChain
 from pegasus.exporters.glow.row_emit import emit_row_chain
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
-from pegasus.ops.registry import get_op
+from pegasus.ops.registry import attrs_to_dict, get_op
 
 BYTE_PTR = ir.IntType(8).as_pointer()
 REGION_ARG = {CONSTANT: 0, MUTABLE: 1, ACTIVATIONS: 2}
@@ -67,10 +71,10 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
     plan.clear_parameters()
     code_constants: dict[str, ir.GlobalVariable] = {}
     bodies: dict[str, list[ir.Function]] = {}
+    made: dict[str, tuple[ir.Function, bytes]] = {}
     for index, unit in enumerate(plan.layers or single_layers(graph)):
         present = [n for n in unit.inputs + unit.outputs if n]
         workspace = plan.workspace_of(unit)
-        layer = _layer_function(module, graph, plan, index, unit, present, workspace is not None)
         args = []
         for tensor in present:
             loc = plan.locations[tensor]
@@ -83,23 +87,53 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
-        parameters = LayerParameters(layer.args[-1])
-        if _planned_alias(plan, unit):   # nothing to compute: its output already is its input's bytes
-            layer.append_basic_block("entry")
-            ir.IRBuilder(layer.entry_basic_block).ret_void()
-        else:
-            _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0,
-                             parameters, lambda function: _shared(module, function, bodies))
-        if parameters.data:
+        key = _layer_key(graph, plan, unit, present, workspace)
+        if key not in made:
+            layer = _layer_function(module, graph, plan, index, unit, present, workspace is not None)
+            parameters = LayerParameters(layer.args[-1])
+            if _planned_alias(plan, unit):   # nothing to compute: its output already is its input's bytes
+                layer.append_basic_block("entry")
+                ir.IRBuilder(layer.entry_basic_block).ret_void()
+            else:
+                _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0,
+                                 parameters, lambda function: _shared(module, function, bodies))
+            made[key or f"{index}"] = (_shared(module, layer, bodies), bytes(parameters.data))
+        function, data = made[key or f"{index}"]
+        if data:
             args.append(builder.gep(entry.args[REGION_ARG[CONSTANT]],
-                                    [ir.Constant(ir.IntType(32), plan.add_parameters(parameters.data))],
-                                    inbounds=True))
+                                    [ir.Constant(ir.IntType(32), plan.add_parameters(data))], inbounds=True))
         else:
             args.append(ir.Constant(BYTE_PTR, ir.Undefined))
-        builder.call(_shared(module, layer, bodies), args)
+        builder.call(function, args)
     builder.ret(ir.Constant(ir.IntType(32), 0))
     forbid_library_calls(module)
     return module
+
+
+def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], workspace: Location | None) -> str:
+    """What the layer's emitter sees, as text: equal keys make equal functions and parameter blocks. '' (never
+    shared this way) for a row-by-row block (its stages read the graph), quantized tensors or attributes that
+    are not plain values."""
+    if isinstance(unit, RowChain) or any(graph.type_of(name).quant is not None for name in present):
+        return ""
+    try:
+        attrs = json.dumps([(node.op, attrs_to_dict(node.attrs)) for node in unit.nodes])
+    except TypeError:
+        return ""
+    types = [(graph.type_of(name).shape, graph.type_of(name).dtype.name, constant_bounds(graph, name))
+             for name in present]
+    return repr((attrs, types, _noalias(plan, present), workspace.size if workspace else None,
+                 _planned_alias(plan, unit), [name in present[:i] for i, name in enumerate(present)]))
+
+
+def _noalias(plan: MemoryPlan, present: list[str]) -> list[bool]:
+    """Which of a layer's tensor arguments overlap no other argument (codegen marks them ``noalias``)."""
+    locations = [plan.locations[n] for n in present]
+    flags = []
+    for position, loc in enumerate(locations):
+        others = [other for j, other in enumerate(locations) if j != position and present[j] != present[position]]
+        flags.append(not any(_overlaps(loc, other) for other in others) and present.count(present[position]) == 1)
+    return flags
 
 
 def _shared(module: ir.Module, function: ir.Function, bodies: dict[str, list[ir.Function]]) -> ir.Function:
@@ -187,10 +221,8 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")  # each layer is optimised on its own: export time stays linear
-    locations = [plan.locations[n] for n in present]
-    for position, (arg, loc) in enumerate(zip(function.args, locations)):
-        others = [other for j, other in enumerate(locations) if j != position and present[j] != present[position]]
-        if not any(_overlaps(loc, other) for other in others) and present.count(present[position]) == 1:
+    for arg, free in zip(function.args, _noalias(plan, present)):
+        if free:
             arg.add_attribute("noalias")
     if workspace:   # planned apart from every tensor live during the layer
         function.args[-2].add_attribute("noalias")

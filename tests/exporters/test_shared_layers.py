@@ -1,7 +1,9 @@
 """Layers whose functions would be the same IR (codegen.py ``_shared``: same kernel, shapes and argument
 attributes, at other offsets) are compiled once and called for each: a chain of equal convolutions and
 element-wise layers keeps one function per distinct layer, runs as onnxruntime does, and a layer that differs
-in anything (its attributes, a weight shape) keeps a function of its own.
+in anything (its attributes, a weight shape) keeps a function of its own. A layer whose emitter would see what
+an earlier one saw (``_layer_key``) is not even generated again, and the object file is the same bytes as when
+every layer is generated and compared.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import onnxruntime as ort
 from llvmlite import ir
 from onnx import TensorProto, helper, numpy_helper
 
+from pegasus.exporters.glow import codegen
 from pegasus.exporters.glow.codegen import build_module
+from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import plan_memory
@@ -62,3 +66,19 @@ def test_equal_layers_share_one_function_and_match_onnxruntime(tmp_path):
         None, {"x": x})[0]
     actual = run_bundle_host(graph, {"x": x}, workdir=tmp_path)[graph.outputs[0]]
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_layers_an_earlier_one_equals_are_not_generated_again(monkeypatch):
+    lowered = lower_for_export(import_onnx(_chain(), name="chain"))
+    target = resolve_target(None, None, None, "pic")
+    emitted = []
+    emit = codegen._emit_layer_body
+    monkeypatch.setattr(codegen, "_emit_layer_body", lambda function, graph, unit, *rest: (
+        emitted.append(unit.op), emit(function, graph, unit, *rest))[-1])
+    keyed = compile_object(build_module(lowered, plan_memory(lowered, fuse_layers(lowered)), target, "net"), target)
+    assert emitted == ["Conv_Relu", "Conv_Relu", "Mul"]   # the 2nd and 3rd padded conv, the 2nd Mul: not again
+    monkeypatch.setattr(codegen, "_layer_key", lambda *args: "")
+    emitted.clear()
+    every = compile_object(build_module(lowered, plan_memory(lowered, fuse_layers(lowered)), target, "net"), target)
+    assert len(emitted) == 6
+    assert keyed == every
