@@ -244,8 +244,7 @@ def fold_channel_affines(graph: Graph) -> bool:
             affine, source = found[0], node.outputs[0]
             graph.remove_nodes([affine])
             node.outputs[0] = affine.outputs[0]
-            del graph.tensors[source]
-            readers = graph.consumers()
+            del graph.tensors[source]   # the readers of the affine's output stay its readers
             changed = True
     return changed
 
