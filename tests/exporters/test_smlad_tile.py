@@ -30,7 +30,7 @@ def relu6(name: str, channels: int, outputs: int, kernel: int, **geometry) -> Ca
 
 
 CASES = [
-    conv("1x1-8to16-odd-positions", 8, 16, 1, relu=True, size=(5, 5)),     # 25 positions: a last tile of one
+    conv("1x1-12to16-odd-positions", 12, 16, 1, relu=True, size=(5, 5)),   # 25 positions: a last tile of one
     conv("1x1-16to4", 16, 4, 1, relu=True),
     conv("1x1-16to6-same-function", 16, 6, 1, relu=True),                  # shares 1x1-16to4's function
     relu6("3x3-8to6-stride2-pad", 8, 6, 3, stride=2, pad=1, size=(7, 9)),
@@ -49,29 +49,31 @@ def _stream(case: Case) -> np.ndarray | None:
 
 def test_stream_layout():
     """Per pair of output channels: 2 b0, 2 b1, the pair's interleaved doubled weights (test_paired_weights'
-    layout), then M0, t0 + 1, M1, t1 + 1, K0, K1; the weights input keeps one row; 73 groups: the block table."""
+    layout), then M0, t0 + 1, M1, t1 + 1, K0, K1 and whether another pair follows; the weights input keeps one
+    row; 73 groups: the block table."""
     case = conv("layout", 8, 4, 3, pad=1, relu=True)
     graph, _ = build_graph([case])
     node = graph.nodes[0]
     packed = pack_weights(node, graph, resolve_target("arm", "cortex-m7"))
     stream, depth = packed[2], 72
     assert packed[1].shape == (1, 3, 3, 4) and stream.dtype == np.int32
-    assert stream.shape == (2 * (depth + 8),)
+    assert stream.shape == (2 * (depth + 9),)
     table = block_table(node, graph, depth).reshape(2, 8)
     bias = case.inputs[2].astype(np.int64)
     w = 2 * case.inputs[1].astype(np.int64)
     rows = w.transpose(0, 2, 3, 1).reshape(4, -1)
     for pair in range(2):
-        part = stream[pair * (depth + 8):(pair + 1) * (depth + 8)]
+        part = stream[pair * (depth + 9):(pair + 1) * (depth + 9)]
         np.testing.assert_array_equal(part[:2], 2 * bias[2 * pair:2 * pair + 2])
-        np.testing.assert_array_equal(part[2 + depth:], table[pair, 2:])
+        np.testing.assert_array_equal(part[2 + depth:-1], table[pair, 2:])
+        assert part[-1] == (pair == 0)
         halves = part[2:2 + depth].view(np.int16).reshape(depth // 4, 2, 2, 2)     # group, half, row, pair
         for c in range(2):
             for q in range(depth // 4):
                 got = np.concatenate([halves[q, 0, c], halves[q, 1, c]])
                 np.testing.assert_array_equal(got, rows[2 * pair + c, 4 * q:4 * q + 4][[0, 2, 1, 3]])
     assert table[0, 3] == int(case.attrs["shift"][0]) - 32 + 1 and table[0, 6] != 0    # t + 1, K folded
-    assert _stream(CASES[-2]).shape == (2 + 4 * TILE_GROUPS + 6,)
+    assert _stream(CASES[-2]).shape == (2 + 4 * TILE_GROUPS + 7,)
     assert _stream(CASES[-1]).shape == (8,)                 # the block table
     assert _stream(conv("no-relu", 8, 4, 1)).shape == (12,)  # K does not fold: the block table
     assert _stream(conv("odd-outputs", 8, 5, 1, relu=True)).shape == (24,)

@@ -24,7 +24,12 @@ from collections.abc import Callable
 import numpy as np
 
 from pegasus.exporters.glow.kernels.conv import weights_known
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, pack_weights
+from pegasus.exporters.glow.kernels.integer_conv_plan import (
+    ConvPlan,
+    conv_plan,
+    pack_weights,
+    pointwise_layout,
+)
 from pegasus.exporters.glow.kernels.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer_im2col import qconv_im2col
 from pegasus.exporters.glow.kernels.registry import (
@@ -53,7 +58,9 @@ def pack_qconv(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
 @workspace("QConv")
 def qconv_workspace(k: KernelContext) -> int:
     cp = conv_plan(k)
-    return piece(cp.buffer_bytes) if kernel_of(cp) is qconv_im2col else 0
+    if kernel_of(cp) is not qconv_im2col or pointwise_layout(cp):     # a pointwise layer needs no buffer
+        return 0
+    return piece(cp.buffer_bytes)
 
 
 @streams("QConv")

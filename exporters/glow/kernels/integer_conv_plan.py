@@ -52,6 +52,8 @@ UNROLLED_ROWS = 64
 #: Most groups of four taps a layer's blocks may have for one function to compute every block of a tile
 #: (``tile_stream``: its groups unrolled).
 TILE_GROUPS = 72
+#: Words of a ``tile_stream`` per pair besides its weights: 2 seeds, 6 parameters, whether another pair follows.
+TILE_TAIL = 9
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
     table = block_table(node, graph, len(order))
     biases = {} if table is None else {2: table}
     stream = tile_stream(words, table, len(order))
+    if stream is not None and resident(node.attrs, w.shape):
+        stream = pointwise_records(spread_pairs(rows), table)
     if stream is not None:      # the weights live in the stream: input 1 keeps one row (its shape: the window)
         words, biases = words[:1], {2: stream}
     if w.shape[1] % 4 == 0:
@@ -241,23 +245,50 @@ def block_table(node: Node, graph: Graph, depth: int) -> np.ndarray | None:
 def tile_stream(words: np.ndarray, table: np.ndarray | None, depth: int) -> np.ndarray | None:
     """What a paired im2col layer reads per pair of output channels when one function computes every block of
     a tile (integer_smlad_tile.py), in place of its biases: the pair's doubled biases, its interleaved weight
-    rows (``depth`` words), then (M0, t0 + 1, M1, t1 + 1, K0, K1) — one pointer walks it, an LDRD, an LDM per
-    group of four taps, an LDM of the parameters. Only for a ``block_table`` whose rounding constants fold,
-    an even number of output channels and at most ``TILE_GROUPS`` groups (unrolled); None otherwise."""
+    rows (``depth`` words), then (M0, t0 + 1, M1, t1 + 1, K0, K1) and 1 if another pair follows, else 0 — one
+    pointer walks it, an LDRD, an LDM per group of four taps, an LDM of the parameters. Only for a
+    ``block_table`` whose rounding constants fold, an even number of output channels and at most
+    ``TILE_GROUPS`` groups (unrolled); None otherwise."""
     channels = words.shape[0]
     if table is None or channels % 2 or depth // 4 > TILE_GROUPS or len(table) != 4 * channels:
         return None
     pairs = channels // 2
     blocks = np.asarray(table).reshape(pairs, 8)
     flat = words.reshape(pairs, depth)
-    return np.concatenate([blocks[:, :2], flat, blocks[:, 2:]], axis=1).reshape(-1).astype(np.int32)
+    more = (np.arange(pairs) < pairs - 1).astype(np.int64)[:, None]
+    return np.concatenate([blocks[:, :2], flat, blocks[:, 2:], more], axis=1).reshape(-1).astype(np.int32)
+
+
+def resident(attrs, w_shape: tuple[int, ...]) -> bool:
+    """Whether a 1x1 convolution of stride 1 without padding, of 4 or 8 input channels, keeps each position's
+    inputs in registers (integer_pointwise_dsp.py) — with a ``tile_stream`` it reads ``pointwise_records``."""
+    return (w_shape[1] in (4, 8) and all(k == 1 for k in w_shape[2:]) and all(s == 1 for s in attrs.strides)
+            and not any(attrs.pads))
+
+
+def pointwise_records(rows: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Per output channel of a ``resident`` layer, its record: the row's doubled weights as 16-bit pairs (``rows``,
+    not interleaved), its doubled bias, M, t + 1 and K (from the folded ``block_table``) — one LDM."""
+    channels = rows.shape[0]
+    blocks = np.asarray(table).reshape(-1, 8)
+    parameters = np.stack([blocks[:, [0, 2, 3, 6]], blocks[:, [1, 4, 5, 7]]], axis=1).reshape(-1, 4)[:channels]
+    return np.concatenate([rows, parameters], axis=1).reshape(-1).astype(np.int32)
+
+
+def pointwise_layout(cp: ConvPlan) -> bool:
+    """Whether a layer's biases were replaced by its ``pointwise_records`` (the same rule as ``resident``)."""
+    if cp.bias is None or not paired(cp.w) or cp.depthwise or not cp.channels_last or cp.in_group not in (4, 8):
+        return False
+    if not all(axis.kernel == 1 and axis.stride == 1 and axis.pad == 0 and axis.size == axis.out for axis in cp.axes):
+        return False
+    return cp.bias.shape[0] == cp.ya.channels * (cp.in_group // 2 + 4)
 
 
 def tile_layout(cp: ConvPlan) -> bool:
     """Whether a paired im2col layer's biases were replaced by its ``tile_stream``."""
     if cp.bias is None or not paired(cp.w) or cp.depthwise or cp.ya.channels % 2:
         return False
-    return cp.bias.shape[0] == cp.ya.channels // 2 * (cp.mac.depth + 8)
+    return cp.bias.shape[0] == cp.ya.channels // 2 * (cp.mac.depth + TILE_TAIL)
 
 
 def depthwise_table(node: Node, graph: Graph, taps: int) -> np.ndarray | None:

@@ -43,7 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels import integer_pointwise_dsp
 from pegasus.exporters.glow.kernels.integer_conv_plan import (
+    TILE_TAIL,
     ConvPlan,
     block_layout,
     tap_at,
@@ -375,6 +377,9 @@ def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value],
 def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     """QConv as tiles of output positions: their receptive fields copied into the workspace (``im2col``),
     then dot products with blocks of output channels, each output finished and requantised."""
+    if integer_pointwise_dsp.handles(cp):     # a 1x1 layer of 4 or 8 channels: its inputs held in registers
+        integer_pointwise_dsp.qconv_pointwise_dsp(k, cp)
+        return
     b = k.builder
     taps = Taps.of(k.module, cp)
     # a paired layer's biases may have been replaced by its blocks' table (integer_conv_plan.block_table), which
@@ -419,7 +424,7 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         (each an add per block, no base kept), then an odd last channel."""
         pairs = cp.out_group // 2
         table = b.bitcast(cp.bias.ptr, I32.as_pointer())
-        size = cp.mac.depth + 8 if tiled else layout    # words a pair takes in the table (or the tile_stream)
+        size = cp.mac.depth + TILE_TAIL if tiled else layout    # words a pair takes in the table (or tile_stream)
         weights = b.gep(table, [const(2)], inbounds=True) if tiled else cp.w.ptr
         starts = [table, b.bitcast(weights, I16.as_pointer()),
                   cp.y.address(b, affine(b, 0, (batch, ya.batch), (first, ya.position)))]

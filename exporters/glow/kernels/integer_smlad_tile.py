@@ -7,10 +7,11 @@ instructions besides its SMLADs, LDMs and requantisation: the call and its argum
 LDRDs, three pointers and the loop — MobileNetV1's 1x1 layers of 8 to 32 channels a third of their time. Here
 one pointer walks the stream: per pair of channels an LDRD of the doubled biases the sums start at, an LDM
 of the rows' words per group of four taps (into r8-r11, the tile's positions into r4-r7, as in
-integer_smlad.py), an LDM of (M0, t0 + 1, M1, t1 + 1, K0, K1), then SMMLAR, ASR and SSAT per output
-(integer_dot.Requant, ``fold_constant``). The buffer's pointer walks the groups by LDM's writeback and goes
-back by one SUB per block (laundered, so that LLVM keeps no second copy of it); the output pointer and the
-stream's end wait on the stack while the 14 registers hold the sums, the loaded words and the two pointers.
+integer_smlad.py), an LDM of (M0, t0 + 1, M1, t1 + 1, K0, K1) and of the word that says whether another pair
+follows (the loop's test: no end pointer to reload), then SMMLAR, ASR and SSAT per output (integer_dot.Requant,
+``fold_constant``). The buffer's pointer walks the groups by LDM's writeback and goes back by one SUB per block
+(laundered, so that LLVM keeps no second copy of it); the output pointers wait on the stack while the 14
+registers hold the sums, the loaded words and the two pointers.
 The groups are unrolled (at most integer_conv_plan.TILE_GROUPS), and the function, internal, is shared by the
 layers of one depth, tile and clamp (the output's row is an argument). A tile of one position (the last of an
 odd count) keeps integer_im2col.py's blocks, walking the same stream: unrolled for one position, the groups
@@ -31,7 +32,7 @@ from pegasus.exporters.glow.llvm.loops import const, no_unroll
 
 Value = ir.Value
 #: The registers a block's requantisation parameters are loaded into (ascending: one LDM).
-PARAMETER_REGISTERS = ("r4", "r5", "r6", "r7", "r8", "r9")
+PARAMETER_REGISTERS = ("r4", "r5", "r6", "r7", "r8", "r9", "r10")
 
 
 def tile_blocks(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, rows: Value, count: int, y_at: Value) -> None:
@@ -39,8 +40,7 @@ def tile_blocks(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, rows: Value, count: 
     ``y_at``, the tile's first output)."""
     function = _function(b.module, cp, rq, count, y_at.type)
     stream = b.bitcast(cp.bias.ptr, I32.as_pointer())
-    end = b.gep(stream, [const(cp.bias.shape[0])], inbounds=True)
-    b.call(function, [b.bitcast(rows, I32.as_pointer()), stream, y_at, end, const(cp.ya.position)])
+    b.call(function, [b.bitcast(rows, I32.as_pointer()), stream, y_at, const(cp.ya.position)])
 
 
 def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: ir.Type) -> ir.Function:
@@ -50,7 +50,7 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: 
     if name in module.globals:
         return module.globals[name]
     words = I32.as_pointer()
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [words, words, y_type, words, I32]), name=name)
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [words, words, y_type, I32]), name=name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")
@@ -59,23 +59,21 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: 
         function.attributes = _TunedFor(tuning, function.attributes)
     for arg in function.args[:3]:
         arg.add_attribute("noalias")
-    x0, s0, y0, end, stride = function.args
+    x0, s0, y0, stride = function.args
     b = ir.IRBuilder(function.append_basic_block("entry"))
     entry = b.block
     body, after = function.append_basic_block("pairs.body"), function.append_basic_block("pairs.end")
-    # one output pointer per position (the positions' rows, ``stride`` apart), each bumped by 2 per pair; they
-    # and the stream's end wait on the stack (volatile: LLVM would rather keep them and spill sums)
+    # one output pointer per position (the positions' rows, ``stride`` apart), each bumped by 2 per pair: they
+    # wait on the stack (volatile: LLVM would rather keep them in registers and spill sums)
     outputs = _Outputs(b, [y0] + [b.gep(y0, [b.mul(stride, const(p))], inbounds=True) for p in range(1, count)])
-    last = entry_alloca(b, words)
-    b.store(end, last)
     b.branch(body)
     b.position_at_end(body)
     x_at, s_at = b.phi(words), b.phi(words)
-    x_next, s_next = _pair(b, cp, rq, count, groups, x_at, s_at, outputs)
+    x_next, s_next, more = _pair(b, cp, rq, count, groups, x_at, s_at, outputs)
     for phi, first, following in ((x_at, x0, x_next), (s_at, s0, s_next)):
         phi.add_incoming(first, entry)
         phi.add_incoming(following, b.block)
-    latch = b.cbranch(b.icmp_unsigned("!=", s_next, volatile_load(b, last, 4)), body, after)
+    latch = b.cbranch(b.icmp_unsigned("!=", more, const(0)), body, after)
     latch.set_metadata("llvm.loop", no_unroll(module))
     b.position_at_end(after)
     b.ret_void()
@@ -106,9 +104,10 @@ class _Outputs:
 
 
 def _pair(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, count: int, groups: int, x_at: Value, s_at: Value,
-          outputs: _Outputs) -> tuple[Value, Value]:
+          outputs: _Outputs) -> tuple[Value, Value, Value]:
     """One pair of channels: its sums from the seeds at ``s_at``, requantised and stored where ``outputs``
-    points (and the pointers bumped); the buffer and stream pointers of the next pair."""
+    points (and the pointers bumped); the buffer and stream pointers of the next pair, and the stream's word
+    saying whether one follows."""
     smlad = dsp(b.module, "smlad", 3)
     both = volatile_load(b, b.bitcast(s_at, I64.as_pointer()), 4)
     seeds = [b.trunc(both, I32), b.trunc(b.lshr(both, ir.Constant(I64, 32)), I32)]
@@ -124,7 +123,7 @@ def _pair(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, count: int, groups: int, x
         x_at = opaque(b, b.gep(x_at, [const(x_step)], inbounds=True))
         w_at = opaque(b, b.gep(w_at, [const(4)], inbounds=True))
     x_back = opaque(b, b.gep(x_at, [const(-x_step * groups)], inbounds=True))
-    loaded = pinned(b, [b.load(b.gep(w_at, [const(j)], inbounds=True)) for j in range(6)], PARAMETER_REGISTERS)
+    loaded = pinned(b, [b.load(b.gep(w_at, [const(j)], inbounds=True)) for j in range(7)], PARAMETER_REGISTERS)
     parameters = [(loaded[0], loaded[1], loaded[4]), (loaded[2], loaded[3], loaded[5])]
     cells = [(c, p) for c in range(2) for p in range(count)]
     values = rq.many(b, [(sums[c][p], None, None) for c, p in cells], doubled=True,
@@ -133,4 +132,4 @@ def _pair(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, count: int, groups: int, x
     for (c, p), value in zip(cells, values):
         b.store(value, b.gep(y_at[p], [const(c)], inbounds=True))
     outputs.store(b, [b.gep(at, [const(2)], inbounds=True) for at in y_at])
-    return x_back, opaque(b, b.gep(w_at, [const(6)], inbounds=True))
+    return x_back, opaque(b, b.gep(w_at, [const(7)], inbounds=True)), loaded[6]
