@@ -85,19 +85,26 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant) -> ir.Function:
     pairs = _inputs(b, cp, x_at)
     x_next = b.gep(x_at, [const(depth // 4)], inbounds=True)
     b.store(x_next, slots[0])
-    body, done = function.append_basic_block("channels"), function.append_basic_block("channels.end")
-    start = b.block
-    b.branch(body)
-    b.position_at_end(body)
-    y_c, r_c = b.phi(y_type), b.phi(words)
-    y_n, r_n = y_c, r_c
-    for _ in range(unroll):
-        y_n, r_n = _channel(b, cp, rq, pairs, y_n, r_n)
-    for phi, first, following in ((y_c, y_at, y_n), (r_c, r_at, r_n)):
-        phi.add_incoming(first, start)
-        phi.add_incoming(following, b.block)
-    latch = b.cbranch(b.icmp_unsigned("!=", r_n, volatile_load(b, slots[1], 4)), body, done)
-    latch.set_metadata("llvm.loop", no_unroll(module))
+    done = function.append_basic_block("channels.end")
+    if unroll == channels:      # every channel unrolled: no loop
+        y_n, r_n = y_at, r_at
+        for _ in range(channels):
+            y_n, r_n = _channel(b, cp, rq, pairs, y_n, r_n)
+        b.branch(done)
+    else:
+        body = function.append_basic_block("channels")
+        start = b.block
+        b.branch(body)
+        b.position_at_end(body)
+        y_c, r_c = b.phi(y_type), b.phi(words)
+        y_n, r_n = y_c, r_c
+        for _ in range(unroll):
+            y_n, r_n = _channel(b, cp, rq, pairs, y_n, r_n)
+        for phi, first, following in ((y_c, y_at, y_n), (r_c, r_at, r_n)):
+            phi.add_incoming(first, start)
+            phi.add_incoming(following, b.block)
+        latch = b.cbranch(b.icmp_unsigned("!=", r_n, volatile_load(b, slots[1], 4)), body, done)
+        latch.set_metadata("llvm.loop", no_unroll(module))
     b.position_at_end(done)
     r_back = opaque(b, b.gep(r_n, [const(-channels * (depth // 2 + 4))], inbounds=True))
     for phi, first, following in ((y_at, y0, y_n), (r_at, r0, r_back)):

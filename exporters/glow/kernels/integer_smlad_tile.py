@@ -64,7 +64,8 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: 
     entry = b.block
     body, after = function.append_basic_block("pairs.body"), function.append_basic_block("pairs.end")
     # one output pointer per position (the positions' rows, ``stride`` apart), each bumped by 2 per pair: they
-    # wait on the stack (volatile: LLVM would rather keep them in registers and spill sums)
+    # wait on the stack, reloaded after an empty statement that clobbers memory (LLVM would rather keep them in
+    # registers and spill sums)
     outputs = _Outputs(b, [y0] + [b.gep(y0, [b.mul(stride, const(p))], inbounds=True) for p in range(1, count)])
     b.branch(body)
     b.position_at_end(body)
@@ -82,16 +83,23 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: 
 
 class _Outputs:
     """The output pointers of a tile's positions in a stack slot, read and written back whole (one LDRD and
-    one STRD for two)."""
+    one STRD for two, at SP: a volatile load would first copy SP to a register, an instruction a block)."""
 
     def __init__(self, b: ir.IRBuilder, pointers: list[Value]):
         self.type, self.count = pointers[0].type, len(pointers)
         self.slot = entry_alloca(b, ir.IntType(32 * self.count))
         self.slot.align = 8
+        # the slot's address given to an empty statement once: it escapes, so a statement clobbering memory
+        # may write it (``load``)
+        escape = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [self.slot.type]), "", "r,~{memory}", side_effect=True)
+        b.call(escape, [self.slot])
         self.store(b, pointers)
 
     def load(self, b: ir.IRBuilder) -> list[Value]:
-        both = volatile_load(b, self.slot, 4)
+        # an empty statement that may write the slot (its address an operand, memory clobbered): the load
+        # stays, as an LDRD from the stack pointer (a volatile load would first copy SP to a register)
+        b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", side_effect=True), [])
+        both = b.load(self.slot, align=8)
         return [b.inttoptr(b.trunc(b.lshr(both, ir.Constant(both.type, 32 * p)), I32), self.type)
                 for p in range(self.count)]
 
