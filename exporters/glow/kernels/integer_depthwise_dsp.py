@@ -25,7 +25,10 @@ single-position kernel before in brackets): DS-CNN 64 channels of 25x5 2.86 (3.6
 channels of 48x48 3.11 (4.28), 32 of 24x24 3.09 (3.82), 64 of 12x12 2.98 (3.59), 128 of 6x6 2.96 (3.76),
 256 of 3x3 2.34 (3.39), its stride-2 layers 2.76-3.26 (3.44-3.69). The products take 1 per MAC, centring
 and weights about 0.6, the requantisation (doubling, SMMULR, shift, rounding, SSAT, store: 6 per output)
-0.75.
+0.75. Under TFLite's rounding with a fused ReLU the layer's bias is replaced by a table of (2 b, K, M, t + 1)
+per channel and its weights are stored doubled (integer_conv_plan.depthwise_table): the sums start at 2 b and
+each output is SMMLAR, ASR, SSAT and the store, 4 instructions (MobileNetV1 0.25's depthwise layers 2.9 -> 2.6
+instructions per MAC).
 
 Streaming (integer_conv.py ``qconv_stream``; memory_plan.overlap_bytes: the output may start ``delta``
 bytes below its dying input, delta >= (p + 1 - first(p)) * C for every output position p, first(p) the

@@ -27,7 +27,11 @@ word once per pair of output channels rather than once. Cortex-M7, int8, MACs pe
 0.52 (8 -> 16 channels: the requantisation of 8-MAC outputs dominates), 0.79, 1.04, then 1.25 to 1.46 from 64
 channels on; ResNet-8's 3x3 layers with their residual add 1.20 / 1.28 / 1.43 at 16 / 32 / 64 channels;
 DS-CNN's 1x1 64 -> 64 1.26; the first layers 0.76 (MobileNetV1, 3 channels), 0.85 (ResNet-8), 1.06 (DS-CNN's
-10x4 window of 1 channel).
+10x4 window of 1 channel). A layer whose biases and weights were replaced by a ``tile_stream``
+(integer_conv_plan.py: TFLite rounding with a fused ReLU, an even number of output channels, at most 72
+groups) computes every block of a tile in one function (integer_smlad_tile.py; MobileNetV1's 1x1 layers then
+0.94 at 16 channels, 1.15, 1.35, 1.46 to 1.48); a 1x1 layer of 4 or 8 input channels holds each position's
+inputs in registers instead (integer_pointwise_dsp.py; MobileNetV1's 8 -> 16: 0.79).
 
 On x86-64 the dot products use PMADDWD (integer_madd.py; VPDPWSSD with AVX-512 VNNI) whenever the
 accumulator is i32 and both sides are 16-bit values: one vector accumulator per output over the
