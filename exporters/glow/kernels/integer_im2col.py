@@ -30,8 +30,9 @@ DS-CNN's 1x1 64 -> 64 1.26; the first layers 0.76 (MobileNetV1, 3 channels), 0.8
 10x4 window of 1 channel). A layer whose biases and weights were replaced by a ``tile_stream``
 (integer_conv_plan.py: TFLite rounding with a fused ReLU, an even number of output channels, at most 72
 groups) computes every block of a tile in one function (integer_smlad_tile.py; MobileNetV1's 1x1 layers then
-0.94 at 16 channels, 1.15, 1.35, 1.46 to 1.48); a 1x1 layer of 4 or 8 input channels holds each position's
-inputs in registers instead (integer_pointwise_dsp.py; MobileNetV1's 8 -> 16: 0.79).
+0.96 from 16 channels, 1.17 to 1.21 from 32, 1.36 from 64, 1.43 to 1.49 from 128 and 256); a 1x1 layer of 4 or
+8 input channels holds each position's inputs in registers instead (integer_pointwise_dsp.py; MobileNetV1's
+8 -> 16: 0.81).
 
 On x86-64 the dot products use PMADDWD (integer_madd.py; VPDPWSSD with AVX-512 VNNI) whenever the
 accumulator is i32 and both sides are 16-bit values: one vector accumulator per output over the
