@@ -1,8 +1,9 @@
-"""Stride-1 float convolutions over the flattened plane (exporters/glow/kernels/conv_plane.py) against a NumPy
-direct convolution written here (rtol 1e-4 / atol 1e-5; float16 2e-3), and onnxruntime on a Conv + Relu:
-tiles crossing row ends, the plane's first and last tiles (masked loads), tail tiles, planes smaller than
-a tile, dilations, 5x5, 1x3 and 3x1 kernels, even kernels with SAME_UPPER padding, output rows fewer than
-the input's, groups, batches, channel remainders, float16 and float64.
+"""Float convolutions over the flattened plane (exporters/glow/kernels/conv_plane.py) against a NumPy direct
+convolution written here (rtol 1e-4 / atol 1e-5; float16 2e-3), and onnxruntime on a Conv + Relu and on Conv +
+Relu + pooling layers (staged): tiles crossing row ends, the plane's first and last tiles (masked loads), tail
+tiles, planes smaller than a tile, dilations, 5x5, 1x3 and 3x1 kernels, even kernels with SAME_UPPER padding,
+output rows fewer than the input's, groups, batches, channel remainders, float16 and float64; strided
+convolutions through the gathered taps (im2col) and pointwise ones over large planes.
 
 The kernel is chosen from the target's vector width, so each case runs for the host and for an AVX2 and an
 AVX-512 x86-64 CPU (each skipped when this machine cannot run its code), and the tests check that the
@@ -29,34 +30,34 @@ RNG = np.random.default_rng(17)
 
 
 def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: list[int], dilations: list[int],
-              group: int) -> np.ndarray:
+              group: int, strides: list[int]) -> np.ndarray:
     """Y[n, m, i, j] = b[m] + sum over the group's c and taps (kh, kw) of
-    X[n, c, i + kh*dh - ph, j + kw*dw - pw] W[m, c, kh, kw], in float64."""
+    X[n, c, i*sh + kh*dh - ph, j*sw + kw*dw - pw] W[m, c, kh, kw], in float64."""
     x, w = x.astype(np.float64), w.astype(np.float64)
     n, channels, height, width = x.shape
     m, per_group, kh, kw = w.shape
-    (ph, pw, eh, ew), (dh, dw) = pads, dilations
+    (ph, pw, eh, ew), (dh, dw), (sh, sw) = pads, dilations, strides
     padded = np.pad(x, ((0, 0), (0, 0), (ph, eh), (pw, ew)))
-    out_h = height + ph + eh - (kh - 1) * dh
-    out_w = width + pw + ew - (kw - 1) * dw
+    out_h = (height + ph + eh - (kh - 1) * dh - 1) // sh + 1
+    out_w = (width + pw + ew - (kw - 1) * dw - 1) // sw + 1
     y = np.zeros((n, m, out_h, out_w))
     outs = m // group
     for g in range(group):
         xs = padded[:, g * per_group:(g + 1) * per_group]
         for i in range(kh):
             for j in range(kw):
-                window = xs[:, :, i * dh:i * dh + out_h, j * dw:j * dw + out_w]
+                window = xs[:, :, i * dh:i * dh + (out_h - 1) * sh + 1:sh, j * dw:j * dw + (out_w - 1) * sw + 1:sw]
                 y[:, g * outs:(g + 1) * outs] += np.einsum("nchw,mc->nmhw", window, w[g * outs:(g + 1) * outs, :, i, j])
     return y + (0 if b is None else b.astype(np.float64)[None, :, None, None])
 
 
 def _case(id_: str, x_shape, w_shape, pads=(1, 1, 1, 1), dilations=(1, 1), group=1, bias=True, dtype=np.float32,
-          auto_pad: str | None = None):
+          auto_pad: str | None = None, strides=(1, 1)):
     x = RNG.uniform(-1, 1, x_shape).astype(dtype)
     fan_in = int(np.prod(w_shape[1:]))
     w = (RNG.standard_normal(w_shape) / np.sqrt(fan_in)).astype(dtype)
     b = RNG.uniform(-1, 1, w_shape[0]).astype(dtype) if bias else None
-    return pytest.param(x, w, b, list(pads), list(dilations), group, auto_pad, id=id_)
+    return pytest.param(x, w, b, list(pads), list(dilations), group, auto_pad, list(strides), id=id_)
 
 
 CASES = [
@@ -72,6 +73,14 @@ CASES = [
     _case("7x7-plane", (1, 16, 7, 7), (20, 16, 3, 3)),
     _case("f64", (1, 3, 9, 9), (4, 3, 3, 3), dtype=np.float64),
     _case("f16", (1, 3, 9, 11), (5, 3, 3, 3), dtype=np.float16),
+    # strided: every tap gathered (im2col), then a 1 x P plane
+    _case("3x3-stride2-im2col", (1, 8, 14, 14), (12, 8, 3, 3), strides=(2, 2)),
+    _case("5x3-strides-2x3-dilated-im2col", (2, 4, 17, 19), (6, 4, 5, 3), pads=(2, 0, 1, 3), dilations=(1, 2),
+          strides=(2, 3)),
+    _case("3x3-stride2-even-im2col", (1, 5, 12, 12), (7, 5, 3, 3), pads=(0, 0, 1, 1), strides=(2, 2), bias=False),
+    # pointwise over a plane of at least four tiles
+    _case("1x1-plane", (1, 24, 17, 17), (40, 24, 1, 1), pads=(0, 0, 0, 0)),
+    _case("1x1-stride2-plane", (1, 16, 33, 33), (20, 16, 1, 1), pads=(0, 0, 0, 0), strides=(2, 2)),
 ]
 
 CPUS = {"host": None, "avx2": ("x86-64-v3", "avx2"), "avx512": ("x86-64-v4", "avx512f")}
@@ -103,13 +112,14 @@ def _count_planes(monkeypatch, function: str = "emit_plane") -> list[str]:
     return emitted
 
 
-def _model(x, w, b, pads, dilations, group, auto_pad, relu=False, pool: tuple[str, dict] | None = None):
+def _model(x, w, b, pads, dilations, group, auto_pad, relu=False, pool: tuple[str, dict] | None = None,
+           strides=(1, 1)):
     dtype = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
              np.float16: TensorProto.FLOAT16}[x.dtype.type]
     initializers = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
     attrs = {"auto_pad": auto_pad} if auto_pad else {"pads": pads}
     conv = helper.make_node("Conv", ["x", "w"] + (["b"] if b is not None else []), ["c" if relu else "y"],
-                            dilations=dilations, group=group, **attrs)
+                            dilations=dilations, group=group, strides=list(strides), **attrs)
     nodes = [conv] + ([helper.make_node("Relu", ["c"], ["r" if pool else "y"])] if relu else [])
     if pool:
         nodes.append(helper.make_node(pool[0], ["r"], ["y"], **pool[1]))
@@ -119,13 +129,13 @@ def _model(x, w, b, pads, dilations, group, auto_pad, relu=False, pool: tuple[st
 
 
 @pytest.mark.parametrize("cpu", list(CPUS))
-@pytest.mark.parametrize("x, w, b, pads, dilations, group, auto_pad", CASES)
-def test_plane_matches_numpy(cpu, x, w, b, pads, dilations, group, auto_pad, monkeypatch, tmp_path):
+@pytest.mark.parametrize("x, w, b, pads, dilations, group, auto_pad, strides", CASES)
+def test_plane_matches_numpy(cpu, x, w, b, pads, dilations, group, auto_pad, strides, monkeypatch, tmp_path):
     _use_cpu(cpu, monkeypatch)
     emitted = _count_planes(monkeypatch)
-    got = host_runner.run_bundle_host(import_onnx(_model(x, w, b, pads, dilations, group, auto_pad), name="plane"),
-                                      {"x": x}, workdir=tmp_path)["y"]
-    want = reference(x, w, b, pads, dilations, group)
+    model = _model(x, w, b, pads, dilations, group, auto_pad, strides=strides)
+    got = host_runner.run_bundle_host(import_onnx(model, name="plane"), {"x": x}, workdir=tmp_path)["y"]
+    want = reference(x, w, b, pads, dilations, group, strides)
     if llvm.get_host_cpu_features().get("avx") or cpu != "host":
         assert emitted, "the convolution did not run over the flattened plane"
     tolerance = 2e-3 if x.dtype == np.float16 else 1e-4

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.exporters.glow.codegen import layer_workspaces
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.target import resolve_target
+from pegasus.exporters.glow.target import HOST_TRIPLES, Target, resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from tests.exporters.host_runner import run_bundle_host
 
@@ -110,10 +110,18 @@ def test_strided_gathers_its_inputs_on_hosts_only():
 
 
 def test_strided_rows_are_gathered_per_tap_on_hosts_only():
+    """Without AVX (x86-64's SSE2, AArch64) each tap's run of the last axis; with AVX every tap of every
+    input channel at every output position (conv_plane.py ``im2col_bytes``), compiled for those CPUs
+    whatever runs the test; Cortex-M gathers nothing."""
     x_shape, out_channels, attrs, *rest = CASES["5x3-strides-2x3-dilated-asym-pads"]
     lowered = lower_for_export(import_onnx(_model(x_shape, out_channels, attrs, *rest), name="strided"))
     layers = fuse_layers(lowered)
     out = (19 + 0 + 3 - (3 - 1) * 2 - 1) // 3 + 1        # 5 positions along the last axis
+    rows = (17 + 2 + 1 - (5 - 1) - 1) // 2 + 1            # 8 output rows
     gathered = 2 * 4 * 17 * 3 * out * 4                   # N * C * H * taps * out float32
-    assert layer_workspaces(lowered, layers, resolve_target(None, None, None, "pic")) == {0: gathered}
+    every_tap = 2 * 4 * 5 * 3 * rows * out * 4            # N * C * taps * positions float32
+    for cpu, size in (("x86-64", gathered), ("x86-64-v3", every_tap), ("x86-64-v4", every_tap)):
+        target = Target("x86_64", cpu, HOST_TRIPLES["x86_64"], "hard", "pic")
+        assert layer_workspaces(lowered, layers, target) == {0: size}, cpu
+    assert layer_workspaces(lowered, layers, resolve_target("aarch64", "cortex-a53")) == {0: gathered}
     assert layer_workspaces(lowered, layers, resolve_target("arm", "cortex-m7")) == {}

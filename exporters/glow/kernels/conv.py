@@ -384,7 +384,14 @@ def conv_workspace(k: KernelContext) -> int:
     """A Conv strided along its last axis on a hosted target gathers, once, what its taps read into the
     workspace, so each block of output channels reads contiguous vectors (rather than shuffling strided loads,
     once per block: ResNet-50's stride-2 projections ran at 22-33 GF/s): a pointwise one the input positions
-    it reads (``_pointwise_correlation``), any other each tap's run of the last axis (``row_taps_correlation``)."""
+    it reads (``_pointwise_correlation``), one whose output rows the flattened plane covers better every
+    tap's inputs (conv_plane.py ``im2col_bytes``), any other each tap's run of the last axis
+    (``row_taps_correlation``)."""
+    return conv_plane.im2col_bytes(k, simd_of(k.target)) or row_taps_bytes(k)
+
+
+def row_taps_bytes(k: KernelContext) -> int:
+    """The workspace of ``conv_workspace`` but for the im2col one (also what a staged Conv + pool gathers)."""
     x, w = k.inputs[0], k.inputs[1]
     if k.attrs.channels_last or k.target.is_cortex_m or x.type.dtype not in FLOATS:
         return 0
@@ -405,7 +412,7 @@ def row_taps_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> C
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     kernel, stride, dilation, pad, out = (win.kernel[-1], win.strides[-1], win.dilations[-1], win.pads_begin[-1],
                                           win.out[-1])
-    z = TensorRef(k.scratch(x.element, conv_workspace(k)),
+    z = TensorRef(k.scratch(x.element, row_taps_bytes(k)),
                   TensorType((*x.shape[:-1], kernel * out), x.type.dtype))
     rows = (*x.shape[:-1],)
     zero = ir.Constant(x.element, 0.0)
@@ -452,14 +459,22 @@ def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
         return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     win = Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
+    simd = simd_of(k.target)
     if pointwise(win) and (len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k)):
-        emit_correlation(k, num, _pointwise_correlation(k, epilogue, win))
+        flat = _pointwise_correlation(k, epilogue, win)
+        cr = conv_plane.as_plane(flat)
+        if conv_plane.fits(cr, simd, num, k.target) and conv_plane.pointwise_fits(cr, simd, num):
+            conv_plane.emit_plane(k, num, cr, simd)
+            return
+        emit_correlation(k, num, flat)
+        return
+    if conv_plane.im2col_bytes(k, simd):
+        conv_plane.emit_plane(k, num, conv_plane.im2col_correlation(k, epilogue, win, simd), simd)
         return
     if conv_workspace(k):
         emit_correlation(k, num, row_taps_correlation(k, epilogue, win))
         return
     cr = conv_correlation(k, epilogue)
-    simd = simd_of(k.target)
     if conv_plane.fits(cr, simd, num, k.target):
         conv_plane.emit_plane(k, num, cr, simd)
         return

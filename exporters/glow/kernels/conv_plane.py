@@ -25,12 +25,17 @@ own kernel (``emit_staged``): VGG's 3x3 + 2x2 max pool blocks reduced register t
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.conv import WEIGHT_BUDGET, block_channels
+from pegasus.exporters.glow.kernels.binary import lane_loop
+from pegasus.exporters.glow.kernels.conv import WEIGHT_BUDGET, Axis, Correlation, axes_of, block_channels
 from pegasus.exporters.glow.kernels.linear import (
+    FLOATS,
     Accumulators,
     Numeric,
     Simd,
@@ -42,9 +47,11 @@ from pegasus.exporters.glow.kernels.linear import (
     vconst,
 )
 from pegasus.exporters.glow.kernels.registry import I32, Emitter, KernelContext, TensorRef
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
+from pegasus.ops.conv import Conv
 
 #: taps unrolled in the input-channel loop at most (7x7); larger kernels stay row by row
 MOST_TAPS = 49
@@ -133,7 +140,7 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
     for j in range(channels):
         acc.set(j, num.load(cr.bias, affine(b, j, (channel0, 1)), lanes, 0) if cr.bias is not None
                 else num.constant(0, lanes))
-    with for_range(b, cr.in_group, name="ci", unroll=False) as ci:
+    with for_range(b, cr.in_group, name="ci", unroll=len(_offsets(cr)) < 4) as ci:
         x_flat = affine(b, 0, (batch, cr.x.strides[0]), (group, cr.in_group * plane), (ci, plane), (first, 1))
         w_flat = affine(b, 0, (group, cr.w_group), (local0, cr.w_channel), (ci, cr.w_input))
         for kh, kw, offset in _offsets(cr):
@@ -217,6 +224,91 @@ def emit_plane(k: KernelContext, num: Numeric, cr, simd: Simd) -> None:
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
         for_tiles(b, 0, cr.out_group, run, lambda start, count: plane_run(
             num, cr, simd, batch, group, start, count, into_y(batch, group)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Pointwise and strided convolutions as 1 x P planes
+
+
+def as_plane(cr):
+    """A Correlation over one flattened axis of P positions (conv.py's pointwise ones) as a 1 x P plane."""
+    (axis,) = cr.axes
+
+    def view(ref: TensorRef) -> TensorRef:
+        return TensorRef(ref.ptr, TensorType((*ref.shape[:2], 1, ref.shape[2]), ref.type.dtype))
+
+    return replace(cr, x=view(cr.x), y=view(cr.y), axes=[Axis(1, 1, 1, 1, 1, 0), axis], w_taps=(0, *cr.w_taps))
+
+
+def pointwise_fits(cr, simd: Simd, num: Numeric) -> bool:
+    """Whether a pointwise Conv (``as_plane``) runs here rather than in conv.py's flattened tiles: on planes
+    of four tiles or more (1x1 256->1024 on 14x14: 232 GF/s, 219 there; on 7x7, 171 against 188)."""
+    return cr.axes[1].out >= 4 * tile_lanes(simd, num, cr.axes[1].out)
+
+
+#: bytes of the gathered inputs (every tap of every input channel at every output position) a strided Conv
+#: may take to run over the flattened plane
+IM2COL_BUDGET = 4 << 20
+
+
+def im2col_bytes(k: KernelContext, simd: Simd) -> int:
+    """Workspace of a strided 2-D float Conv of one group on x86-64 with AVX whose output rows are not whole
+    tiles (ResNet-50's 3x3 stride 2 onto 28, 14 and 7 positions ran at 145, 120 and 90 GF/s by rows): the
+    inputs of every tap gathered as a (C * taps) x P matrix, when within ``IM2COL_BUDGET`` (0: not so)."""
+    x, w = k.inputs[0], k.inputs[1]
+    if (k.attrs.channels_last or k.target.arch != "x86_64" or simd.width < 32 or x.type.dtype not in FLOATS
+            or len(x.shape) != 4 or k.attrs.group != 1):
+        return 0
+    win = Conv.geometry(k.attrs, x.shape, w.shape)
+    positions = win.out[0] * win.out[1]
+    if all(s == 1 for s in win.strides) or all(size == 1 for size in win.kernel) or \
+            win.out[1] % tile_lanes(simd, Numeric(None, x.type.dtype), positions) == 0:
+        return 0
+    size = x.shape[0] * x.shape[1] * math.prod(win.kernel) * positions * x.type.dtype.itemsize
+    return size if size <= IM2COL_BUDGET else 0
+
+
+def im2col_correlation(k: KernelContext, epilogue, win, simd: Simd):
+    """Gathers Z[n, c*taps + tap, p] = X[n, c, tap's input of output position p] (0 in the padding) into the
+    workspace, and returns the 1 x P pointwise Correlation of Z with W seen as (M, C*taps) (its own layout)."""
+    b = k.builder
+    x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    (kh, kw), (out_h, out_w), taps = win.kernel, win.out, math.prod(win.kernel)
+    n, channels, height, width = x.shape
+    positions = out_h * out_w
+    z = TensorRef(k.scratch(x.element, im2col_bytes(k, simd)),
+                  TensorType((n, channels * taps, 1, positions), x.type.dtype))
+    zero = ir.Constant(x.element, 0.0)
+    rows, columns = axes_of(win, x.shape[2:])
+    z_strides = (z.strides[0], taps * positions, out_w, 1)
+    for i, j in itertools.product(range(kh), range(kw)):
+        (h0, h1), (w0, w1) = _inside(rows, i), _inside(columns, j)
+        base = (i * kw + j) * positions
+        for r0, r1, c0, c1 in ((0, h0, 0, out_w), (h1, out_h, 0, out_w), (h0, h1, 0, w0), (h0, h1, w1, out_w)):
+            if r1 > r0 and c1 > c0:
+                lane_loop(b, (n, channels, r1 - r0, c1 - c0), [z_strides], 1,
+                          lambda flats, _: z.store(b, zero, flats[0]), [const(base + r0 * out_w + c0)])
+        if h1 > h0 and w1 > w0:
+            copy_strided(b, z, x, (n, channels, h1 - h0, w1 - w0), z_strides,
+                         (*x.strides[:2], rows.stride * width, columns.stride),
+                         dst_base=base + h0 * out_w + w0,
+                         src_base=(h0 * rows.stride - rows.pad + i * rows.dilation) * width
+                         + w0 * columns.stride - columns.pad + j * columns.dilation)
+    flat_y = TensorRef(y.ptr, TensorType((*y.shape[:2], 1, positions), y.type.dtype))
+    return Correlation(z, w, bias, flat_y, [Axis(1, 1, 1, 1, 1, 0), Axis(positions, positions, 1, 1, 1, 0)], 1,
+                       w.strides[0], 1, 0, (0, 0), epilogue=epilogue)
+
+
+def _inside(axis: Axis, tap: int) -> tuple[int, int]:
+    """[first, end) of the outputs whose tap ``tap`` reads inside the input along ``axis``."""
+    shift = tap * axis.dilation - axis.pad
+    first = min(axis.out, max(0, -(shift // axis.stride)))
+    return first, max(first, min(axis.out, (axis.size - 1 - shift) // axis.stride + 1))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Staged pooling
 
 
 #: bytes of convolution outputs a Conv fused with its pooling stages at most (a run of channels at a time)

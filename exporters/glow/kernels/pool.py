@@ -44,6 +44,7 @@ from pegasus.exporters.glow.kernels.conv import (
     emit_conv,
     pointwise,
     row_runs,
+    row_taps_bytes,
     row_taps_correlation,
     sweep,
     sweep_runs,
@@ -500,7 +501,7 @@ def _gathered(conv: Node, types_in: list[TensorType | None], target) -> int:
     context = KernelContext(conv, conv.attrs, None, [TensorRef(None, t) if t else None for t in types_in], [], None,
                             target)
     win = Conv.geometry(conv.attrs, types_in[0].shape, types_in[1].shape)
-    return 0 if pointwise(win) else conv_workspace(context)
+    return 0 if pointwise(win) else row_taps_bytes(context)
 
 
 def _emit_staged(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) -> None:
