@@ -118,8 +118,9 @@ def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], 
     are not plain values."""
     if isinstance(unit, RowChain) or any(graph.type_of(name).quant is not None for name in present):
         return ""
-    try:
-        attrs = json.dumps([(node.op, attrs_to_dict(node.attrs)) for node in unit.nodes])
+    try:   # each node's op, attributes and which of its inputs and outputs are given (optional ones may not be)
+        attrs = json.dumps([(node.op, attrs_to_dict(node.attrs), [bool(n) for n in node.inputs],
+                             [bool(n) for n in node.outputs]) for node in unit.nodes])
     except TypeError:
         return ""
     types = [(graph.type_of(name).shape, graph.type_of(name).dtype.name, constant_bounds(graph, name))

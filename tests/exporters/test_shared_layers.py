@@ -21,6 +21,10 @@ from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import plan_memory
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
+from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.ops.registry import make_attrs
 from tests.exporters.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(23)
@@ -82,3 +86,19 @@ def test_layers_an_earlier_one_equals_are_not_generated_again(monkeypatch):
     every = compile_object(build_module(lowered, plan_memory(lowered, fuse_layers(lowered)), target, "net"), target)
     assert len(emitted) == 6
     assert keyed == every
+
+
+def test_layers_giving_different_optional_inputs_have_different_keys():
+    """Clip(x, bound) and Clip(x, "", bound) read the same tensors in the same order: only which input slot is
+    given tells them apart (the emitter sees None in the other's place), so they must not share a function."""
+    tensors = {name: Tensor(name, TensorType(shape, DType.FLOAT32))
+               for name, shape in (("x", (1, 4, 8)), ("bound", ()), ("low", (1, 4, 8)), ("high", (1, 4, 8)))}
+    attrs = make_attrs("Clip")
+    graph = Graph("clips", [Node("low", "Clip", attrs, ["x", "bound"], ["low"]),
+                            Node("high", "Clip", attrs, ["x", "", "bound"], ["high"])], tensors, ["x", "bound"],
+                  ["low", "high"])
+    plan = plan_memory(graph)
+    low, high = ([n for n in layer.inputs + layer.outputs if n] for layer in plan.layers)
+    assert [graph.type_of(n) for n in low[:2]] == [graph.type_of(n) for n in high[:2]]
+    assert codegen._layer_key(graph, plan, plan.layers[0], low, None) != codegen._layer_key(graph, plan,
+                                                                                           plan.layers[1], high, None)
