@@ -114,17 +114,22 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
 
 def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], workspace: Location | None) -> str:
     """What the layer's emitter sees, as text: equal keys make equal functions and parameter blocks. '' (never
-    shared this way) for a row-by-row block (its stages read the graph), quantized tensors or attributes that
-    are not plain values."""
-    if isinstance(unit, RowChain) or any(graph.type_of(name).quant is not None for name in present):
+    shared this way) for a row-by-row block (its stages read the graph), a layer with quantized or integer
+    variable tensors (integer kernels carry their multipliers in attributes, which on most targets go to the
+    layer's parameter block, so their functions are merged by text) or attributes that are not plain values.
+    Whether each tensor is a constant is part of the key (a channels-last convolution runs natively only when
+    its weights are)."""
+    if isinstance(unit, RowChain) or any(
+            graph.type_of(name).quant is not None
+            or not (graph.type_of(name).dtype.is_float or graph.tensors[name].is_constant) for name in present):
         return ""
     try:   # each node's op, attributes and which of its inputs and outputs are given (optional ones may not be)
         attrs = json.dumps([(node.op, attrs_to_dict(node.attrs), [bool(n) for n in node.inputs],
                              [bool(n) for n in node.outputs]) for node in unit.nodes])
     except TypeError:
         return ""
-    types = [(graph.type_of(name).shape, graph.type_of(name).dtype.name, constant_bounds(graph, name))
-             for name in present]
+    types = [(graph.type_of(name).shape, graph.type_of(name).dtype.name, graph.tensors[name].is_constant,
+              constant_bounds(graph, name)) for name in present]
     return repr((attrs, types, _noalias(plan, present), workspace.size if workspace else None,
                  _planned_alias(plan, unit), [name in present[:i] for i, name in enumerate(present)]))
 
