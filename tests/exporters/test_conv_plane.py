@@ -194,3 +194,62 @@ def test_conv_relu_pool_staged_from_the_plane(cpu, pool, monkeypatch, tmp_path):
         target = host_runner.resolve_target(None, None, None, "pic")
         assert layer_workspaces(lowered, layers, target) == {0: conv_plane.STAGE_BUDGET}
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Stride-1 pooling over the plane (kernels/pool_plane.py)
+
+
+def pool_reference(x: np.ndarray, op: str, kernel, pads, dilations, include_pads: bool) -> np.ndarray:
+    """Stride-1 MaxPool (NaN propagates, the padding never wins) or AveragePool, in float64."""
+    (kh, kw), (ph, pw, eh, ew), (dh, dw) = kernel, pads, dilations
+    x = x.astype(np.float64)
+    fill = -np.inf if op == "MaxPool" else 0.0
+    padded = np.pad(x, ((0, 0), (0, 0), (ph, eh), (pw, ew)), constant_values=fill)
+    inside = np.pad(np.ones_like(x), ((0, 0), (0, 0), (ph, eh), (pw, ew)))
+    out_h, out_w = padded.shape[2] - (kh - 1) * dh, padded.shape[3] - (kw - 1) * dw
+    windows = np.stack([padded[:, :, i * dh:i * dh + out_h, j * dw:j * dw + out_w]
+                        for i in range(kh) for j in range(kw)])
+    if op == "MaxPool":
+        return windows.max(axis=0)
+    counts = np.stack([inside[:, :, i * dh:i * dh + out_h, j * dw:j * dw + out_w]
+                       for i in range(kh) for j in range(kw)]).sum(axis=0)
+    return windows.sum(axis=0) / (kh * kw if include_pads else counts)
+
+
+POOL_CASES = {
+    "max-3x3": ("MaxPool", (1, 6, 7, 7), [3, 3], [1, 1, 1, 1], [1, 1], False),
+    "max-3x3-nan-inf": ("MaxPool", (1, 3, 14, 14), [3, 3], [1, 1, 1, 1], [1, 1], False),
+    "max-2x2-dilated": ("MaxPool", (2, 3, 9, 12), [2, 2], [2, 2, 0, 0], [2, 2], False),
+    "average-3x3": ("AveragePool", (1, 5, 14, 14), [3, 3], [1, 1, 1, 1], [1, 1], False),
+    "average-3x3-include-pads": ("AveragePool", (1, 5, 13, 10), [3, 3], [1, 1, 1, 1], [1, 1], True),
+    "average-5x3-asym": ("AveragePool", (1, 4, 11, 9), [5, 3], [2, 1, 2, 1], [1, 1], False),
+}
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+@pytest.mark.parametrize("key", list(POOL_CASES))
+def test_stride1_pool_over_the_plane_matches_numpy(cpu, key, monkeypatch, tmp_path):
+    from pegasus.exporters.glow.kernels import pool_plane
+
+    _use_cpu(cpu, monkeypatch)
+    emitted = []
+    original = pool_plane.emit
+    monkeypatch.setattr(pool_plane, "emit", lambda k, *args: emitted.append(original(k, *args)) or emitted[-1])
+    op, shape, kernel, pads, dilations, include_pads = POOL_CASES[key]
+    x = RNG.uniform(-1, 1, shape).astype(np.float32)
+    if key.endswith("nan-inf"):
+        x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 13, 13], x[0, 2, 5, 5] = np.nan, -np.inf, np.inf, np.nan
+        x[0, 2, 6, 6] = np.inf
+    attrs = {"kernel_shape": kernel, "pads": pads, "dilations": dilations}
+    if op == "AveragePool":
+        attrs = {"kernel_shape": kernel, "pads": pads, "count_include_pad": int(include_pads)}
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    got = host_runner.run_bundle_host(import_onnx(model, name="pool"), {"x": x}, workdir=tmp_path)["y"]
+    want = pool_reference(x, op, kernel, pads, dilations if op == "MaxPool" else [1, 1], include_pads)
+    if llvm.get_host_cpu_features().get("avx") or cpu != "host":
+        assert emitted == [True], "the pooling did not run over the flattened plane"
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-6)

@@ -108,20 +108,21 @@ def _masks(num: Numeric, cr, first: Value, lanes: int, rows: bool) -> dict[tuple
     return masks
 
 
-def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside: bool) -> Value:
-    """``lanes`` consecutive elements of ``ref`` from ``flat``, the lanes off ``mask`` zero. ``inside``: every
-    lane lies in the tensor, so a plain load and a select (a masked load that misses L1 costs Zen 4/5 far
-    more: 3x3 128@224 ran at 131 GF/s); else a masked load, whose lanes off the mask are not read."""
+def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside: bool,
+          fill: Value | None = None) -> Value:
+    """``lanes`` consecutive elements of ``ref`` from ``flat``, the lanes off ``mask`` ``fill`` (default 0).
+    ``inside``: every lane lies in the tensor, so a plain load and a select (LLVM may still fold the pair
+    into a masked load); else a masked load, whose lanes off the mask are not read."""
     if mask is None:
         return num.load(ref, flat, lanes)
     b = num.b
     if inside:
-        return b.select(mask, num.load(ref, flat, lanes), num.constant(0, lanes))
+        return b.select(mask, num.load(ref, flat, lanes), num.constant(0, lanes) if fill is None else fill)
     vector = ir.VectorType(num.storage, lanes)
     pointer = b.bitcast(b.gep(ref.ptr, [flat]), vector.as_pointer())     # not inbounds: may start outside
-    value = b.call(masked_intrinsic(b.module, "load", vector),
-                   [pointer, const(num.dtype.itemsize), mask, ir.Constant(vector, None)])
-    return num._widen(value)
+    value = num._widen(b.call(masked_intrinsic(b.module, "load", vector),
+                              [pointer, const(num.dtype.itemsize), mask, ir.Constant(vector, None)]))
+    return value if fill is None else b.select(mask, value, fill)
 
 
 #: where a block's outputs go: local0 (the group's first channel of the block) -> (tensor, flat index of that

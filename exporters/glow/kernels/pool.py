@@ -191,6 +191,8 @@ def max_pool(k: KernelContext) -> None:
         pool_channels_last.max_pool(k)
         return
     require_dtype(k, FLOATS + INTEGERS)
+    if pool_plane.emit(k, MaxPool.geometry, simd_of(k.target), False):
+        return
     _window_pool(k, MaxPool.geometry, lambda num, axes, plane, tile: _max_tile(k, num, axes, plane, tile))
 
 
@@ -255,6 +257,8 @@ def average_pool(k: KernelContext) -> None:
         pool_channels_last.average_pool(k)
         return
     require_dtype(k, FLOATS)
+    if pool_plane.emit(k, AveragePool.geometry, simd_of(k.target), True, bool(k.attrs.count_include_pad)):
+        return
     pads_end = AveragePool.geometry(k.attrs, k.inputs[0].shape).pads_end
     _window_pool(k, AveragePool.geometry,
                  lambda num, axes, plane, tile: _average_tile(k, num, axes, plane, tile, pads_end))
@@ -583,4 +587,4 @@ def conv_group(k: KernelContext, layer) -> None:
 
 
 # the channels-last kernels build on this file (imported last: they import it)
-from pegasus.exporters.glow.kernels import conv_plane, pool_channels_last  # noqa: E402
+from pegasus.exporters.glow.kernels import conv_plane, pool_channels_last, pool_plane  # noqa: E402
