@@ -1,5 +1,5 @@
-"""Line-buffered residual blocks: a block's layers computed a few rows at a time, so that its inner tensors
-never exist whole in RAM.
+"""Line-buffered residual blocks and downsampling pairs: a few layers computed a few rows at a time, so that
+their inner tensors never exist whole in RAM.
 
 Why: layer by layer, a residual block keeps its input X alive while its convolutions write full tensors,
 so its RAM floor is two or three activations: ResNet-8's first block holds X and the first convolution's
@@ -14,6 +14,15 @@ nothing outside it (``chain_rows`` finds them). Its stages run on demand: output
 needs rows ``reads(r)`` of each input; a stage's input produced inside the block is computed up to the last
 row needed, one row at a time, into a window of the rows its reader still needs (``RowChain.windows``,
 the rows in order, the oldest dropped by moving the others down). Rows of X are read where X lies.
+
+A plain pair is chained too (``_downsampling_pairs``): a convolution A whose output T is read only by a
+convolution B strided along the rows, when X, B's output and T's window take fewer bytes than T alone (the
+floor of any layer-by-layer plan at A and B): MobileNetV1 0.25's 1x1 8 -> 16 layer on 48x48 (T 36,864 B)
+and the stride-2 depthwise layer after it. The convolution expanding B's output joins them when its output
+fits in X (``_expanding_reader``): layer by layer it would lie beside B's output, which takes X's first
+bytes, since a streaming layer writes over its input only from below. In such a chain a convolution reading
+a window has its padding rows in the window too, filled with its input's zero point (``Stage.filled``:
+the products of those rows are 0, as the padding's), so it needs one function for all its rows.
 
 Each stage's row is its own node's kernel on a one-row output: the node with its input cut to the rows
 read and its top/bottom padding made explicit (``Stage.variant``: a handful of distinct shapes per stage,
@@ -55,6 +64,7 @@ class Stage:
     window: Window | None     # a convolution's (rows first); None: element-wise, row j reads row j
     rows: int                 # output rows
     in_rows: int              # rows of its inputs
+    filled: bool = False      # its padding rows lie in its input's window, filled with the zero point
 
     @property
     def out(self) -> str:
@@ -68,14 +78,14 @@ class Stage:
         return start, start + (w.kernel[0] - 1) * w.dilations[0] + 1
 
     def reads(self, row: int) -> tuple[int, int]:
-        """The input rows [lo, hi) output row ``row`` reads."""
+        """The input rows [lo, hi) output row ``row`` reads (the padding rows too where they are ``filled``)."""
         start, end = self._span(row)
-        return max(0, start), min(self.in_rows, end)
+        return (start, end) if self.filled else (max(0, start), min(self.in_rows, end))
 
     def pads(self, row: int) -> tuple[int, int]:
-        """The (top, bottom) padding rows of output row ``row``'s window."""
+        """The (top, bottom) padding rows of output row ``row``'s window the kernel adds itself."""
         start, end = self._span(row)
-        return max(0, -start), max(0, end - self.in_rows)
+        return (0, 0) if self.filled else (max(0, -start), max(0, end - self.in_rows))
 
     def variant(self, graph: Graph, pads: tuple[int, int]) -> tuple[Node, list[TensorType], list[TensorType]]:
         """The node computing one output row whose window has ``pads`` rows of padding, with the types of its
@@ -111,6 +121,7 @@ class RowChain(Layer):
     source: str = ""
     stages: list[Stage] = field(default_factory=list)
     windows: dict[str, int] = field(default_factory=dict)   # rows kept of each tensor inside the block
+    first_rows: dict[str, int] = field(default_factory=dict)   # each one's first row (< 0: a padding row)
     over_source: bool = False    # the schedule lets the output take X's bytes
 
     @property
@@ -210,6 +221,7 @@ def chain_rows(graph: Graph, layers: list[Layer]) -> list[Layer]:
         if chain is not None:
             for layer in members:
                 chains[id(layer)] = chain
+    _downsampling_pairs(graph, layers, chains, readers, producer, outputs)
     result = []
     for layer in layers:
         chain = chains.get(id(layer))
@@ -220,7 +232,54 @@ def chain_rows(graph: Graph, layers: list[Layer]) -> list[Layer]:
     return result
 
 
-def _make_chain(graph: Graph, source: str, nodes: list[Node]) -> RowChain | None:
+def _downsampling_pairs(graph: Graph, layers: list[Layer], chains: dict[int, RowChain], readers: Counter,
+                        producer: dict[str, Layer], outputs: set[str]) -> None:
+    """Add to ``chains`` each plain pair of convolutions A -> T -> B, B strided along the rows, T read by B
+    only, whose rows (X, Y and T's window; Y on X's bytes where the schedule allows) take fewer bytes than T
+    alone, the floor of any layer-by-layer plan there: MobileNetV1's 1x1 8 -> 16 layer on 48x48 and the
+    stride-2 depthwise layer reading it (module docstring)."""
+    for second in layers:
+        tensor = second.inputs[0] if second.inputs else ""
+        first = producer.get(tensor)
+        if (first is None or id(first) in chains or id(second) in chains or readers[tensor] != 1
+                or tensor in outputs or not _row_conv(graph, first) or not _row_conv(graph, second)
+                or _window(graph, second.nodes[0]).strides[0] < 2 or len(graph.type_of(first.inputs[0]).shape) != 4):
+            continue
+        chain = _make_chain(graph, first.inputs[0], [first.nodes[0], second.nodes[0]], fill=True)
+        if chain is None or _chain_bytes(graph, chain) >= graph.type_of(tensor).nbytes:
+            continue
+        members = [first, second]
+        third = _expanding_reader(graph, chain, readers, outputs, [layer for layer in layers if
+                                                                   layer.present_inputs()[:1] == chain.outputs])
+        if third is not None and id(third) not in chains:
+            longer = _make_chain(graph, chain.source, [first.nodes[0], second.nodes[0], third.nodes[0]], fill=True)
+            if longer is not None and longer.over_source:
+                chain, members = longer, members + [third]
+        for layer in members:
+            chains[id(layer)] = chain
+
+
+def _expanding_reader(graph: Graph, chain: RowChain, readers: Counter, outputs: set[str],
+                      candidates: list[Layer]) -> Layer | None:
+    """The convolution reading a pair's output alone, if its output is larger: layer by layer it would lie
+    beside the pair's output, which takes X's first bytes (a streaming layer writes over its input from below
+    only), so it joins the chain, whose output then takes X's bytes (MobileNetV1's 1x1 16 -> 32 on 24x24)."""
+    y = chain.outputs[0]
+    if len(candidates) != 1 or readers[y] != 1 or y in outputs or not _row_conv(graph, candidates[0]):
+        return None
+    third = candidates[0]
+    grows = graph.type_of(third.outputs[0]).nbytes > graph.type_of(y).nbytes
+    return third if grows and graph.type_of(third.outputs[0]).nbytes <= graph.type_of(chain.source).nbytes else None
+
+
+def _chain_bytes(graph: Graph, chain: RowChain) -> int:
+    """The bytes a chain holds while it runs, but its stages' scratch: X, Y unless on X's bytes, the windows."""
+    x, y = (graph.type_of(name).nbytes for name in (chain.source, chain.outputs[0]))
+    rows = sum(count * row_bytes(graph, tensor) for tensor, count in chain.windows.items())
+    return (max(x, y) if chain.over_source else x + y) + rows
+
+
+def _make_chain(graph: Graph, source: str, nodes: list[Node], fill: bool = False) -> RowChain | None:
     stages = []
     for node in nodes:
         sources = tuple(n for n in node.inputs if n and not graph.tensors[n].is_constant)
@@ -228,12 +287,19 @@ def _make_chain(graph: Graph, source: str, nodes: list[Node]) -> RowChain | None
         window = _window(graph, node) if node.op in ROW_CONVS else None
         if window is not None and (len(window.kernel) != 2 or window.out[0] != y.shape[1]):
             return None
-        stage = Stage(node, sources, window, y.shape[1], x.shape[1])
+        inner = all(any(earlier.out == name for earlier in stages) for name in sources)
+        padded = window is not None and window.pads_begin[0] + window.pads_end[0] > 0
+        stage = Stage(node, sources, window, y.shape[1], x.shape[1], filled=fill and padded and inner)
         if any(lo >= hi for lo, hi in map(stage.reads, range(stage.rows))):   # a window all padding
             return None
         stages.append(stage)
     chain = RowChain(nodes, source=source, stages=stages)
     chain.windows = {stage.out: 0 for stage in stages[:-1]}
+    chain.first_rows = {stage.out: 0 for stage in stages[:-1]}
+    for stage in stages:
+        for tensor in stage.sources:
+            if tensor != source:
+                chain.first_rows[tensor] = min(chain.first_rows[tensor], stage.reads(0)[0])
     for stage, row, done in schedule(chain):
         for tensor in stage.sources:
             if tensor != source:
@@ -241,16 +307,21 @@ def _make_chain(graph: Graph, source: str, nodes: list[Node]) -> RowChain | None
                 chain.windows[tensor] = max(chain.windows[tensor], hi - lo)
                 if done[tensor] != hi - 1:   # the window would not end at the row read last: keep the layers
                     return None
-    chain.over_source = _may_overwrite(graph, chain)
+    x_bytes = graph.type_of(source).nbytes
+    # a graph output smaller than X would take X's whole buffer to the caller's output (memory_plan)
+    smaller_output = stages[-1].out in graph.outputs and graph.type_of(stages[-1].out).nbytes < x_bytes
+    chain.over_source = not smaller_output and _may_overwrite(graph, chain)
     return chain
 
 
 def schedule(chain: RowChain):
     """The (stage, row, {inner tensor: last row computed}) steps of the block in the order its code runs them:
     each output row of the last stage, each stage's inner inputs computed up to the last row it reads, first."""
-    done = {stage.out: -1 for stage in chain.stages[:-1]}
+    done = {tensor: first - 1 for tensor, first in chain.first_rows.items()}
 
     def compute(stage: Stage, row: int):
+        if not 0 <= row < stage.rows:   # a padding row of its reader's: the window's slot is filled
+            return
         lo, hi = stage.reads(row)
         for tensor in stage.sources:
             producer = chain.producer(tensor)

@@ -1,5 +1,5 @@
-"""Code of a line-buffered residual block (row_chains.py): the block's layer function runs its stages a row
-at a time, each row by a function of the stage's own kernel made for a one-row output.
+"""Code of a row chain (row_chains.py: a residual block, a downsampling pair): its layer function runs its
+stages a row at a time, each row by a function of the stage's own kernel made for a one-row output.
 
 For each stage and each padding its rows see (``Stage.variants``: typically the top row, the interior rows,
 the bottom row), the node's emitter generates an internal function on the cut shapes — the same kernel
@@ -10,8 +10,12 @@ Their per-channel tables go into the block's parameter block, each function's ta
 The layer function is the schedule of ``row_chains.schedule`` as loops: for each output row of the last
 stage, each inner input is computed up to the last row the row reads — ``while done < hi - 1``, which in
 turn computes that stage's inputs —, the new row written at the end of its window after the window's rows
-moved down by one. A stage's inputs are passed as pointers to the first row it reads: in X where X lies,
-in a window at that row's place. ``done`` of each inner tensor is a local counter: the code is re-entrant
+moved down by one. A window read by a stage stepping s > 1 rows is compacted instead (``compacted``): its
+rows are written in order in its slots, and when the next one is past the last slot the rows its reader
+still reads (W - s of them once running) move to the first slots — a stride-2 3x3 window moves one row per output row
+where sliding would move four. A padding row of a ``filled`` stage is the zero point written in its slot.
+A stage's inputs are passed as pointers to the first row it reads: in X where X lies, in a window at that
+row's place. ``done`` of each inner tensor is a local counter: the code is re-entrant
 and writes nothing but its output and its workspace (the windows and the stages' own scratch).
 """
 
@@ -46,10 +50,13 @@ class _Block:
         self.b, self.graph, self.chain, self.refs = b, graph, chain, refs
         self.windows = windows
         self.kernel_workspace = kernel_workspace
-        self.done = {}
+        self.done, self.base = {}, {}
         for tensor in chain.windows:
             self.done[tensor] = entry_alloca(b, I32)
-            b.store(const(-1), self.done[tensor])
+            b.store(const(chain.first_rows[tensor] - 1), self.done[tensor])
+            if compacted(chain, tensor):
+                self.base[tensor] = entry_alloca(b, I32)
+                b.store(const(chain.first_rows[tensor]), self.base[tensor])
         self.calls: dict[tuple[int, tuple[int, int]], tuple[ir.Function, ir.Value, bool]] = {}
 
     def elements(self, tensor: str) -> int:
@@ -60,6 +67,9 @@ class _Block:
         b = self.b
         if tensor not in self.windows:
             return b.gep(self.refs[tensor].ptr, [b.mul(row, const(self.elements(tensor)))])
+        if tensor in self.base:
+            slot = b.sub(row, b.load(self.base[tensor]))
+            return b.gep(self.windows[tensor], [b.mul(slot, const(self.elements(tensor)))])
         oldest = b.sub(b.load(self.done[tensor]), const(self.chain.windows[tensor] - 1))
         return b.gep(self.windows[tensor], [b.mul(b.sub(row, oldest), const(self.elements(tensor)))])
 
@@ -77,8 +87,33 @@ class _Block:
         with for_range(b, size // word, name="slide") as i:
             b.store(b.load(b.gep(base, [b.add(i, const(step))])), b.gep(base, [i]))
 
-    def compute(self, index: int, row: ir.Value) -> None:
-        """Code computing row ``row`` of stage ``index``, its inner inputs first."""
+    def newest(self, tensor: str) -> ir.Value:
+        """The last slot of a sliding window (where its new row goes once the others moved down)."""
+        return self.b.gep(self.windows[tensor], [const((self.chain.windows[tensor] - 1) * self.elements(tensor))])
+
+    def make_room(self, tensor: str, keep: ir.Value, row: ir.Value) -> None:
+        """Before row ``row`` is written: when its slot is past the window's end, rows [keep, row) (the ones
+        its reader still reads) move to the window's first slots."""
+        b, rows = self.b, self.chain.windows[tensor]
+        full, move, end = (b.append_basic_block(f"room.{part}") for part in ("full", "move", "end"))
+        b.branch(full)
+        b.position_at_end(full)
+        b.cbranch(b.icmp_signed(">=", b.sub(row, b.load(self.base[tensor])), const(rows)), move, end)
+        b.position_at_end(move)
+        size = row_bytes(self.graph, tensor)
+        word = 4 if size % 4 == 0 else 1
+        typ = ir.IntType(8 * word).as_pointer()
+        base = b.bitcast(self.windows[tensor], typ)
+        source = b.bitcast(self.row_pointer(tensor, keep), typ)
+        with for_range(b, b.mul(b.sub(row, keep), const(size // word)), name="move") as i:
+            b.store(b.load(b.gep(source, [i])), b.gep(base, [i]))
+        b.store(keep, self.base[tensor])
+        b.branch(end)
+        b.position_at_end(end)
+
+    def compute(self, index: int, row: ir.Value, out: ir.Value | None = None) -> None:
+        """Code computing row ``row`` of stage ``index`` into ``out`` (the last stage: its output's row), its
+        inner inputs first, each new row written in its window's next slot."""
         b, stage = self.b, self.chain.stages[index]
         lo, hi = _reads(b, stage, row)
         for tensor in stage.sources:
@@ -92,7 +127,14 @@ class _Block:
             b.cbranch(b.icmp_signed("<", b.load(slot), b.sub(hi, const(1))), body, end)
             b.position_at_end(body)
             following = b.add(b.load(slot), const(1))
-            self.compute(self.chain.stages.index(producer), following)
+            at = None
+            if tensor in self.base:
+                self.make_room(tensor, lo, following)
+                at = self.row_pointer(tensor, following)
+            if stage.filled:   # its padding rows: the producer's slot filled with the zero point
+                self.fill_or_compute(producer, stage, following, at)
+            else:
+                self.compute(self.chain.stages.index(producer), following, at)
             b.store(following, slot)
             b.branch(head)
             b.position_at_end(end)
@@ -101,14 +143,33 @@ class _Block:
             if not name:
                 continue
             args.append(self.row_pointer(name, lo) if name in stage.sources else self.refs[name].ptr)
-        last = index == len(self.chain.stages) - 1
-        if last:
-            args.append(self.row_pointer(stage.out, row))
-        else:
+        if index == len(self.chain.stages) - 1:
+            out = self.row_pointer(stage.out, row)
+        elif out is None:
             self.slide(stage.out)
-            args.append(b.gep(self.windows[stage.out],
-                              [const((self.chain.windows[stage.out] - 1) * self.elements(stage.out))]))
+            out = self.newest(stage.out)
+        args.append(out)
         self._dispatch(index, row, args)
+
+    def fill_or_compute(self, producer: Stage, reader: Stage, row: ir.Value, out: ir.Value | None) -> None:
+        """Row ``row`` of ``producer``'s output into ``out``: computed, or outside the tensor (a padding row of
+        ``reader``'s) the zero point its reader subtracts, whose products are then 0 as the padding's."""
+        b = self.b
+        if out is None:
+            self.slide(producer.out)
+            out = self.newest(producer.out)
+        inside = b.icmp_unsigned("<", row, const(producer.rows))
+        compute, fill, end = (b.append_basic_block(f"pad.{part}") for part in ("compute", "fill", "end"))
+        b.cbranch(inside, compute, fill)
+        b.position_at_end(compute)
+        self.compute(self.chain.stages.index(producer), row, out)
+        b.branch(end)
+        b.position_at_end(fill)
+        zero = ir.Constant(out.type.pointee, reader.node.attrs.x_zero_point)
+        with for_range(b, self.elements(producer.out), name="fill", unroll=False) as i:
+            b.store(zero, b.gep(out, [i]))
+        b.branch(end)
+        b.position_at_end(end)
 
     def _dispatch(self, index: int, row: ir.Value, args: list[ir.Value]) -> None:
         """Call the function of ``row``'s padding: a switch over the rows of the edges, the interior the default."""
@@ -130,6 +191,13 @@ class _Block:
         b.position_at_end(end)
 
 
+def compacted(chain: RowChain, tensor: str) -> bool:
+    """Whether ``tensor``'s window is compacted rather than slid: its reader steps more than one row, so only the
+    rows it reads again move (module docstring)."""
+    reader = next(stage for stage in chain.stages if tensor in stage.sources)
+    return reader.window is not None and reader.window.strides[0] > 1
+
+
 def _reads(b: ir.IRBuilder, stage: Stage, row: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(lo, hi) of ``Stage.reads`` at run time."""
     if stage.window is None:
@@ -137,6 +205,8 @@ def _reads(b: ir.IRBuilder, stage: Stage, row: ir.Value) -> tuple[ir.Value, ir.V
     w = stage.window
     start = b.sub(b.mul(row, const(w.strides[0])), const(w.pads_begin[0]))
     end = b.add(start, const((w.kernel[0] - 1) * w.dilations[0] + 1))
+    if stage.filled:
+        return start, end
     lo = b.select(b.icmp_signed("<", start, const(0)), const(0), start)
     hi = b.select(b.icmp_signed(">", end, const(stage.in_rows)), const(stage.in_rows), end)
     return lo, hi
