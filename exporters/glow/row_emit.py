@@ -12,11 +12,12 @@ stage, each inner input is computed up to the last row the row reads — ``while
 turn computes that stage's inputs —, the new row written at the end of its window after the window's rows
 moved down by one. A window read by a stage stepping s > 1 rows is compacted instead (``compacted``): its
 rows are written in order in its slots, and when the next one is past the last slot the rows its reader
-still reads (W - s of them once running) move to the first slots — a stride-2 3x3 window moves one row per output row
-where sliding would move four. A padding row of a ``filled`` stage is the zero point written in its slot.
-A stage's inputs are passed as pointers to the first row it reads: in X where X lies, in a window at that
-row's place. ``done`` of each inner tensor is a local counter: the code is re-entrant
-and writes nothing but its output and its workspace (the windows and the stages' own scratch).
+still reads (W - s of them once running) move to the first slots — a stride-2 3x3 window moves one row
+per output row where sliding would move four. A padding row of a ``filled`` stage is the zero point
+written in its slot. A stage's inputs are passed as pointers to the first row it reads: in X where X lies,
+in a window at that row's place. ``done`` (and ``base``, the row in a compacted window's first slot) of
+each inner tensor is a local counter: the code is re-entrant and writes nothing but its output and its
+workspace (the windows and the stages' own scratch).
 """
 
 from __future__ import annotations
