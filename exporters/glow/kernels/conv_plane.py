@@ -55,17 +55,21 @@ from pegasus.ops.conv import Conv
 
 #: taps unrolled in the input-channel loop at most (7x7); larger kernels stay row by row
 MOST_TAPS = 49
+#: output positions of a plane at most (64x64; ImageNet's 56x56 stages)
+MOST_POSITIONS = 4096
 
 
 def fits(cr, simd: Simd, num: Numeric, target) -> bool:
     """Whether Correlation ``cr`` (conv.py) runs over the flattened plane: x86-64 with AVX vectors
     (runtime lane masks are one instruction there), 2-D, stride 1, rows as long as the input's and not a
     whole number of tiles (those waste no lanes row by row, and 3x3 64@224 ran at 186 GF/s here, 235 row by
-    row), a plain Conv's output placement, and at most ``MOST_TAPS`` taps."""
+    row), a plain Conv's output placement, at most ``MOST_TAPS`` taps, and at most ``MOST_POSITIONS`` (on
+    larger planes the row kernel held up better: 3x3 128@112 227 GF/s by rows, 252 here on a quiet machine but
+    101 against 144 with other jobs running)."""
     if target.arch != "x86_64" or simd.width < 32 or len(cr.axes) != 2:
         return False
     height, width = cr.axes
-    if width.out % tile_lanes(simd, num, height.out * width.out) == 0:
+    if width.out % tile_lanes(simd, num, height.out * width.out) == 0 or height.out * width.out > MOST_POSITIONS:
         return False
     return (all(a.stride == 1 for a in cr.axes) and width.size == width.out and not cr.y_steps and
             cr.y_offset == 0 and cr.w_offset == 0 and height.kernel * width.kernel <= MOST_TAPS and
