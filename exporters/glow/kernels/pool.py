@@ -191,7 +191,8 @@ def max_pool(k: KernelContext) -> None:
         pool_channels_last.max_pool(k)
         return
     require_dtype(k, FLOATS + INTEGERS)
-    if pool_plane.emit(k, MaxPool.geometry, simd_of(k.target), False):
+    if pool_plane.emit(k, MaxPool.geometry, simd_of(k.target), False) or \
+            pool_plane.emit_strided_max(k, MaxPool.geometry, simd_of(k.target)):
         return
     _window_pool(k, MaxPool.geometry, lambda num, axes, plane, tile: _max_tile(k, num, axes, plane, tile))
 

@@ -19,9 +19,9 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.conv_plane import _load, _masks, _offsets, tile_lanes
-from pegasus.exporters.glow.kernels.linear import FLOATS, Numeric, Simd, affine, cover
-from pegasus.exporters.glow.kernels.registry import KernelContext
-from pegasus.exporters.glow.llvm.loops import for_range
+from pegasus.exporters.glow.kernels.linear import FLOATS, Numeric, Simd, affine, cover, vconst
+from pegasus.exporters.glow.kernels.registry import I32, KernelContext
+from pegasus.exporters.glow.llvm.loops import const, for_range
 
 
 def fits(k: KernelContext, axes, simd: Simd) -> bool:
@@ -72,4 +72,76 @@ def emit(k: KernelContext, geometry, simd: Simd, average: bool, include_pads: bo
 
     with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
         cover(b, 0, total, lanes, tile)
+    return True
+
+
+def _covered(axis) -> bool:
+    """Every window of ``axis`` holds at least one input position."""
+    return all(any(0 <= o * axis.stride - axis.pad + t < axis.size for t in range(axis.kernel))
+               for o in range(axis.out))
+
+
+def strided_fits(k: KernelContext, axes, simd: Simd) -> bool:
+    """x86-64 with AVX, a float channels-first 2-D max pooling of stride 2 or more along the rows, no
+    dilation, every window holding an input position, one output (no Indices)."""
+    x, y = k.inputs[0], k.outputs[0]
+    if k.target.arch != "x86_64" or simd.width < 32 or x.type.dtype not in FLOATS or len(axes) != 2:
+        return False
+    height, width = axes
+    return (len([ref for ref in k.outputs if ref is not None]) == 1 and width.stride >= 2
+            and all(a.dilation == 1 and _covered(a) for a in axes)
+            and x.strides[2:] == (width.size, 1) and y.strides[2:] == (width.out, 1))
+
+
+def emit_strided_max(k: KernelContext, geometry, simd: Simd) -> bool:
+    """MaxPool with a row stride s >= 2 over every (n, c) plane: a tile of L outputs of one output row reads
+    its window's columns as ceil(kernel / s) runs of s*L consecutive inputs (run q from column s*q), each
+    the max over the window's rows, then tap q*s + r is lanes r, r+s, ... of run q (a shuffle). The rows are
+    clamped into the input (a repeated row changes no max) and the columns outside it masked to -inf; False
+    (nothing emitted) when it does not ``strided_fits``."""
+    x, y = k.inputs[0], k.outputs[0]
+    axes = axes_of(geometry(k.attrs, x.shape), x.shape[2:])
+    if not strided_fits(k, axes, simd):
+        return False
+    b = k.builder
+    num = Numeric(b, x.type.dtype)
+    height, width = axes
+    s = width.stride
+    vector_lanes = simd.lanes(num.compute)
+    lanes = min(vector_lanes, 1 << max(0, (width.out - 1).bit_length()))
+    runs = -(-width.kernel // s)
+    span = s * lanes
+    fill = num.lowest(span)
+    iota = vconst(list(range(span)))
+
+    def tile(first, count: int, plane) -> None:
+        masks = []
+        for q in range(runs):
+            base = affine(b, q * s - width.pad, (first, s))
+            start = b.insert_element(ir.Constant(ir.VectorType(I32, span), None), base, const(0))
+            columns = b.add(b.shuffle_vector(start, start, vconst([0] * span)), iota)
+            masks.append((base, b.icmp_unsigned("<", columns, vconst([width.size] * span))))
+        with for_range(b, height.out, name="orow") as row:
+            best = [None] * runs
+            for kh in range(height.kernel):
+                ih = affine(b, kh - height.pad, (row, height.stride))
+                ih = b.select(b.icmp_signed("<", ih, const(0)), const(0), ih)
+                ih = b.select(b.icmp_signed(">", ih, const(height.size - 1)), const(height.size - 1), ih)
+                for q, (base, mask) in enumerate(masks):
+                    flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size), (base, 1))
+                    value = _load(num, x, flat, span, mask, False, fill)
+                    best[q] = value if best[q] is None else num.maximum(value, best[q])
+            result = None
+            for q in range(runs):
+                for r in range(min(s, width.kernel - q * s)):
+                    tap = b.shuffle_vector(best[q], best[q], vconst([r + s * j for j in range(lanes)]))
+                    result = tap if result is None else num.maximum(tap, result)
+            num.store(y, affine(b, 0, (plane, y.strides[1]), (row, width.out), (first, 1)), result,
+                      None if count == lanes else count)
+
+    with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
+        if width.out <= lanes:
+            tile(0, width.out, plane)
+        else:
+            cover(b, 0, width.out, lanes, lambda first, size: tile(first, size, plane))
     return True
