@@ -23,7 +23,9 @@ from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.runtime import interpreter
+from tests.exporters import host_runner
 from tests.exporters.host_runner import run_bundle_host
+from tests.exporters.test_conv_plane import CPUS, _use_cpu
 from tests.exporters.test_fusion import FEEDS, GRAPH
 from tests.exporters.test_kernels_conv import TILINGS, tiling
 
@@ -77,6 +79,25 @@ def test_non_overlapping_pooling_needs_no_workspace():
                   {"kernel_shape": [2, 2], "strides": [2, 2]})
     lowered = lower_for_export(import_onnx(model, name="stem"))
     assert layer_workspaces(lowered, fuse_layers(lowered), resolve_target(None, None, None, "pic")) == {}
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+def test_pooled_rows_visit_every_channel_block_on_hosts(cpu, monkeypatch, tmp_path):
+    """A Conv + Relu + 2x2 MaxPool pooled from register tiles (rows of 64: whole tiles) on a host runs every
+    channel block of a pooled row in turn (pool.py sweep_row per block), several blocks and a batch of 2."""
+    _use_cpu(cpu, monkeypatch)
+    rows = []
+    original = pool_kernels.sweep_row
+    monkeypatch.setattr(pool_kernels, "sweep_row", lambda *args: rows.append(1) or original(*args))
+    model = _stem((2, 5, 10, 64), (40, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "MaxPool",
+                  {"kernel_shape": [2, 2], "strides": [2, 2]})
+    graph = import_onnx(model, name="stem")
+    x = RNG.uniform(-1, 1, (2, 5, 10, 64)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    actual = host_runner.run_bundle_host(graph, {"x": x}, workdir=tmp_path)["y"]
+    assert rows, "the pooled rows were not swept block by block"
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.fixture(scope="module", params=[(t, s) for t in TILINGS for s in (True, False)],

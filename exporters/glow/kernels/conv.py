@@ -188,12 +188,18 @@ def sweep_runs(b: ir.IRBuilder, outer: list[int], runs: list[tuple[int, int]], w
     """Loops over the ``outer`` extents; inside, each run of ``row_runs``: a loop of interior tiles
     (visit(position, first, None)), or one tile at a static start (visit(position, first, start))."""
     with loop_nest(b, outer) as position:
-        for start, count in runs:
-            if count == 1:
-                visit(position, const(start), start)
-                continue
-            with for_range(b, count, name="tile") as t:
-                visit(position, affine(b, start, (t, width)), None)
+        sweep_row(b, position, runs, width, visit)
+
+
+def sweep_row(b: ir.IRBuilder, position: list[Value], runs: list[tuple[int, int]], width: int,
+              visit: Callable[[list[Value], Value, int | None], None]) -> None:
+    """The runs of ``row_runs`` of one row (``position``: its outer coordinates), as ``sweep_runs``."""
+    for start, count in runs:
+        if count == 1:
+            visit(position, const(start), start)
+            continue
+        with for_range(b, count, name="tile") as t:
+            visit(position, affine(b, start, (t, width)), None)
 
 
 def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile], None]) -> None:

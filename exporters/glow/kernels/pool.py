@@ -47,6 +47,7 @@ from pegasus.exporters.glow.kernels.conv import (
     row_taps_bytes,
     row_taps_correlation,
     sweep,
+    sweep_row,
     sweep_runs,
     sweep_tiles,
     tile_positions,
@@ -573,8 +574,18 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
         sweep_runs(b, [a.out for a in axes[:-1]], runs, width, lambda position, first, start: _conv_pool_tile(
             num, cp, batch, group, local0, channels, position, first, start))
 
+    def row(batch: Value, group: Value, position: list[Value], local0: Value, channels: int) -> None:
+        sweep_row(b, position, runs, width, lambda position, first, start: _conv_pool_tile(
+            num, cp, batch, group, local0, channels, position, first, start))
+
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
-        for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+        if not stages_conv_output(k.target):
+            for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
+            return
+        # hosts: every channel block of a pooled row in turn, while the input rows it reads are in L2 (block by
+        # block, each swept the whole input again from memory: VGG's 3x3 + pool 64@224, 12.8 MB of input)
+        with loop_nest(b, [a.out for a in axes[:-1]]) as position:
+            for_tiles(b, 0, cr.out_group, block, lambda start, count: row(batch, group, position, start, count))
 
 
 @group_emitter("Conv")
