@@ -7,6 +7,11 @@ medians of the rounds are printed. Used to choose and check the float convolutio
 (exporters/glow/kernels/conv*.py) shape by shape.
 
     python benchmarks/bench_conv_layers.py [--shapes vgg,resnet,inception] [--runs 20] [--rounds 5]
+    python benchmarks/bench_conv_layers.py --model inception_v2     # every Conv shape of a light model
+
+With ``--model``, the shapes are those of the light model's Conv nodes (square inputs and kernels,
+symmetric pads, as in the light models), each once with how often it occurs, and the last column is what
+the model loses (+) or gains (-) on them: count * (bundle - onnxruntime) us.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from bench_glow import models  # noqa: E402
 from timing import median_us  # noqa: E402
 
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
@@ -50,6 +56,22 @@ SHAPES = {
     "inception": [("inc 3x3 64->192@56", 64, 192, 56, 3, 1, 1), ("inc 3x3 96->128@28", 96, 128, 28, 3, 1, 1),
                   ("inc 3x3 128->192@14", 128, 192, 14, 3, 1, 1), ("inc 3x3 192->256@7", 192, 256, 7, 3, 1, 1)],
 }
+
+
+def model_shapes(name: str) -> list[tuple[tuple, int]]:
+    """(shape tuple as in SHAPES, count) of the Conv nodes of light model ``name``, in first-seen order."""
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(models()[name])))
+    dims = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in [*model.graph.value_info, *model.graph.input]}
+    dims.update({init.name: list(init.dims) for init in model.graph.initializer})
+    counts: dict[tuple, int] = {}
+    for node in (n for n in model.graph.node if n.op_type == "Conv"):
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        x, w = dims[node.input[0]], dims[node.input[1]]
+        stride, pad = attrs.get("strides", [1, 1])[0], attrs.get("pads", [0] * 4)[0]
+        shape = (f"{w[2]}x{w[3]} s{stride} {w[1]}->{w[0]}@{x[2]}", w[1], w[0], x[2], w[2], stride, pad)
+        counts[shape] = counts.get(shape, 0) + 1
+    return list(counts.items())
 
 
 def conv_model(cin: int, cout: int, size: int, kernel: int, stride: int, pad: int, pool: str = "") -> onnx.ModelProto:
@@ -100,7 +122,21 @@ def main() -> None:
     parser.add_argument("--only", default="", help="substring of the shape names to keep")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", default="", help="the Conv shapes of this light model instead")
     args = parser.parse_args()
+    if args.model:
+        print(f"{'layer':26s} {'n':>3s} {'bundle us':>10s} {'ort us':>9s} {'ort/bundle':>11s} {'n*diff us':>10s}")
+        total = 0.0
+        for shape, count in model_shapes(args.model):
+            if args.only and args.only not in shape[0]:
+                continue
+            row = measure(shape, args.runs, args.rounds)
+            total += count * (row["bundle_us"] - row["ort_us"])
+            print(f"{row['name']:26s} {count:3d} {row['bundle_us']:10.1f} {row['ort_us']:9.1f} "
+                  f"{row['ort_us'] / row['bundle_us']:10.2f}x {count * (row['bundle_us'] - row['ort_us']):10.1f}",
+                  flush=True)
+        print(f"{'total':26s} {'':3s} {'':10s} {'':9s} {'':11s} {total:10.1f}")
+        return
     print(f"{'layer':22s} {'bundle GF/s':>12s} {'ort GF/s':>9s} {'ort/bundle':>11s} {'max |diff|':>11s}")
     for family in args.shapes.split(","):
         for shape in SHAPES[family]:
