@@ -54,10 +54,6 @@ UNROLLED_ROWS = 64
 TILE_GROUPS = 72
 #: Words of a ``tile_stream`` per pair besides its weights: 2 seeds, 6 parameters, whether another pair follows.
 TILE_TAIL = 9
-#: Fewest weights of a dense layer (one output position) stored as pairs: a large one reads each word of pairs
-#: straight into SMLAD (LeNet's FC 800->500 on Cortex-M7: 0.66 -> 1.25 MAC/instruction, twice its flash); a
-#: classifier head's few hundred weights would buy less than the paired kernel's code costs.
-DENSE_PAIRED = 4096
 
 
 @dataclass(frozen=True)
@@ -104,9 +100,9 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     flash, none of RAM): 8-bit inputs and weights, a CPU with the DSP extension, and either a depthwise layer
     of one output channel per input channel and a multiple of four channels (integer_depthwise.py), or a
     layer of one group and a multiple of four input channels, computed by im2col (integer_im2col.py: not
-    fused with a pooling, whose kernel reads bytes) at several output positions, or a dense layer (one
-    position) of at least ``DENSE_PAIRED`` weights: it reads each weight once, but as a pair ready for SMLAD
-    instead of a word to unpack. ``--compact-weights`` (``Target.byte_weights``) keeps every layer's bytes."""
+    fused with a pooling, whose kernel reads bytes) at several output positions — a dense layer (one
+    position) reads each weight once, so its weights, often most of a model's, stay bytes. ``--compact-weights``
+    (``Target.byte_weights``) keeps every layer's bytes."""
     from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
 
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
@@ -122,8 +118,7 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     rows, run = prod(w.shape[2:-1]), w.shape[-1] * w.shape[1]
     dilated = bool(node.attrs.dilations) and node.attrs.dilations[-1] != 1
     reordered = w.shape[1] % 4 == 0 or (run >= 2 and not dilated and rows * (1 + run % 4) <= UNROLLED_ROWS)
-    several = positions > 1 or prod(w.shape) >= DENSE_PAIRED
-    return node.attrs.group == 1 and reordered and several and not heads_pooling(graph, node)
+    return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node)
 
 
 def doubles(attrs) -> bool:
