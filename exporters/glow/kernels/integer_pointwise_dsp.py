@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, pointwise_layout
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp
-from pegasus.exporters.glow.kernels.integer_smlad import TUNING, _TunedFor, pinned
+from pegasus.exporters.glow.kernels.integer_smlad import internal_helper, pinned
 from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca
 from pegasus.exporters.glow.kernels.requant import I32, I64
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
@@ -63,13 +63,7 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant) -> ir.Function:
     if name in module.globals:
         return module.globals[name]
     words = I32.as_pointer()
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [words, y_type, words, words, words]), name=name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")
-    tuning = TUNING.get(str(module.triple).split("-")[0])
-    if tuning:
-        function.attributes = _TunedFor(tuning, function.attributes)
+    function = internal_helper(module, ir.FunctionType(ir.VoidType(), [words, y_type, words, words, words]), name)
     x0, y0, r0, r_end, x_end = function.args
     b = ir.IRBuilder(function.append_basic_block("entry"))
     entry = b.block

@@ -57,6 +57,19 @@ class _TunedFor(ir.values.FunctionAttributes):
         return [*super()._to_list(ret_type), f'"target-cpu"="{self.cpu}"']
 
 
+def internal_helper(module: ir.Module, function_type: ir.FunctionType, name: str) -> ir.Function:
+    """A new internal, never-inlined helper function of the module (its registers allocated on its own),
+    scheduled for the core TUNING names for the module's architecture."""
+    function = ir.Function(module, function_type, name=name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    tuning = TUNING.get(str(module.triple).split("-")[0])
+    if tuning:
+        function.attributes = _TunedFor(tuning, function.attributes)
+    return function
+
+
 def pinned(b: ir.IRBuilder, values: list[Value], registers: tuple[str, ...]) -> list[Value]:
     """``values`` through an empty inline-assembly statement that takes them in ``registers``: LLVM loads them
     there, and its load/store optimiser merges loads of consecutive words into ascending registers into one
@@ -112,13 +125,7 @@ def _helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows
         return module.globals[name]
     result = ir.LiteralStructType([I32] * (rows * count))
     seeds = [I32] * rows if seeded else []
-    function = ir.Function(module, ir.FunctionType(result, [I32.as_pointer(), row_type, *seeds]), name=name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")
-    tuning = TUNING.get(str(module.triple).split("-")[0])
-    if tuning:
-        function.attributes = _TunedFor(tuning, function.attributes)
+    function = internal_helper(module, ir.FunctionType(result, [I32.as_pointer(), row_type, *seeds]), name)
     for arg in function.args[:2]:
         arg.add_attribute("noalias")
     b = ir.IRBuilder(function.append_basic_block("entry"))

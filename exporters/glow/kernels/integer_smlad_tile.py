@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
 from pegasus.exporters.glow.kernels.integer_dot import Requant, dsp
-from pegasus.exporters.glow.kernels.integer_smlad import TUNING, _TunedFor, _words, pinned
+from pegasus.exporters.glow.kernels.integer_smlad import _words, internal_helper, pinned
 from pegasus.exporters.glow.kernels.registry import entry_alloca
 from pegasus.exporters.glow.kernels.requant import I32, I64
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
@@ -50,13 +50,7 @@ def _function(module: ir.Module, cp: ConvPlan, rq: Requant, count: int, y_type: 
     if name in module.globals:
         return module.globals[name]
     words = I32.as_pointer()
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [words, words, y_type, I32]), name=name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")
-    tuning = TUNING.get(str(module.triple).split("-")[0])
-    if tuning:
-        function.attributes = _TunedFor(tuning, function.attributes)
+    function = internal_helper(module, ir.FunctionType(ir.VoidType(), [words, words, y_type, I32]), name)
     for arg in function.args[:3]:
         arg.add_attribute("noalias")
     x0, s0, y0, stride = function.args
