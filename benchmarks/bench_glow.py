@@ -2,7 +2,8 @@
 
 For the demo LeNet and the nine light models in the onnx wheel: the median latency of the host bundle
 (exported for this machine, linked into a shared library, called through ctypes) and of onnxruntime
-with one thread (also called from Python), and their ratio. Then the time ``export_bundle`` (what
+with one thread (also called from Python), the two called alternately round by round, and the median of the
+rounds' ratios (onnxruntime / bundle). Then the time ``export_bundle`` (what
 ``pegasus export glow`` does after loading the model) takes on DenseNet-121 (``--export-model``), wall clock
 and CPU, and issue 17's two targets: ort/bundle >= 1.0 on every light model, that export under 10 s.
 For LeNet on Cortex-M7 (qemu mps2-an500, ``-icount shift=0``): instructions per inference, and the code
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from timing import median_us  # noqa: E402
+from timing import paired_us  # noqa: E402
 
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
@@ -68,9 +69,9 @@ def host_rows(names: list[str], runs: int) -> list[dict]:
         options.inter_op_num_threads = 1
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         with tempfile.TemporaryDirectory() as tmp:
-            ours = median_us(load_bundle(graph, feeds, Path(tmp)), runs)
-        theirs = median_us(lambda s=session, f=feeds: s.run(None, f), runs)
-        rows.append({"model": name, "bundle_us": ours, "onnxruntime_us": theirs, "speedup": theirs / ours})
+            ours, theirs, speedup = paired_us(load_bundle(graph, feeds, Path(tmp)),
+                                              lambda s=session, f=feeds: s.run(None, f), runs)
+        rows.append({"model": name, "bundle_us": ours, "onnxruntime_us": theirs, "speedup": speedup})
     return rows
 
 
