@@ -392,9 +392,8 @@ def conv_workspace(k: KernelContext) -> int:
     once per block: ResNet-50's stride-2 projections ran at 22-33 GF/s): a pointwise one the input positions
     it reads (``_pointwise_correlation``), one whose output rows the flattened plane covers better every
     tap's inputs (conv_plane.py ``im2col_bytes``), any other each tap's run of the last axis
-    (``row_taps_correlation``). A 1x1 one on a 7x7 plane transposes its input there (conv_dot.py)."""
-    simd = simd_of(k.target)
-    return conv_dot.workspace_bytes(k, simd) or conv_plane.im2col_bytes(k, simd) or row_taps_bytes(k)
+    (``row_taps_correlation``)."""
+    return conv_plane.im2col_bytes(k, simd_of(k.target)) or row_taps_bytes(k)
 
 
 def row_taps_bytes(k: KernelContext) -> int:
@@ -447,9 +446,9 @@ def _pointwise_correlation(k: KernelContext, epilogue: Epilogue, win: Window) ->
     x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     source = _flat(x)
-    if row_taps_bytes(k):
+    if conv_workspace(k):
         assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
-        picked = TensorRef(k.scratch(x.element, row_taps_bytes(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))
+        picked = TensorRef(k.scratch(x.element, conv_workspace(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))
         copy_strided(k.builder, picked, x, picked.shape, picked.strides,
                      (*x.strides[:2], *(st * s for st, s in zip(x.strides[2:], win.strides))))
         source = _flat(picked)
@@ -467,9 +466,6 @@ def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     win = Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
     simd = simd_of(k.target)
-    if conv_dot.fits(k, simd):
-        conv_dot.emit(k, num, simd, epilogue)
-        return
     if pointwise(win) and (len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k)):
         flat = _pointwise_correlation(k, epilogue, win)
         cr = conv_plane.as_plane(flat)
@@ -561,4 +557,4 @@ def conv_transpose(k: KernelContext) -> None:
 
 # the channels-last and flattened-plane kernels build on this file (imported last: they import it; this
 # also registers the channels-last weight layouts)
-from pegasus.exporters.glow.kernels import conv_channels_last, conv_dot, conv_plane  # noqa: E402
+from pegasus.exporters.glow.kernels import conv_channels_last, conv_plane  # noqa: E402
