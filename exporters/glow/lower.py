@@ -36,6 +36,7 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.layout import first_shape, to_first_perm, to_last_perm
 from pegasus.ops.registry import make_attrs
+from pegasus.passes.fold_channel_affine import AFFINE, scale_per_output, set_input
 
 
 def materialize_outputs(graph: Graph) -> bool:
@@ -146,8 +147,6 @@ def dense_layers_as_convs(graph: Graph) -> bool:
 
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
-#: op -> (operand positions that may be the layer's output, how the constant acts)
-AFFINE = {"Mul": ((0, 1), "scale"), "Add": ((0, 1), "shift"), "Sub": ((0,), "negative shift")}
 
 
 def channel_vector(value: np.ndarray | None, channels: int, rank: int) -> np.ndarray | None:
@@ -189,12 +188,6 @@ def _constants(graph: Graph, node: Node, positions: tuple[int, ...]) -> list[np.
     return None if any(v is None for v in values) else values
 
 
-def _set_constant(graph: Graph, node: Node, position: int, value: np.ndarray, dtype: np.dtype) -> None:
-    """Point input ``position`` of ``node`` at a new constant (the old one may be shared)."""
-    node.inputs += [""] * (position + 1 - len(node.inputs))
-    node.inputs[position] = graph.add_constant(f"{node.name}_folded_{position}", value.astype(dtype))
-
-
 def _fold_into_conv(graph: Graph, conv: Node, kind: str, v: np.ndarray) -> bool:
     """Conv weights (M, C/group, k...) and bias as the affine after it makes them."""
     found = _constants(graph, conv, (1,))
@@ -206,11 +199,11 @@ def _fold_into_conv(graph: Graph, conv: Node, kind: str, v: np.ndarray) -> bool:
         return False
     bias = bias.astype(np.float64)
     if kind == "scale":
-        _set_constant(graph, conv, 1, weight * v.reshape((-1,) + (1,) * (weight.ndim - 1)), weight.dtype)
+        set_input(graph, conv, 1, scale_per_output(weight.astype(np.float64), conv, v), weight.dtype)
         bias = bias * v
     else:
         bias = bias + (v if kind == "shift" else -v)
-    _set_constant(graph, conv, 2, bias, weight.dtype)
+    set_input(graph, conv, 2, bias, weight.dtype)
     return True
 
 
@@ -221,10 +214,10 @@ def _fold_into_batchnorm(graph: Graph, norm: Node, kind: str, v: np.ndarray) -> 
         return False
     scale, offset = found
     if kind == "scale":
-        _set_constant(graph, norm, 1, scale * v, scale.dtype)
-        _set_constant(graph, norm, 2, offset * v, offset.dtype)
+        set_input(graph, norm, 1, scale * v, scale.dtype)
+        set_input(graph, norm, 2, offset * v, offset.dtype)
     else:
-        _set_constant(graph, norm, 2, offset + (v if kind == "shift" else -v), offset.dtype)
+        set_input(graph, norm, 2, offset + (v if kind == "shift" else -v), offset.dtype)
     return True
 
 

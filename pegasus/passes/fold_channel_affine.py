@@ -25,8 +25,8 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor
 
 #: the affine ops: op -> (which operand may be the layer's output, how the constant acts: "scale"/"shift"/
-#: "negative shift")
-_AFFINE = {"Mul": ((0, 1), "scale"), "Add": ((0, 1), "shift"), "Sub": ((0,), "negative shift")}
+#: "negative shift"); the exporter's channels-first folds (exporters/glow/lower.py) read the same table
+AFFINE = {"Mul": ((0, 1), "scale"), "Add": ((0, 1), "shift"), "Sub": ((0,), "negative shift")}
 
 
 def _channel_vector(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
@@ -50,13 +50,13 @@ def _weights_and_bias(graph: Graph, layer: Node, channels: int) -> tuple[np.ndar
     return weight, bias
 
 
-def _set_input(graph: Graph, layer: Node, index: int, value: np.ndarray, dtype: np.dtype) -> None:
+def set_input(graph: Graph, layer: Node, index: int, value: np.ndarray, dtype: np.dtype) -> None:
     """Point input ``index`` of ``layer`` at a new constant (the old one may be shared)."""
     layer.inputs += [""] * (index + 1 - len(layer.inputs))
     layer.inputs[index] = graph.add_constant(f"{layer.name}_folded_{index}", value.astype(dtype))
 
 
-def _scale_per_output(weight: np.ndarray, layer: Node, s: np.ndarray) -> np.ndarray | None:
+def scale_per_output(weight: np.ndarray, layer: Node, s: np.ndarray) -> np.ndarray | None:
     """``weight`` with every output channel m scaled by s[m], for the layer's weight layout."""
     if layer.op == "Conv":                      # (M, C/group, k...)
         return weight * s.reshape((-1,) + (1,) * (weight.ndim - 1))
@@ -77,10 +77,10 @@ def _fold_into_conv(graph: Graph, layer: Node, kind: str, v: np.ndarray) -> bool
         return False
     weight, bias = found
     if kind == "scale":
-        _set_input(graph, layer, 1, _scale_per_output(weight.astype(np.float64), layer, v), weight.dtype)
-        _set_input(graph, layer, 2, bias * v, weight.dtype)
+        set_input(graph, layer, 1, scale_per_output(weight.astype(np.float64), layer, v), weight.dtype)
+        set_input(graph, layer, 2, bias * v, weight.dtype)
     else:
-        _set_input(graph, layer, 2, bias + (v if kind == "shift" else -v), weight.dtype)
+        set_input(graph, layer, 2, bias + (v if kind == "shift" else -v), weight.dtype)
     return True
 
 
@@ -91,11 +91,11 @@ def _fold_into_gemm(graph: Graph, layer: Node, kind: str, v: np.ndarray) -> bool
     weight, c = found
     c = float(layer.attrs.beta) * np.asarray(c, np.float64)
     if kind == "scale":
-        _set_input(graph, layer, 1, _scale_per_output(weight.astype(np.float64), layer, v), weight.dtype)
+        set_input(graph, layer, 1, scale_per_output(weight.astype(np.float64), layer, v), weight.dtype)
         c = c * v
     else:
         c = c + (v if kind == "shift" else -v)
-    _set_input(graph, layer, 2, c, weight.dtype)
+    set_input(graph, layer, 2, c, weight.dtype)
     layer.attrs = dataclasses.replace(layer.attrs, beta=1.0)
     return True
 
@@ -108,7 +108,7 @@ FOLDERS: dict[str, Callable[[Graph, Node, str, np.ndarray], bool]] = {
 
 
 def _fold_one(graph: Graph, affine: Node, producers: dict[str, Node], consumers: dict[str, list[Node]]) -> bool:
-    positions, kind = _AFFINE[affine.op]
+    positions, kind = AFFINE[affine.op]
     for position in positions:
         source, other = affine.inputs[position], affine.inputs[1 - position]
         layer = producers.get(source)
@@ -138,7 +138,7 @@ def fold_channel_affine(graph: Graph) -> bool:
     while progress:
         progress = False
         producers, consumers = graph.producers(), graph.consumers()
-        for affine in [n for n in graph.nodes if n.op in _AFFINE and len(n.inputs) == 2]:
+        for affine in [n for n in graph.nodes if n.op in AFFINE and len(n.inputs) == 2]:
             if _fold_one(graph, affine, producers, consumers):
                 progress = changed = True
                 break
