@@ -40,8 +40,7 @@ CASES = [conv(f"pointwise{i}", 16, 12, 1, relu=True) for i in range(3)] + [depth
 
 
 def layer_functions(obj) -> list[str]:
-    symbols = subprocess.run(["arm-none-eabi-nm", str(obj)], capture_output=True, text=True, check=True).stdout
-    return sorted(line.split()[-1] for line in symbols.splitlines() if " t layer" in line)
+    return sorted(line.split()[-1] for line in toolchains.arm_symbols(obj) if " t layer" in line)
 
 
 @pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4", "cortex-m0"])

@@ -13,8 +13,6 @@ integer_conv_plan.pointwise_records).
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -97,9 +95,8 @@ def test_records_layout():
 def test_bundles_on_cortex_m(cpu, tmp_path):
     assert_bundle_matches(CASES, cpu, tmp_path)
     if cpu != "cortex-m0":
-        symbols = subprocess.run(["arm-none-eabi-nm", str(tmp_path / "net.o")], capture_output=True, text=True,
-                                 check=True).stdout
-        assert sum("pegasus_pointwise_" in line for line in symbols.splitlines()) == len(CASES) - 1
+        symbols = toolchains.arm_symbols(tmp_path / "net.o")
+        assert sum("pegasus_pointwise_" in line for line in symbols) == len(CASES) - 1
 
 
 def test_output_over_its_dying_input_stays_exact(tmp_path):

@@ -12,8 +12,6 @@ rounding constants fold — a fused ReLU —, an even number of output channels,
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -86,9 +84,8 @@ def test_stream_layout():
 def test_bundles_on_cortex_m(cpu, tmp_path):
     assert_bundle_matches(CASES, cpu, tmp_path)
     if cpu != "cortex-m0":
-        symbols = subprocess.run(["arm-none-eabi-nm", str(tmp_path / "net.o")], capture_output=True, text=True,
-                                 check=True).stdout
-        tiles = sorted(line.split()[-1] for line in symbols.splitlines() if "pegasus_tile_" in line)
+        tiles = sorted(line.split()[-1] for line in toolchains.arm_symbols(tmp_path / "net.o")
+                       if "pegasus_tile_" in line)
         # one function per (depth, clamp): the two 1x1 layers of 16 channels share theirs; no function for the
         # layer of 73 groups
         assert len(tiles) == len(CASES) - 2, tiles

@@ -2,6 +2,8 @@
 (``pegasus.exporters.glow.run.toolchains``) because ``pegasus run`` uses it too."""
 
 import shutil  # noqa: F401  (tests patch toolchains.shutil.which to simulate a missing tool)
+import subprocess
+from pathlib import Path
 
 from pegasus.exporters.glow.run.toolchains import (  # noqa: F401
     BOARDS,
@@ -22,3 +24,9 @@ from pegasus.exporters.glow.run.toolchains import (  # noqa: F401
     run_host,
     write_config,
 )
+
+
+def arm_symbols(obj: Path) -> list[str]:
+    """The lines ``arm-none-eabi-nm`` prints for a Cortex-M object (address, kind, name)."""
+    listing = subprocess.run(["arm-none-eabi-nm", str(obj)], capture_output=True, text=True, check=True)
+    return listing.stdout.splitlines()
