@@ -93,6 +93,12 @@ CONV_CASES = [
     _conv("stride2-rows", _x(1, 3, 9, 40), _w(4, 3, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1]),
     _conv("stride5-gather", _x(1, 2, 11, 60), _w(3, 2, 3, 3), strides=[1, 5]),
     _conv("wide-odd-row", _x(1, 3, 5, 37), _w(7, 3, 3, 3), _x(7), pads=[1, 1, 1, 1]),
+    # output rows of 48 = a 32-position tile and a narrower 16-position one at the padding (AVX-512 tiling;
+    # 1-D and grouped: the row kernel, not conv_plane's im2col), 40 = 5 SSE tiles of 8, 44 = 5 and a tail of 4
+    _conv("narrow-tail-1d", _x(1, 3, 96), _w(20, 3, 7), _x(20), pads=[3, 3], strides=[2]),
+    _conv("narrow-tail-grouped", _x(1, 4, 9, 96), _w(20, 2, 7, 7), _x(20), pads=[3, 3, 3, 3], strides=[2, 2],
+          group=2),
+    _conv("narrow-tail-sse", _x(1, 2, 6, 88), _w(5, 2, 5, 5), pads=[2, 2, 2, 2], strides=[2, 2]),
     _conv("kernel-wider-than-input", _x(1, 2, 6, 3), _w(2, 2, 3, 5), pads=[1, 2, 1, 2]),
     _conv("weights-as-inputs", _x(1, 3, 7, 7), _w(4, 3, 3, 3), _x(4), constant=(), pads=[1, 1, 1, 1]),
     _conv("batch", _x(3, 2, 6, 6), _w(4, 2, 3, 3), _x(4)),
@@ -152,6 +158,10 @@ def test_tiles_follow_the_register_file():
     assert conv_kernels.tile_shape(Simd(16, 16), num, 5, 3) == (8, 3)
     assert conv_kernels.tile_shape(Simd(16, 16), num, 3, 3) == (4, 3)
     assert conv_kernels.tile_shape(Simd(16, 16), num, 1, 40) == (1, 12)
+    # a row's rest of whole vectors is one narrower tile, any other rest an overlapping one
+    assert conv_kernels.narrow_tail(112, 32, 16) == 16 and conv_kernels.narrow_tail(100, 32, 16) == 0
+    assert conv_kernels.narrow_tail(40, 8, 4) == 0 and conv_kernels.narrow_tail(44, 8, 4) == 4
+    assert conv_kernels.narrow_tail(24, 32, 16) == 0 and conv_kernels.narrow_tail(6, 4, 1) == 0
 
 
 def test_conv_on_integers_is_refused(tmp_path):

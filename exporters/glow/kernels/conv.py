@@ -202,16 +202,32 @@ def sweep_row(b: ir.IRBuilder, position: list[Value], runs: list[tuple[int, int]
             visit(position, affine(b, start, (t, width)), None)
 
 
-def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile], None]) -> None:
+def narrow_tail(out: int, width: int, lanes: int) -> int:
+    """Positions of the narrower last tile ``sweep_tiles`` ends a row of ``out`` with (0: none, the last tile
+    overlaps its neighbour instead): the rest of the row after whole tiles of ``width``, when it is a whole
+    number of ``lanes`` vectors. A 112-wide row in 32-position tiles is three tiles and one of 16 rather than
+    four overlapping ones, which recomputed 16 of every 112 outputs (ResNet's and Inception's 7x7 stride-2
+    stems, VGG's 112x112 layers)."""
+    rest = out % width if out > width else 0
+    return rest if lanes > 1 and rest and rest % lanes == 0 else 0
+
+
+def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile], None], lanes: int = 0) -> None:
     """Visit every output position in tiles of ``width`` along the last axis only: interior tiles in
-    loops, tiles crossing the padding as edge tiles (lanes masked per tap, no scalar border code)."""
+    loops, tiles crossing the padding as edge tiles (lanes masked per tap, no scalar border code). With
+    ``lanes``, a row's rest of whole vectors is one narrower last tile (``narrow_tail``; visit sees its width)."""
     *outer, last = axes
-    runs = row_runs(last.out, width, lambda start: edge_of(last, start, width) is None)
+    tail = narrow_tail(last.out, width, lanes)
+    body = last.out - tail
+    runs = row_runs(body, width, lambda start: edge_of(last, start, width) is None)
 
     def tile(position: list[Value], first: Value, start: int | None) -> None:
         visit(Tile(position, first, width, edge=None if start is None else edge_of(last, start, width)))
 
-    sweep_runs(b, [a.out for a in outer], runs, width, tile)
+    with loop_nest(b, [a.out for a in outer]) as position:
+        sweep_row(b, position, runs, width, tile)
+        if tail:
+            visit(Tile(position, const(body), tail, edge=edge_of(last, body, tail)))
 
 
 def tile_shape(simd: Simd, num: Numeric, row: int, channels: int) -> tuple[int, int]:
@@ -352,12 +368,16 @@ def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
     weights = block * cr.in_group * math.prod(a.kernel for a in cr.axes) * num.dtype.itemsize
     blocks = 1 if k.target.is_cortex_m else max(1, WEIGHT_BUDGET // max(1, weights))
 
+    lanes = simd_of(k.target).lanes(num.compute)
+
     def channel_blocks(batch: Value, group: Value, first: Value, channels: int) -> None:
         def tile(t: Tile) -> None:
-            for_tiles(b, 0, channels, block, lambda start, count: _correlation_tile(
+            # a narrower tail tile keeps as many accumulators as a full one by taking more channels
+            step = block if t.width == width else block_channels(simd_of(k.target), num, cr.out_group, t.width)
+            for_tiles(b, 0, channels, step, lambda start, count: _correlation_tile(
                 num, cr, batch, group, affine(b, 0, (first, 1), (start, 1)), count, t))
 
-        sweep_tiles(b, cr.axes, width, tile)
+        sweep_tiles(b, cr.axes, width, tile, lanes)
 
     with loop_nest(b, [cr.x.shape[0], cr.group]) as (batch, group):
         for_tiles(b, 0, cr.out_group, block * blocks, lambda start, count: channel_blocks(batch, group, start, count))

@@ -530,7 +530,7 @@ def _emit_staged(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) ->
                 num.store(stage, affine(b, j * stage.strides[1], (flat, 1)), cr.epilogue(num, acc.get(j)),
                           t.edge.stored if t.edge else None)
 
-        sweep_tiles(b, cr.axes, width, tile)
+        sweep_tiles(b, cr.axes, width, tile, simd_of(k.target).lanes(num.compute))
         channel0 = affine(b, 0, (group, cr.out_group), (local0, 1))
         first = b.gep(y.ptr, [affine(b, 0, (batch, y.strides[0]), (channel0, y.strides[1]))], inbounds=True)
         pooled = TensorRef(first, TensorType((1, channels, *y.shape[2:]), y.type.dtype))
