@@ -70,8 +70,23 @@ def _pack_weights(graph: Graph, node: Node, target=None) -> None:
     """Replace the constant weights of a channels-last ``node`` by the re-laid ones its kernel reads (new
     constants: a weight another layer shares keeps its own layout there)."""
     for position, array in packed_weights(node, graph, target).items():
-        name = graph.add_constant(f"{node.inputs[position]}_channels_last", array)
+        suffix = "channels_last" if getattr(node.attrs, "channels_last", False) else "packed"
+        name = graph.add_constant(f"{node.inputs[position]}_{suffix}", array)
         node.inputs = [name if i == position else n for i, n in enumerate(node.inputs)]
+
+
+def channels_first_packing(graph: Graph, target=None) -> bool:
+    """Channels-first layers whose kernel re-lays their constant weights (a ``packer(..., channels_first=True)``:
+    e.g. kernels/conv_lanes.py's blocks for 1x1 convolutions on small planes) get the re-laid constants."""
+    changed = False
+    for node in graph.nodes:
+        if getattr(node.attrs, "channels_last", True) or not all(graph.tensors[name].is_constant for name in
+                                                                  node.inputs[1:2] if name):
+            continue
+        before = list(node.inputs)
+        _pack_weights(graph, node, target)
+        changed |= node.inputs != before
+    return changed
 
 
 def channels_last_layers(graph: Graph, target=None) -> bool:
@@ -296,5 +311,6 @@ def lower_for_export(graph: Graph, target=None) -> Graph:
     float_rewrites(lowered)
     dense_layers_as_convs(lowered)
     channels_last_layers(lowered, target)
+    channels_first_packing(lowered, target)
     materialize_outputs(lowered)
     return lowered

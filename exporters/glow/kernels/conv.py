@@ -413,6 +413,8 @@ def conv_workspace(k: KernelContext) -> int:
     it reads (``_pointwise_correlation``), one whose output rows the flattened plane covers better every
     tap's inputs (conv_plane.py ``im2col_bytes``), any other each tap's run of the last axis
     (``row_taps_correlation``)."""
+    if conv_lanes.packed(k):
+        return conv_lanes.workspace_bytes(k)
     return conv_plane.im2col_bytes(k, simd_of(k.target)) or row_taps_bytes(k)
 
 
@@ -484,6 +486,9 @@ def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
         conv_channels_last.emit_conv(k, epilogue)
         return
     num = Numeric(k.builder, require_dtype(k, FLOATS))
+    if conv_lanes.packed(k):
+        conv_lanes.emit_layer(k, epilogue)
+        return
     win = Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
     simd = simd_of(k.target)
     if pointwise(win) and (len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k)):
@@ -577,4 +582,4 @@ def conv_transpose(k: KernelContext) -> None:
 
 # the channels-last and flattened-plane kernels build on this file (imported last: they import it; this
 # also registers the channels-last weight layouts)
-from pegasus.exporters.glow.kernels import conv_channels_last, conv_plane  # noqa: E402
+from pegasus.exporters.glow.kernels import conv_channels_last, conv_lanes, conv_plane  # noqa: E402

@@ -172,6 +172,7 @@ Packer = Callable[[Node, Any], dict[int, Any]]
 _EMITTERS: dict[str, Emitter] = {}
 _CHANNELS_LAST: dict[str, Supports] = {}
 _PACKERS: dict[str, Packer] = {}
+_FIRST_PACKERS: dict[str, Packer] = {}
 Sizer = Callable[[KernelContext], int]
 _WORKSPACES: dict[str, Sizer] = {}
 
@@ -200,24 +201,26 @@ def supports_channels_last(node: Node, graph: Any) -> bool:
     return supports is not None and supports(node, graph)
 
 
-def packer(*ops: str) -> Callable[[Packer], Packer]:
-    """Register how a channels-last kernel of ``ops`` wants its constant weights laid out: ``fn(node,
-    graph, target)`` returns the re-laid arrays by input position (``target``: the bundle's, or None when
-    no target is known — then the layout may not depend on one). The exporter replaces those inputs with the
-    re-laid constants before code generation (exporters/glow/lower.py), so NAME.weights.bin holds what
-    the kernel reads."""
+def packer(*ops: str, channels_first: bool = False) -> Callable[[Packer], Packer]:
+    """Register how a channels-last kernel of ``ops`` (``channels_first``: a channels-first one) wants its
+    constant weights laid out: ``fn(node, graph, target)`` returns the re-laid arrays by input position, or
+    none for a layer it leaves as it is (``target``: the bundle's, or None when no target is known — then the
+    layout may not depend on one). The exporter replaces those inputs with the re-laid constants before code
+    generation (exporters/glow/lower.py), so NAME.weights.bin holds what the kernel reads."""
     def decorate(fn: Packer) -> Packer:
         for op in ops:
-            _PACKERS[op] = fn
+            (_FIRST_PACKERS if channels_first else _PACKERS)[op] = fn
         return fn
     return decorate
 
 
 def packed_weights(node: Node, graph: Any, target: Any = None) -> dict[int, Any]:
-    """The re-laid weights of a channels-last ``node`` whose kernel has a ``packer`` (else none)."""
+    """The re-laid weights of ``node`` (channels last or first, as its ``channels_last`` says) whose kernel has
+    a ``packer`` for that layout (else none)."""
     import pegasus.exporters.glow.kernels  # noqa: F401
 
-    pack = _PACKERS.get(node.op)
+    table = _PACKERS if getattr(node.attrs, "channels_last", False) else _FIRST_PACKERS
+    pack = table.get(node.op)
     return pack(node, graph, target) if pack is not None else {}
 
 

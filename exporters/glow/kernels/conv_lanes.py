@@ -1,0 +1,207 @@
+"""Float 1x1 convolutions on small channels-first planes with the output channels in the vector lanes, on
+x86-64 with AVX or AVX-512.
+
+conv.py and conv_plane.py put output positions in the lanes: a 7x7 plane is 49 positions in four 16-lane
+vectors (ResNet-50's last stage, Inception's 7x7 blocks: 77 % of the FMAs useful). Here a register tile is
+R positions x V vectors of output channels (AVX-512: 7 x 3, 21 accumulators; AVX: 5 x 2): per input channel
+c, V vector loads of the weights and R broadcasts of X[c, p], R*V FMAs, so every lane is an output whatever
+the plane's size. The weights are re-laid at export (``pack``, applied by exporters/glow/lower.py, so
+NAME.weights.bin holds this layout) block by block: Wp[block][c][V vectors] for each block of V vectors of
+output channels (the last block narrower, padded with zero channels to whole vectors), one sequential stream
+per block, which stays in L2 while every position tile reads it. The accumulators start at the bias, go through
+the fused epilogue (conv.py ``Epilogue``) into a stack buffer, and leave it channel by channel: Y[m, p0:+R]
+(channels first: one position's channels are a plane apart). A strided 1x1 convolution reads the positions
+gathered into its workspace first. The loops stay rolled (``unroll=False``): unrolled, LLVM's -O3 spent
+twice the compile time on DenseNet-121's 1x1 layers for no speed.
+
+Single layers, this machine (AVX-512), before -> after (onnxruntime): 2048->512@7 549 -> 424 us (453),
+512->2048@7 585 -> 431 (442), 1024->352@7 180 -> 148 (160), 1024->256@14 461 -> 416 (441), 512->128@14
+(DenseNet) 122 -> 107 (118); on 28x28 planes (whole vectors of positions) the plane kernel stays ahead,
+512->128@28 402 against 419 here, hence ``MOST_POSITIONS``.
+
+Used (``wanted``) for float32 1x1 convolutions of one group without padding, at most ``MOST_POSITIONS`` output
+positions and at least a vector of output channels, not heading a pooling (pool.py reads those weights as
+they are). The emitter knows the weights were re-laid from their rank: 2, (C, M') blocks, where a Conv's
+weights are otherwise (M, C, 1, 1); ``geometry`` gives the layer's window from the shape before packing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, packer
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.llvm.loops import for_range
+from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import TensorType
+from pegasus.ops.conv import Conv
+
+#: output positions of a plane at most (7x7 and 14x14 planes; 28x28 ran faster with positions in the lanes)
+MOST_POSITIONS = 256
+
+
+def vectors_per_block(simd: Simd) -> int:
+    """V: vectors of output channels per register tile."""
+    return 3 if simd.registers >= 32 else 2
+
+
+def positions_per_tile(simd: Simd) -> int:
+    """R: positions of a register tile (R*V accumulators, V weight vectors and one broadcast in registers)."""
+    return 7 if simd.registers >= 32 else 5
+
+
+def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: DType, target) -> bool:
+    """Whether channels-first float Conv ``node`` (weights of ``w_shape`` as imported) runs here on ``target``:
+    x86-64 with AVX vectors, float32, one group, a 1x1 kernel without padding, at most ``MOST_POSITIONS``
+    output positions, at least a vector of output channels."""
+    if target is None or target.arch != "x86_64" or dtype is not DType.FLOAT32 or len(x_shape) != 4:
+        return False
+    simd = simd_of(target)
+    if simd.width < 32 or node.attrs.group != 1 or getattr(node.attrs, "channels_last", False):
+        return False
+    win = Conv.geometry(node.attrs, x_shape, w_shape)
+    if any(k != 1 for k in win.kernel) or any(win.pads_begin) or any(win.pads_end):
+        return False
+    return math.prod(win.out) <= MOST_POSITIONS and w_shape[0] >= simd.width // dtype.itemsize
+
+
+def packed_layout(channels: int, inputs: int, simd: Simd) -> list[tuple[int, int, int]]:
+    """(first output channel, vectors, offset in Wp) of each block."""
+    lanes = simd.width // 4
+    vectors, most = -(-channels // lanes), vectors_per_block(simd)
+    blocks, offset = [], 0
+    for first_vector in range(0, vectors, most):
+        count = min(most, vectors - first_vector)
+        blocks.append((first_vector * lanes, count, offset))
+        offset += inputs * count * lanes
+    return blocks
+
+
+@packer("Conv", channels_first=True)
+def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+    """W (M, C, 1, 1) -> Wp: per block of ``packed_layout``, (C, 16*V) with zero channels past M; as (C, M')."""
+    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
+
+    x, w = graph.type_of(node.inputs[0]), graph.value_of(node.inputs[1])
+    if not wanted(node, x.shape, w.shape, x.dtype, target) or heads_pooling(graph, node):
+        return {}      # a pooling group's kernel (pool.py) reads the weights as they are
+    simd = simd_of(target)
+    lanes = simd.width // 4
+    channels, inputs = w.shape[:2]
+    matrix = w.reshape(channels, inputs)
+    parts = []
+    for first, vectors, _ in packed_layout(channels, inputs, simd):
+        block = np.zeros((inputs, vectors * lanes), w.dtype)
+        taken = matrix[first:first + vectors * lanes]
+        block[:, :taken.shape[0]] = taken.T
+        parts.append(block)
+    return {1: np.concatenate([part.reshape(-1) for part in parts]).reshape(inputs, -1)}
+
+
+def packed(k: KernelContext) -> bool:
+    """Whether the layer's weights were re-laid by ``pack`` (rank 2 instead of a Conv's (M, C, k...))."""
+    return len(k.inputs[1].shape) == 2
+
+
+def geometry(k: KernelContext):
+    """The layer's Window, from its attributes and the weights' shape before ``pack``."""
+    x, y = k.inputs[0], k.outputs[0]
+    return Conv.geometry(k.attrs, x.shape, (y.shape[1], x.shape[1]) + (1,) * (len(x.shape) - 2))
+
+
+def workspace_bytes(k: KernelContext) -> int:
+    """A strided layer's gathered input positions (N, C, P); 0 for stride 1."""
+    x, win = k.inputs[0], geometry(k)
+    return 0 if all(s == 1 for s in win.strides) else \
+        x.shape[0] * x.shape[1] * math.prod(win.out) * x.type.dtype.itemsize
+
+
+def emit_layer(k: KernelContext, epilogue) -> None:
+    """The layer, its input positions gathered into the workspace first when strided."""
+    x, y, win = k.inputs[0], k.outputs[0], geometry(k)
+    if workspace_bytes(k):
+        assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
+        picked = TensorRef(k.scratch(x.element, workspace_bytes(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))
+        copy_strided(k.builder, picked, x, picked.shape, picked.strides,
+                     (*x.strides[:2], *(st * s for st, s in zip(x.strides[2:], win.strides))))
+        x = picked
+    emit(k, _flat(x), _flat(y), epilogue)
+
+
+def _flat(ref: TensorRef) -> TensorRef:
+    """``ref`` (N, C, D1, ...) seen as (N, C, D1*...)."""
+    return TensorRef(ref.ptr, TensorType((*ref.shape[:2], math.prod(ref.shape[2:])), ref.type.dtype))
+
+
+def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
+    """Y (N, M, P) = bias + Wp . X (N, C, P), through ``epilogue``: blocks of 16*V channels, tiles of R positions
+    (the last smaller), each tile's R*V accumulators summed over the C input channels."""
+    b = k.builder
+    simd = simd_of(k.target)
+    num = Numeric(b, x.type.dtype)
+    lanes = simd.lanes(num.compute)
+    w, bias = k.inputs[1], k.inputs[2] if len(k.inputs) > 2 else None
+    batches, inputs, positions = x.shape
+    channels = y.shape[1]
+    tile = positions_per_tile(simd)
+
+    def run(batch, first, vectors: int, offset, p0, count: int, valid: list[int]) -> None:
+        """Channels first:+16*vectors (``valid`` lanes of each vector are channels) at positions p0:+count."""
+        acc = Accumulators(num, count * vectors, lanes)
+        for v in range(vectors):
+            if bias is None:
+                start = num.constant(0, lanes)
+            elif valid[v] == lanes:
+                start = num.load(bias, affine(b, v * lanes, (first, 1)), lanes)
+            else:
+                start = num.load_lanes(bias, affine(b, v * lanes, (first, 1)), lanes, 1,
+                                       tuple(lane < valid[v] for lane in range(lanes)))
+            for r in range(count):
+                acc.set(r * vectors + v, start)
+        x_base = affine(b, 0, (batch, x.strides[0]), (p0, 1))
+        with for_range(b, inputs, name="c", unroll=False) as c:
+            w_flat = affine(b, 0, (offset, 1), (c, vectors * lanes))
+            weights = [num.load(w, affine(b, v * lanes, (w_flat, 1)), lanes) for v in range(vectors)]
+            x_flat = affine(b, 0, (x_base, 1), (c, x.strides[1]))
+            for r in range(count):
+                value = num.load(x, affine(b, r, (x_flat, 1)), lanes, 0)
+                for v in range(vectors):
+                    acc.mul_add(r * vectors + v, value, weights[v])
+        # the tile through the epilogue into a stack buffer T[v][r][lane], then out channel by channel: Y[m, p0:+count]
+        staged = TensorRef(entry_alloca(b, ir.ArrayType(num.storage, vectors * tile * lanes)), TensorType(
+            (vectors * tile * lanes,), x.type.dtype))
+        staged = TensorRef(b.bitcast(staged.ptr, num.storage.as_pointer()), staged.type)
+        for v in range(vectors):
+            for r in range(count):
+                num.store(staged, affine(b, (v * tile + r) * lanes), epilogue(num, acc.get(r * vectors + v)))
+        y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (p0, 1))
+        for v in range(vectors):
+            with for_range(b, valid[v], name="m", unroll=False) as lane:
+                y_flat = affine(b, v * lanes * y.strides[1], (y_base, 1), (lane, y.strides[1]))
+                for r in range(count):
+                    y.store(b, staged.load(b, affine(b, (v * tile + r) * lanes, (lane, 1))), affine(b, r, (y_flat, 1)))
+
+    def block(batch, first, vectors: int, offset, valid: list[int]) -> None:
+        full, rest = divmod(positions, tile)
+        if full:
+            with for_range(b, full, name="ptile", unroll=False) as t:
+                run(batch, first, vectors, offset, affine(b, 0, (t, tile)), tile, valid)
+        if rest:
+            run(batch, first, vectors, offset, affine(b, full * tile), rest, valid)
+
+    blocks = packed_layout(channels, inputs, simd)
+    most = vectors_per_block(simd)
+    whole = len([1 for first, vectors, _ in blocks if vectors == most and first + most * lanes <= channels])
+    with for_range(b, batches, name="n") as batch:
+        if whole:     # blocks of V whole vectors of channels: a loop
+            with for_range(b, whole, name="block", unroll=False) as index:
+                block(batch, affine(b, 0, (index, most * lanes)), most, affine(b, 0, (index, inputs * most * lanes)),
+                      [lanes] * most)
+        for first, vectors, offset in blocks[whole:]:
+            block(batch, affine(b, first), vectors, affine(b, offset),
+                  [max(0, min(lanes, channels - first - v * lanes)) for v in range(vectors)])

@@ -1,0 +1,132 @@
+"""1x1 float convolutions on small channels-first planes with the output channels in the lanes
+(exporters/glow/kernels/conv_lanes.py) against a NumPy convolution in float64 (test_conv_plane.reference) and
+onnxruntime: 7x7 and 14x14 planes, planes smaller than a position tile, position and channel remainders (output
+channels not a whole number of vectors or blocks), batches, no bias, a fused Relu, a stride-2 projection
+(positions gathered first); and the layers the kernel must leave alone (a pooling group, too few output
+channels, a large plane). Each case runs for the host and compiled for an AVX2 and an AVX-512 x86-64 CPU
+(skipped where this machine cannot run the code), and asserts the kernel ran (or did not).
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from pegasus.exporters.glow.kernels import conv_lanes
+from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.importers.onnx.loader import import_onnx
+from tests.exporters import host_runner
+from tests.exporters.test_conv_plane import CPUS, _model, _use_cpu, reference
+
+RNG = np.random.default_rng(23)
+
+
+def _case(id_: str, x_shape, channels: int, bias=True, strides=(1, 1)):
+    x = RNG.uniform(-1, 1, x_shape).astype(np.float32)
+    w = (RNG.standard_normal((channels, x_shape[1], 1, 1)) / np.sqrt(x_shape[1])).astype(np.float32)
+    b = RNG.uniform(-1, 1, channels).astype(np.float32) if bias else None
+    return pytest.param(x, w, b, list(strides), id=id_)
+
+
+CASES = [
+    _case("7x7-blocks", (1, 40, 7, 7), 96),                      # 49 positions: 7 tiles; two whole blocks
+    _case("7x7-channel-remainder", (1, 33, 7, 7), 50),           # 4 vectors: a block of 3 and one of 1, padded
+    _case("14x14-position-remainder", (1, 24, 14, 14), 64),      # 196 = 28 tiles of 7
+    _case("plane-below-tile", (2, 8, 2, 2), 16, bias=False),      # 4 positions, batch of 2
+    _case("5x3-odd", (1, 17, 5, 3), 19),
+    _case("stride2-projection", (1, 32, 14, 14), 48, strides=(2, 2)),
+    _case("stride2-odd-plane", (1, 12, 13, 13), 20, bias=False, strides=(2, 2)),
+]
+
+
+def _spy(monkeypatch) -> list[str]:
+    emitted = []
+    original = conv_lanes.emit
+
+    def spy(k, *args):
+        emitted.append(k.node.name)
+        original(k, *args)
+
+    monkeypatch.setattr(conv_lanes, "emit", spy)
+    return emitted
+
+
+def _expect_kernel(cpu: str) -> bool:
+    return bool(llvm.get_host_cpu_features().get("avx")) or cpu != "host"
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+@pytest.mark.parametrize("x, w, b, strides", CASES)
+def test_matches_numpy(cpu, x, w, b, strides, monkeypatch, tmp_path):
+    _use_cpu(cpu, monkeypatch)
+    emitted = _spy(monkeypatch)
+    model = _model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, strides=strides)
+    got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
+    want = reference(x, w, b, [0, 0, 0, 0], [1, 1], 1, strides)
+    assert bool(emitted) == _expect_kernel(cpu), "the kernel ran where it should not, or not where it should"
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+def test_relu_matches_onnxruntime(cpu, monkeypatch, tmp_path):
+    """ResNet-50's last stage in small: 1x1 Conv + Relu on a 7x7 plane, 2048 -> 512 as 128 -> 80."""
+    _use_cpu(cpu, monkeypatch)
+    emitted = _spy(monkeypatch)
+    x = RNG.uniform(-1, 1, (1, 128, 7, 7)).astype(np.float32)
+    w = (RNG.standard_normal((80, 128, 1, 1)) / 11).astype(np.float32)
+    b = RNG.uniform(-1, 1, 80).astype(np.float32)
+    model = _model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, relu=True)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
+    assert bool(emitted) == _expect_kernel(cpu)
+    assert (got >= 0).all() and (got == 0).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_weights_relaid_in_blocks():
+    """The exporter replaces the weights by the kernel's blocks: per block of 16*V channels, (C, 16*V) with
+    zero channels past M (an AVX-512 host: V = 3, 16 lanes)."""
+    target = host_runner.resolve_target(None, None, None, "pic")
+    x = RNG.uniform(-1, 1, (1, 5, 7, 7)).astype(np.float32)
+    w = RNG.standard_normal((70, 5, 1, 1)).astype(np.float32)
+    lowered = lower_for_export(import_onnx(_model(x, w, None, [0, 0, 0, 0], [1, 1], 1, None), name="lanes"), target)
+    conv = next(node for node in lowered.nodes if node.op == "Conv")
+    if not conv_lanes.wanted(conv, x.shape, w.shape, lowered.type_of(conv.inputs[0]).dtype, target):
+        pytest.skip("this host has no AVX")
+    packed = lowered.value_of(conv.inputs[1])
+    lanes = conv_lanes.simd_of(target).width // 4
+    flat, start = packed.reshape(-1), 0
+    for first, vectors, offset in conv_lanes.packed_layout(70, 5, conv_lanes.simd_of(target)):
+        assert offset == start
+        block = flat[offset:offset + 5 * vectors * lanes].reshape(5, vectors * lanes)
+        width = min(vectors * lanes, 70 - first)
+        np.testing.assert_array_equal(block[:, :width], w[first:first + width, :, 0, 0].T)
+        assert not block[:, width:].any()
+        start += 5 * vectors * lanes
+    assert start == flat.size
+
+
+LEFT_ALONE = {
+    "pooled": (RNG.uniform(-1, 1, (1, 8, 6, 6)).astype(np.float32), 32, ("MaxPool", {"kernel_shape": [2, 2],
+                                                                                     "strides": [2, 2]})),
+    "few-channels": (RNG.uniform(-1, 1, (1, 8, 7, 7)).astype(np.float32), 12, None),
+    "large-plane": (RNG.uniform(-1, 1, (1, 8, 17, 17)).astype(np.float32), 32, None),
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_ALONE))
+def test_other_layers_keep_their_kernels(case, monkeypatch, tmp_path):
+    """A Conv heading a pooling, with fewer output channels than a vector, or on more than MOST_POSITIONS
+    positions keeps its weights and kernel (and its outputs)."""
+    emitted = _spy(monkeypatch)
+    x, channels, pool = LEFT_ALONE[case]
+    w = (RNG.standard_normal((channels, 8, 1, 1)) / 3).astype(np.float32)
+    b = RNG.uniform(-1, 1, channels).astype(np.float32)
+    model = _model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, relu=pool is not None, pool=pool)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
+    assert not emitted
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
