@@ -2,8 +2,9 @@
 (exporters/glow/kernels/conv_lanes.py) against a NumPy convolution in float64 (test_conv_plane.reference) and
 onnxruntime: 7x7 and 14x14 planes, planes smaller than a position tile, position and channel remainders (output
 channels not a whole number of vectors or blocks), batches, no bias, a fused Relu, a stride-2 projection
-(positions gathered first); and the layers the kernel must leave alone (a pooling group, too few output
-channels, a large plane). Each case runs for the host and compiled for an AVX2 and an AVX-512 x86-64 CPU
+(positions gathered first), 3x3, 5x5 and 2x2 kernels on small planes (every tap gathered, padding as 0); and
+the layers the kernel must leave alone (a pooling group, too few output channels, a large plane, a 3x3 on
+14x14, a 3x3 without kernel_shape). Each case runs for the host and compiled for an AVX2 and an AVX-512 x86-64 CPU
 (skipped where this machine cannot run the code), and asserts the kernel ran (or did not).
 """
 
@@ -13,6 +14,7 @@ import llvmlite.binding as llvm
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnx import helper
 
 from pegasus.exporters.glow.kernels import conv_lanes
 from pegasus.exporters.glow.lower import lower_for_export
@@ -23,11 +25,20 @@ from tests.exporters.test_conv_plane import CPUS, _model, _use_cpu, reference
 RNG = np.random.default_rng(23)
 
 
-def _case(id_: str, x_shape, channels: int, bias=True, strides=(1, 1)):
+def _case(id_: str, x_shape, channels: int, bias=True, strides=(1, 1), kernel=(1, 1), pads=(0, 0, 0, 0)):
     x = RNG.uniform(-1, 1, x_shape).astype(np.float32)
-    w = (RNG.standard_normal((channels, x_shape[1], 1, 1)) / np.sqrt(x_shape[1])).astype(np.float32)
+    fan_in = x_shape[1] * kernel[0] * kernel[1]
+    w = (RNG.standard_normal((channels, x_shape[1], *kernel)) / np.sqrt(fan_in)).astype(np.float32)
     b = RNG.uniform(-1, 1, channels).astype(np.float32) if bias else None
-    return pytest.param(x, w, b, list(strides), id=id_)
+    return pytest.param(x, w, b, list(strides), list(pads), id=id_)
+
+
+def _with_kernel_shape(model):
+    """The Conv with an explicit kernel_shape (as exporters write it; the kernel needs it for larger kernels)."""
+    conv = next(node for node in model.graph.node if node.op_type == "Conv")
+    weights = next(init for init in model.graph.initializer if init.name == conv.input[1])
+    conv.attribute.append(helper.make_attribute("kernel_shape", list(weights.dims[2:])))
+    return model
 
 
 CASES = [
@@ -38,6 +49,11 @@ CASES = [
     _case("5x3-odd", (1, 17, 5, 3), 19),
     _case("stride2-projection", (1, 32, 14, 14), 48, strides=(2, 2)),
     _case("stride2-odd-plane", (1, 12, 13, 13), 20, bias=False, strides=(2, 2)),
+    # larger kernels on at most 64 output positions: every tap's inputs gathered first (padding read as 0)
+    _case("3x3-7x7", (1, 24, 7, 7), 40, kernel=(3, 3), pads=(1, 1, 1, 1)),
+    _case("3x3-stride2-to-7x7", (2, 16, 14, 14), 48, kernel=(3, 3), pads=(1, 1, 1, 1), strides=(2, 2)),
+    _case("5x5-uneven-pads", (1, 6, 6, 6), 21, kernel=(5, 5), pads=(2, 1, 2, 3), bias=False),
+    _case("2x2-stride2", (1, 10, 8, 8), 16, kernel=(2, 2), strides=(2, 2)),
 ]
 
 
@@ -58,13 +74,13 @@ def _expect_kernel(cpu: str) -> bool:
 
 
 @pytest.mark.parametrize("cpu", list(CPUS))
-@pytest.mark.parametrize("x, w, b, strides", CASES)
-def test_matches_numpy(cpu, x, w, b, strides, monkeypatch, tmp_path):
+@pytest.mark.parametrize("x, w, b, strides, pads", CASES)
+def test_matches_numpy(cpu, x, w, b, strides, pads, monkeypatch, tmp_path):
     _use_cpu(cpu, monkeypatch)
     emitted = _spy(monkeypatch)
-    model = _model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, strides=strides)
+    model = _with_kernel_shape(_model(x, w, b, pads, [1, 1], 1, None, strides=strides))
     got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
-    want = reference(x, w, b, [0, 0, 0, 0], [1, 1], 1, strides)
+    want = reference(x, w, b, pads, [1, 1], 1, strides)
     assert bool(emitted) == _expect_kernel(cpu), "the kernel ran where it should not, or not where it should"
     assert got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-5)
@@ -109,23 +125,27 @@ def test_weights_relaid_in_blocks():
     assert start == flat.size
 
 
-LEFT_ALONE = {
-    "pooled": (RNG.uniform(-1, 1, (1, 8, 6, 6)).astype(np.float32), 32, ("MaxPool", {"kernel_shape": [2, 2],
-                                                                                     "strides": [2, 2]})),
-    "few-channels": (RNG.uniform(-1, 1, (1, 8, 7, 7)).astype(np.float32), 12, None),
-    "large-plane": (RNG.uniform(-1, 1, (1, 8, 17, 17)).astype(np.float32), 32, None),
+LEFT_ALONE = {   # input, output channels, kernel, pads, pooling, explicit kernel_shape
+    "pooled": ((1, 8, 6, 6), 32, 1, 0, ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}), True),
+    "few-channels": ((1, 8, 7, 7), 12, 1, 0, None, True),
+    "large-plane": ((1, 8, 17, 17), 32, 1, 0, None, True),
+    "3x3-on-14x14": ((1, 8, 14, 14), 32, 3, 1, None, True),
+    "3x3-without-kernel-shape": ((1, 8, 7, 7), 32, 3, 1, None, False),
 }
 
 
 @pytest.mark.parametrize("case", list(LEFT_ALONE))
 def test_other_layers_keep_their_kernels(case, monkeypatch, tmp_path):
-    """A Conv heading a pooling, with fewer output channels than a vector, or on more than MOST_POSITIONS
-    positions keeps its weights and kernel (and its outputs)."""
+    """A Conv heading a pooling, with fewer output channels than a vector, on more than MOST_POSITIONS
+    positions (MOST_TAP_POSITIONS for a larger kernel) or whose larger kernel's size only its weights give keeps
+    its weights and kernel (and its outputs)."""
     emitted = _spy(monkeypatch)
-    x, channels, pool = LEFT_ALONE[case]
-    w = (RNG.standard_normal((channels, 8, 1, 1)) / 3).astype(np.float32)
+    shape, channels, kernel, pad, pool, explicit = LEFT_ALONE[case]
+    x = RNG.uniform(-1, 1, shape).astype(np.float32)
+    w = (RNG.standard_normal((channels, 8, kernel, kernel)) / 3 / kernel).astype(np.float32)
     b = RNG.uniform(-1, 1, channels).astype(np.float32)
-    model = _model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, relu=pool is not None, pool=pool)
+    model = _model(x, w, b, [pad] * 4, [1, 1], 1, None, relu=pool is not None, pool=pool)
+    model = _with_kernel_shape(model) if explicit else model
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
     assert not emitted

@@ -1,4 +1,4 @@
-"""Float 1x1 convolutions on small channels-first planes with the output channels in the vector lanes, on
+"""Float convolutions on small channels-first planes with the output channels in the vector lanes, on
 x86-64 with AVX or AVX-512.
 
 conv.py and conv_plane.py put output positions in the lanes: a 7x7 plane is 49 positions in four 16-lane
@@ -19,10 +19,17 @@ Single layers, this machine (AVX-512), before -> after (onnxruntime): 2048->512@
 (DenseNet) 122 -> 107 (118); on 28x28 planes (whole vectors of positions) the plane kernel stays ahead,
 512->128@28 402 against 419 here, hence ``MOST_POSITIONS``.
 
-Used (``wanted``) for float32 1x1 convolutions of one group without padding, at most ``MOST_POSITIONS`` output
-positions and at least a vector of output channels, not heading a pooling (pool.py reads those weights as
-they are). The emitter knows the weights were re-laid from their rank: 2, (C, M') blocks, where a Conv's
-weights are otherwise (M, C, 1, 1); ``geometry`` gives the layer's window from the shape before packing.
+Larger kernels on at most ``MOST_TAP_POSITIONS`` output positions gather every tap's inputs first (conv_plane.py
+``gather_taps``: Z, (C * taps) x P, 0 in the padding) and run as the 1x1 convolution of Z with the weights seen
+as (M, C * taps): 3x3 192->320@7 274 -> 227 us (228), 224->224@7 221 -> 194 (199), 3x3 stride 2 512@14 onto 7x7
+1333 -> 1222 (1029-1123), 256@14 325 -> 277 (257-262); on 14x14 outputs conv_plane.py stayed ahead (3x3
+256@14 978 against 1017 here).
+
+Used (``wanted``) for float32 convolutions of one group, 2-D, at most those positions and at least a vector of
+output channels, a larger kernel only with an explicit ``kernel_shape`` (the packed weights no longer say it) and
+its gathered taps within conv_plane's ``IM2COL_BUDGET``, not heading a pooling (pool.py reads those weights as
+they are). The emitter knows the weights were re-laid from their rank: 2, (C * taps, M') blocks, where a Conv's
+weights are otherwise (M, C, k...); ``geometry`` gives the layer's window from the shape before packing.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, packer
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided
@@ -41,8 +49,10 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
 
-#: output positions of a plane at most (7x7 and 14x14 planes; 28x28 ran faster with positions in the lanes)
+#: output positions of a 1x1 layer at most (7x7 and 14x14 planes; 28x28 ran faster with positions in the lanes)
 MOST_POSITIONS = 256
+#: ... of a larger kernel's (its taps gathered first: on 14x14 outputs conv_plane.py stayed ahead)
+MOST_TAP_POSITIONS = 64
 
 
 def vectors_per_block(simd: Simd) -> int:
@@ -65,9 +75,23 @@ def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
     if simd.width < 32 or node.attrs.group != 1 or getattr(node.attrs, "channels_last", False):
         return False
     win = Conv.geometry(node.attrs, x_shape, w_shape)
-    if any(k != 1 for k in win.kernel) or any(win.pads_begin) or any(win.pads_end):
+    positions = math.prod(win.out)
+    if not _pointwise(win) and (positions > MOST_TAP_POSITIONS or not node.attrs.kernel_shape or
+                                _gathered(x_shape, win, dtype) > conv_plane.IM2COL_BUDGET):
         return False
-    return math.prod(win.out) <= MOST_POSITIONS and w_shape[0] >= simd.width // dtype.itemsize
+    return positions <= MOST_POSITIONS and w_shape[0] >= simd.width // dtype.itemsize
+
+
+def _pointwise(win) -> bool:
+    return all(k == 1 for k in win.kernel) and not any(win.pads_begin) and not any(win.pads_end)
+
+
+def _gathered(x_shape, win, dtype: DType) -> int:
+    """Bytes of the gathered input: every tap's inputs (conv_plane ``gather_taps``), or a strided 1x1's
+    positions (0 for a stride-1 1x1)."""
+    if _pointwise(win):
+        return 0 if all(s == 1 for s in win.strides) else x_shape[0] * x_shape[1] * math.prod(win.out) * dtype.itemsize
+    return x_shape[0] * x_shape[1] * math.prod(win.kernel) * math.prod(win.out) * dtype.itemsize
 
 
 def packed_layout(channels: int, inputs: int, simd: Simd) -> list[tuple[int, int, int]]:
@@ -92,7 +116,7 @@ def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
         return {}      # a pooling group's kernel (pool.py) reads the weights as they are
     simd = simd_of(target)
     lanes = simd.width // 4
-    channels, inputs = w.shape[:2]
+    channels, inputs = w.shape[0], w.size // w.shape[0]
     matrix = w.reshape(channels, inputs)
     parts = []
     for first, vectors, _ in packed_layout(channels, inputs, simd):
@@ -109,21 +133,27 @@ def packed(k: KernelContext) -> bool:
 
 
 def geometry(k: KernelContext):
-    """The layer's Window, from its attributes and the weights' shape before ``pack``."""
+    """The layer's Window, from its attributes and the weights' shape before ``pack`` (the kernel's size from
+    ``kernel_shape``, or 1x1 when the model gave none: packed weights are (C * taps, M'))."""
     x, y = k.inputs[0], k.outputs[0]
-    return Conv.geometry(k.attrs, x.shape, (y.shape[1], x.shape[1]) + (1,) * (len(x.shape) - 2))
+    kernel = tuple(k.attrs.kernel_shape) if k.attrs.kernel_shape else (1,) * (len(x.shape) - 2)
+    return Conv.geometry(k.attrs, x.shape, (y.shape[1], x.shape[1]) + kernel)
 
 
 def workspace_bytes(k: KernelContext) -> int:
-    """A strided layer's gathered input positions (N, C, P); 0 for stride 1."""
-    x, win = k.inputs[0], geometry(k)
-    return 0 if all(s == 1 for s in win.strides) else \
-        x.shape[0] * x.shape[1] * math.prod(win.out) * x.type.dtype.itemsize
+    """The gathered input (``_gathered``)."""
+    return _gathered(k.inputs[0].shape, geometry(k), k.inputs[0].type.dtype)
 
 
 def emit_layer(k: KernelContext, epilogue) -> None:
-    """The layer, its input positions gathered into the workspace first when strided."""
+    """The layer, its input positions gathered into the workspace first when strided, every tap's inputs
+    when its kernel is not 1x1 (Z: (C * taps) x P, the weights packed as (M, C * taps))."""
     x, y, win = k.inputs[0], k.outputs[0], geometry(k)
+    if not _pointwise(win):
+        assert k.workspace is not None, f"layer '{k.node.name}': its gathered taps have no workspace"
+        z = conv_plane.gather_taps(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win)
+        emit(k, _flat(z), _flat(y), epilogue)
+        return
     if workspace_bytes(k):
         assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
         picked = TensorRef(k.scratch(x.element, workspace_bytes(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))

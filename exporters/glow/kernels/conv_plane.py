@@ -276,14 +276,22 @@ def im2col_bytes(k: KernelContext, simd: Simd) -> int:
 def im2col_correlation(k: KernelContext, epilogue, win, simd: Simd):
     """Gathers Z[n, c*taps + tap, p] = X[n, c, tap's input of output position p] (0 in the padding) into the
     workspace, and returns the 1 x P pointwise Correlation of Z with W seen as (M, C*taps) (its own layout)."""
-    b = k.builder
     x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
+    z = gather_taps(k.builder, k.scratch(x.element, im2col_bytes(k, simd)), x, win)
+    positions = z.shape[-1]
+    flat_y = TensorRef(y.ptr, TensorType((*y.shape[:2], 1, positions), y.type.dtype))
+    return Correlation(z, w, bias, flat_y, [Axis(1, 1, 1, 1, 1, 0), Axis(positions, positions, 1, 1, 1, 0)], 1,
+                       w.strides[0], 1, 0, (0, 0), epilogue=epilogue)
+
+
+def gather_taps(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win) -> TensorRef:
+    """Z[n, c*taps + tap, 0, p] = X[n, c, tap's input of output position p] (0 in the padding), written at
+    ``pointer`` (N * C * taps * P elements); also kernels/conv_lanes.py's input on small planes."""
     (kh, kw), (out_h, out_w), taps = win.kernel, win.out, math.prod(win.kernel)
     n, channels, height, width = x.shape
     positions = out_h * out_w
-    z = TensorRef(k.scratch(x.element, im2col_bytes(k, simd)),
-                  TensorType((n, channels * taps, 1, positions), x.type.dtype))
+    z = TensorRef(pointer, TensorType((n, channels * taps, 1, positions), x.type.dtype))
     zero = ir.Constant(x.element, 0.0)
     rows, columns = axes_of(win, x.shape[2:])
     z_strides = (z.strides[0], taps * positions, out_w, 1)
@@ -300,9 +308,7 @@ def im2col_correlation(k: KernelContext, epilogue, win, simd: Simd):
                          dst_base=base + h0 * out_w + w0,
                          src_base=(h0 * rows.stride - rows.pad + i * rows.dilation) * width
                          + w0 * columns.stride - columns.pad + j * columns.dilation)
-    flat_y = TensorRef(y.ptr, TensorType((*y.shape[:2], 1, positions), y.type.dtype))
-    return Correlation(z, w, bias, flat_y, [Axis(1, 1, 1, 1, 1, 0), Axis(positions, positions, 1, 1, 1, 0)], 1,
-                       w.strides[0], 1, 0, (0, 0), epilogue=epilogue)
+    return z
 
 
 def _inside(axis: Axis, tap: int) -> tuple[int, int]:
