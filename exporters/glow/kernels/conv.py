@@ -17,8 +17,9 @@ o = q*stride + r of one residue r read a fixed subset of the taps, a dense strid
 (``_axis_phases``), so it needs no scatter and no accumulation in memory.
 
 A Conv fused with element-wise consumers (exporters/glow/fuse.py) applies them as an ``Epilogue`` to
-each accumulator vector before storing it; pool.py's ``emit_conv_pool`` reduces ``correlate``'s
-register tiles straight into pooled outputs.
+each accumulator vector before storing it, a residual sum's other operand read at the store's own index and
+lanes (every store site passes them); pool.py's ``emit_conv_pool`` reduces ``correlate``'s register tiles
+straight into pooled outputs.
 
 Channels-last layers (``channels_last``) with constant weights go to conv_channels_last.py, built on
 this file's ``Axis``; the exporter re-lays their weights for it.
@@ -34,7 +35,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import lane_loop
+from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS, lane_loop
 from pegasus.exporters.glow.kernels.elementwise import apply_unary
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
@@ -241,15 +242,28 @@ def block_channels(simd: Simd, num: Numeric, channels: int, *widths: int) -> int
 @dataclass(frozen=True)
 class Epilogue:
     """Element-wise layers fused after a convolution, as (op, attrs): applied, in order, to each
-    accumulator vector before it is stored or pooled (the formulas of kernels/elementwise.py)."""
+    accumulator vector before it is stored or pooled (the formulas of kernels/elementwise.py). A residual
+    sum (binary.py ``RESIDUAL_SUMS``, fuse.py) adds ``residual`` (Y's shape) at the vector's store: ``flat``,
+    ``count`` and ``stride`` are the store's, so exactly the lanes stored are read."""
 
     layers: tuple[tuple[str, Any], ...] = ()
     math: Any = None
+    residual: TensorRef | None = None
 
-    def __call__(self, num: Numeric, value: Value) -> Value:
+    def __call__(self, num: Numeric, value: Value, flat: Value | None = None, count: int | None = None,
+                 stride: int = 1) -> Value:
         for op, attrs in self.layers:
-            value = apply_unary(num.b, self.math, op, attrs, value, num.dtype)
+            if op in RESIDUAL_SUMS:
+                value = num.add(value, self._operand(num, flat, value.type.count, count, stride))
+            else:
+                value = apply_unary(num.b, self.math, op, attrs, value, num.dtype)
         return value
+
+    def _operand(self, num: Numeric, flat: Value | None, lanes: int, count: int | None, stride: int) -> Value:
+        assert self.residual is not None and flat is not None, "a residual sum is added where Y is stored"
+        if count is None or count >= lanes:
+            return num.load(self.residual, flat, lanes, stride)
+        return num.load_lanes(self.residual, flat, lanes, stride, tuple(lane < count for lane in range(lanes)))
 
 
 @dataclass(frozen=True)
@@ -334,8 +348,8 @@ def _correlation_tile(num: Numeric, cr: Correlation, batch: Value, group: Value,
                     *zip([*tile.outer, tile.first], cr.y_strides))
     stored = tile.edge.stored if tile.edge else None
     for j in range(channels):
-        value = cr.epilogue(num, acc.get(j))
-        num.store(cr.y, affine(b, j * cr.y.strides[1], (y_flat, 1)), value, stored, cr.y_strides[-1])
+        flat = affine(b, j * cr.y.strides[1], (y_flat, 1))
+        num.store(cr.y, flat, cr.epilogue(num, acc.get(j), flat, stored, cr.y_strides[-1]), stored, cr.y_strides[-1])
 
 
 #: bytes of weights a run of channel blocks may share (kept in L2 while every output tile goes through them)

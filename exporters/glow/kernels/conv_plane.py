@@ -156,7 +156,8 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
     ref, base, step = out(local0)
     y_flat = affine(b, 0, (base, 1), (first, 1))
     for j in range(channels):
-        num.store(ref, affine(b, j * step, (y_flat, 1)), cr.epilogue(num, acc.get(j)))
+        flat = affine(b, j * step, (y_flat, 1))
+        num.store(ref, flat, cr.epilogue(num, acc.get(j), flat))
 
 
 def _runs(cr, total: int, lanes: int, tail: int) -> list[tuple[int, int, bool]]:
