@@ -43,6 +43,7 @@ from pegasus.exporters.glow.kernels.conv import (
     edge_of,
     emit_conv,
     pointwise,
+    residual_prefetched,
     row_runs,
     row_taps_bytes,
     row_taps_correlation,
@@ -595,7 +596,8 @@ def conv_group(k: KernelContext, layer) -> None:
     heads = len(layer.nodes[0].inputs)
     residual = k.inputs[heads] if layer.residual else None
     k = replace(k, inputs=k.inputs[:heads])
-    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math, residual)
+    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math, residual,
+                        prefetches=residual_prefetched(k.target, residual))
     if layer.pool is None:
         emit_conv(k, epilogue)
     else:
