@@ -23,11 +23,14 @@ Residual sums (ResNet's ``relu(conv(...) + shortcut)``): a float Conv group may 
 (no broadcasting), as onnxruntime's NCHWc Conv takes its "Sum" input. The kernel loads R at each stored
 vector's own index and lanes and adds it in the epilogue's order (value + R, then the layers after), so
 the sum rounds as the unfused Add's does and the separate passes over the tensor (Add, then Relu: about
-600 us of ResNet-50's 38 ms here) go. R must be computed before the group runs (a graph input, a constant,
-or an earlier layer's output): of the two convolutions of a projection block, the later one takes the sum.
-R is the layer's last input (``Layer.residual``), live until the layer ran; the output never takes R's
-bytes (conv.py's and conv_plane.py's tail tiles overlap their neighbours and would read R again where it
-was written over).
+600 us of ResNet-50's 38 ms here) go. The first convolution of the sum's operands in the graph's order takes
+it; when R is computed later (the other convolution of a projection block), the group runs right after the
+layer computing R (nothing else reads the group's inner tensors, so nothing waits for it, and R cannot
+depend on it). So ResNet-50's projection blocks add the strided shortcut into the 1x1 expansion, whose R is
+then the shortcut just computed: added in the shortcut instead (7x7 1024 -> 2048 stride 2, 8 MB of weights
+streamed) the layer took 3,708 kcycles against 3,467 + 33 unfused. R is the layer's last input
+(``Layer.residual``), live until the layer ran; the output never takes R's bytes (conv.py's and
+conv_plane.py's tail tiles overlap their neighbours and would read R again where it was written over).
 """
 
 from __future__ import annotations
@@ -124,14 +127,13 @@ def single_layers(graph: Graph) -> list[Layer]:
     return [Layer([node]) for node in graph.nodes]
 
 
-def _can_follow(graph: Graph, layer: Layer, node: Node, computed: set[str]) -> bool:
-    """Whether ``node`` can join ``layer`` (whose last output it reads); ``computed``: the tensors that exist
-    when the layer runs (a residual operand must be one of them)."""
+def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
+    """Whether ``node`` can join ``layer`` (whose last output it reads)."""
     fusion = FUSIONS[layer.nodes[0].op]
     if layer.pool is not None:
         return False
     if node.op in RESIDUAL_SUMS and fusion.residual and layer.residual is None:
-        return _adds_residual(graph, node, layer.outputs[0], computed)
+        return _adds_residual(graph, node, layer.outputs[0])
     if [n for n in node.inputs if n] != [layer.outputs[0]]:
         return False
     if node.op in fusion.pools:   # MaxPool's Indices need the whole tensor
@@ -143,14 +145,14 @@ def _can_follow(graph: Graph, layer: Layer, node: Node, computed: set[str]) -> b
             and result.dtype == source.dtype and result.shape == source.shape)
 
 
-def _adds_residual(graph: Graph, node: Node, tail: str, computed: set[str]) -> bool:
-    """Whether ``node`` sums ``tail`` and one other computed tensor, all three of one type (no broadcasting)."""
+def _adds_residual(graph: Graph, node: Node, tail: str) -> bool:
+    """Whether ``node`` sums ``tail`` and one other tensor, all three of one type (no broadcasting)."""
     operands = [name for name in node.inputs if name]
     if len(operands) != 2 or operands.count(tail) != 1 or len(node.outputs) != 1:
         return False
     other = next(name for name in operands if name != tail)
     types = [graph.type_of(name) for name in (tail, other, node.outputs[0])]
-    return other in computed and all((t.shape, t.dtype) == (types[0].shape, types[0].dtype) for t in types)
+    return all((t.shape, t.dtype) == (types[0].shape, types[0].dtype) for t in types)
 
 
 def _starts_group(graph: Graph, node: Node) -> bool:
@@ -161,14 +163,23 @@ def _starts_group(graph: Graph, node: Node) -> bool:
 
 def fuse_layers(graph: Graph) -> list[Layer]:
     """The graph's nodes as layers, each Conv with the element-wise layers and pooling that can join it.
-    A group runs at its convolution's place (every node of it reads only the previous one's output, but a
-    residual sum, whose other operand is computed by then)."""
+    A group runs at its convolution's place (every node of it reads only the previous one's output), or, when
+    its residual operand is computed later, right after the layer computing it (module docstring)."""
     readers = Counter(name for node in graph.nodes for name in node.inputs if name)
     reader_of = {name: node for node in graph.nodes for name in node.inputs if name}
     outputs = set(graph.outputs)
     computed = set(graph.inputs) | {name for name, tensor in graph.tensors.items() if tensor.is_constant}
+    waiting: dict[str, list[Layer]] = {}   # residual operand -> the groups to run once it is computed
     taken: set[int] = set()
-    layers = []
+    layers: list[Layer] = []
+
+    def place(layer: Layer) -> None:
+        layers.append(layer)
+        for name in layer.outputs:
+            computed.add(name)
+            for deferred in waiting.pop(name, []):
+                place(deferred)
+
     for node in graph.nodes:
         if id(node) in taken:
             continue
@@ -176,13 +187,16 @@ def fuse_layers(graph: Graph) -> list[Layer]:
         while _starts_group(graph, node):
             tail = layer.outputs[0]
             follower = reader_of.get(tail)
-            if (readers[tail] != 1 or tail in outputs or follower is None
-                    or not _can_follow(graph, layer, follower, computed)):
+            if (readers[tail] != 1 or tail in outputs or follower is None or id(follower) in taken
+                    or not _can_follow(graph, layer, follower)):
                 break
             layer.nodes.append(follower)
             taken.add(id(follower))
-        layers.append(layer)
-        computed.update(name for name in layer.outputs if name)
+        if layer.residual is None or layer.residual in computed:
+            place(layer)
+        else:
+            waiting.setdefault(layer.residual, []).append(layer)
+    assert not waiting, f"residual operands never computed: {sorted(waiting)}"
     return layers
 
 

@@ -160,9 +160,9 @@ def test_operand_read_by_others_too(tmp_path):
     assert len(fuse_layers(lower_for_export(graph))) == 2
 
 
-def test_projection_block_sums_into_the_later_convolution(tmp_path):
-    """relu(conv_a(x) + conv_b(x)) as ResNet's projection blocks: conv_b's output does not exist yet when conv_a
-    runs, so conv_b (the later one) takes the sum, its operand conv_a's output."""
+def test_projection_block_sums_into_the_first_convolution(tmp_path):
+    """relu(conv_a(x) + conv_b(x)) as ResNet's projection blocks: conv_a (the first) takes the sum, its operand
+    conv_b's output, and runs after conv_b."""
     m = Model()
     x = m.input("x", _x(1, 6, 10, 10))
     a = m.conv("a", x, (6, 16), (1, 1))
@@ -170,7 +170,7 @@ def test_projection_block_sums_into_the_later_convolution(tmp_path):
     m.node("Relu", [m.node("Sum", [a, b], "s")], "y")
     graph = _check(m.build(["y"]), m.feeds, tmp_path, ["Conv", "Conv_Sum_Relu"])
     first, second = fuse_layers(lower_for_export(graph))
-    assert (first.outputs, second.nodes[0].outputs, second.residual) == (["a"], ["b"], "a")
+    assert (first.outputs, second.nodes[0].outputs, second.residual) == (["b"], ["a"], "b")
 
 
 def test_row_taps_kernel_takes_the_sum(monkeypatch, tmp_path):
@@ -217,14 +217,16 @@ def test_what_does_not_fuse(tmp_path):
                                                 "Conv_Add_Relu", "MaxPool"])
 
 
-def test_operand_computed_after_the_convolution_does_not_fuse():
-    """A sum whose other operand a later node computes stays apart from the earlier convolution."""
+def test_operand_computed_after_the_convolution(tmp_path):
+    """A sum whose other operand later nodes compute (a chain of two) runs after them, with its convolution; a
+    convolution reading the sum still runs after it."""
     m = Model()
     x, z = m.input("x", _x(1, 4, 6, 6)), m.input("z", _x(1, 6, 6, 6))
     conv = m.conv("c", x, (4, 6), (3, 3), pads=[1, 1, 1, 1])
-    later = m.node("Relu", [z], "later")
-    m.node("Add", [conv, later], "y")
-    assert _layer_ops(import_onnx(m.build(["y"]), name="late")) == ["Conv", "Relu", "Add"]
+    later = m.node("Sigmoid", [m.conv("d", z, (6, 6), (1, 1))], "later")
+    m.conv("e", m.node("Add", [conv, later], "s"), (6, 5), (1, 1))
+    graph = _check(m.build(["e"]), m.feeds, tmp_path, ["Conv_Sigmoid", "Conv_Add", "Conv"])
+    assert [layer.op for layer in fuse_layers(lower_for_export(graph))] == ["Conv_Sigmoid", "Conv_Add", "Conv"]
 
 
 def test_output_does_not_take_the_operand_bytes(tmp_path):
