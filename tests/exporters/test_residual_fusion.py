@@ -1,11 +1,13 @@
 """Residual sums fused into float convolutions (exporters/glow/fuse.py, conv.py ``Epilogue``): Conv → Add/Sum
-(another tensor of the same shape) → Relu as one layer, against onnxruntime (rtol 1e-4 / atol 1e-5): the
-other operand a graph input, an earlier layer's output read by others too, or a convolution computed before;
-the operands either way round; Add and Sum; 3x3, pointwise, strided, 1-D and channels-last convolutions, so
-that every float kernel path a group reaches on the host runs it (conv.py's row tiles with edge and tail
-tiles, conv_plane.py's plane and pointwise tiles, the gathered strided ones, conv_channels_last.py), and one
-graph on Cortex-M7. Also: what must not fuse (a broadcast operand, an operand computed after the convolution,
-a pooling after the sum), and that the layer's output never takes its operand's bytes.
+(another tensor of the same shape) → Relu as one layer, against onnxruntime (rtol 1e-4 / atol 1e-5; the
+reference interpreter for channels-last and float64 graphs): the other operand a graph input, the
+convolution's own input, an earlier layer's output read by others too, or a tensor later layers compute (the
+group then runs after them: a projection block's shortcut); the operands either way round; Add and Sum;
+3x3, pointwise, strided, 1-D, grouped and channels-last convolutions, so that every float kernel path a group
+reaches on the host runs it (conv.py's row tiles with edge and tail tiles and its gathered row taps,
+conv_plane.py's plane, pointwise and im2col tiles, conv_channels_last.py), and a basic block on Cortex-M7.
+Also: what must not fuse (a broadcast operand, a second sum, a pooling after the sum), and that the layer's
+output never takes its operand's bytes.
 """
 
 from __future__ import annotations
@@ -245,13 +247,13 @@ def test_output_does_not_take_the_operand_bytes(tmp_path):
         operand.region != out.region
 
 
-# ---- channels last ------------------------------------------------------------------------------------
+# ---- channels last, float64 -----------------------------------------------------------------------------
 
 
-def _channels_last_graph() -> tuple[Graph, dict[str, np.ndarray]]:
-    """relu(conv(x) + r) on channels-last tensors: a 3x3 (row tiles with padding) and a 1x1 with a channel
-    remainder."""
-    graph, feeds = Graph("residual_last"), {}
+def _graph(channels_last: bool, dtype=np.float32) -> tuple[Graph, dict[str, np.ndarray]]:
+    """relu(conv(x) + r): a 3x3 (row tiles with padding) and a 1x1 with a channel remainder, channels last or
+    first, in ``dtype``."""
+    graph, feeds = Graph("residual"), {}
 
     def tensor(name: str, value: np.ndarray | None = None, ttype: TensorType | None = None, feed=False) -> str:
         if feed:
@@ -268,22 +270,29 @@ def _channels_last_graph() -> tuple[Graph, dict[str, np.ndarray]]:
         graph.nodes.append(Node(name, op, made, inputs, [tensor(f"{name}_y", ttype=ttype)]))
         return f"{name}_y"
 
+    def shape(h: int, w: int, c: int) -> tuple[int, ...]:
+        return (1, h, w, c) if channels_last else (1, c, h, w)
+
     layers = {"k3": (9, 13, 5, 19, 3, [1, 1, 1, 1]), "k1": (6, 7, 16, 20, 1, [0] * 4)}
     for key, (h, w, c, m, kernel, pads) in layers.items():
-        x = tensor(f"{key}_x", _x(1, h, w, c), feed=True)
-        r = tensor(f"{key}_r", _x(1, h, w, m), feed=True)
-        conv = node(f"{key}_conv", "Conv", [x, tensor(f"{key}_w", _w(m, c, kernel, kernel)), tensor(f"{key}_b", _x(m))],
-                    pads=pads, channels_last=True)
+        x = tensor(f"{key}_x", _x(*shape(h, w, c)).astype(dtype), feed=True)
+        r = tensor(f"{key}_r", _x(*shape(h, w, m)).astype(dtype), feed=True)
+        weights = tensor(f"{key}_w", _w(m, c, kernel, kernel).astype(dtype))
+        conv = node(f"{key}_conv", "Conv", [x, weights, tensor(f"{key}_b", _x(m).astype(dtype))], pads=pads,
+                    channels_last=channels_last)
         graph.outputs.append(node(f"{key}_relu", "Relu", [node(f"{key}_add", "Add", [conv, r])]))
     verify(graph)
     return graph, feeds
 
 
-def test_channels_last_conv_takes_the_sum(tmp_path):
-    graph, feeds = _channels_last_graph()
+@pytest.mark.parametrize("channels_last, dtype", [(True, np.float32), (False, np.float64), (True, np.float64)],
+                         ids=["last-f32", "first-f64", "last-f64"])
+def test_channels_last_and_float64_take_the_sum(channels_last, dtype, tmp_path):
+    graph, feeds = _graph(channels_last, dtype)
     assert sorted(_layer_ops(graph)) == ["Conv_Add_Relu"] * 2
     got = host_runner.run_bundle_host(graph, feeds, workdir=tmp_path)
     for name, want in interpreter.run(graph, feeds).items():
+        assert got[name].dtype == dtype
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
