@@ -273,7 +273,7 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
     """Scratch bytes each layer's kernel needs on ``target`` (layers without a workspace left out)."""
     sizes = {}
     for index, unit in enumerate(layers):
-        types_in = [graph.type_of(n) if n else None for n in unit.inputs]
+        types_in = [graph.type_of(n) if n else None for n in unit.nodes[0].inputs]   # the head's (not a residual)
         if isinstance(unit, RowChain):   # its windows and its stages' scratch
             size = unit.workspace_layout(graph, target)[2]
         elif unit.pool:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)

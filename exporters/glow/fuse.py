@@ -4,6 +4,7 @@ A ``Layer`` is one or more graph nodes computed by a single layer function. Fusi
 convolution with the layers that consume its output on the spot (``FUSIONS``):
 
     Conv → zero or more unary element-wise layers (Relu, Clip, Sigmoid...) → at most one MaxPool/AveragePool
+    Conv → element-wise layers, one of them (at most) a residual Add/Sum → no pooling
     QConv → at most one MaxPool
     BatchNormalization (float) → zero or more unary element-wise layers (kernels/normalization.py)
 
@@ -16,6 +17,20 @@ only grows through a tensor that exactly one node reads and that is not a graph 
 convolution of its own layout (channels first, or channels last: kernels/pool_channels_last.py). The graph
 itself is untouched: the reference interpreter still runs every node, and a fused bundle must give
 the same outputs.
+
+Residual sums (ResNet's ``relu(conv(...) + shortcut)``): a float Conv group may take one Add or Sum
+(kernels/binary.py ``RESIDUAL_SUMS``) of the chain's value and another tensor R of the same shape and dtype
+(no broadcasting), as onnxruntime's NCHWc Conv takes its "Sum" input. The kernel loads R at each stored
+vector's own index and lanes and adds it in the epilogue's order (value + R, then the layers after), so
+the sum rounds as the unfused Add's does and the separate passes over the tensor (Add, then Relu: about
+600 us of ResNet-50's 38 ms here) go. The first convolution of the sum's operands in the graph's order takes
+it; when R is computed later (the other convolution of a projection block), the group runs right after the
+layer computing R (nothing else reads the group's inner tensors, so nothing waits for it, and R cannot
+depend on it). So ResNet-50's projection blocks add the strided shortcut into the 1x1 expansion, whose R is
+then the shortcut just computed: added in the shortcut instead (7x7 1024 -> 2048 stride 2, 8 MB of weights
+streamed) the layer took 3,708 kcycles against 3,467 + 33 unfused. R is the layer's last input
+(``Layer.residual``), live until the layer ran; the output never takes R's bytes (conv.py's and
+conv_plane.py's tail tiles overlap their neighbours and would read R again where it was written over).
 """
 
 from __future__ import annotations
@@ -23,6 +38,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS
 from pegasus.exporters.glow.kernels.elementwise import UNARY
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
@@ -41,12 +57,13 @@ class Fusion:
     dtypes: tuple[DType, ...]   # the head's output dtypes the group computes in
     epilogue: bool              # whether unary element-wise layers may join
     pools: tuple[str, ...]      # the poolings that may end the group
+    residual: bool = False      # whether a residual sum may join (module docstring; then no pooling)
 
 
 #: the ops that head groups. A QConv's output is requantised integers: their max is exact, while an
 #: element-wise layer or an average on them would need a requantisation of its own in the kernel
 FUSIONS = {
-    "Conv": Fusion(FUSED_DTYPES, True, POOLS),
+    "Conv": Fusion(FUSED_DTYPES, True, POOLS, residual=True),
     "QConv": Fusion((DType.INT8, DType.UINT8, DType.INT16), False, ("MaxPool",)),
     "BatchNormalization": Fusion(FUSED_DTYPES, True, ()),
 }
@@ -54,14 +71,23 @@ FUSIONS = {
 
 @dataclass
 class Layer:
-    """One layer function of the bundle: ``nodes`` run in order, the first one's inputs in, the last
-    one's outputs out; the tensors in between live only in registers."""
+    """One layer function of the bundle: ``nodes`` run in order, the first one's inputs in (then the
+    residual operand, if any), the last one's outputs out; the tensors in between live only in registers."""
 
     nodes: list[Node]
 
     @property
     def inputs(self) -> list[str]:
-        return self.nodes[0].inputs
+        residual = self.residual
+        return self.nodes[0].inputs + ([residual] if residual else [])
+
+    @property
+    def residual(self) -> str | None:
+        """The other operand of the group's residual sum (module docstring), None without one."""
+        for previous, node in zip(self.nodes, self.nodes[1:]):
+            if node.op in RESIDUAL_SUMS:
+                return next(name for name in node.inputs if name and name != previous.outputs[0])
+        return None
 
     @property
     def outputs(self) -> list[str]:
@@ -92,7 +118,7 @@ class Layer:
 
     @property
     def epilogue(self) -> list[Node]:
-        """The element-wise nodes applied to the head's values."""
+        """The element-wise nodes applied to the head's values (the residual sum among them)."""
         return [node for node in self.nodes[1:] if node.op not in POOLS]
 
 
@@ -104,14 +130,29 @@ def single_layers(graph: Graph) -> list[Layer]:
 def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
     """Whether ``node`` can join ``layer`` (whose last output it reads)."""
     fusion = FUSIONS[layer.nodes[0].op]
-    if layer.pool is not None or [n for n in node.inputs if n] != [layer.outputs[0]]:
+    if layer.pool is not None:
+        return False
+    if node.op in RESIDUAL_SUMS and fusion.residual and layer.residual is None:
+        return _adds_residual(graph, node, layer.outputs[0])
+    if [n for n in node.inputs if n] != [layer.outputs[0]]:
         return False
     if node.op in fusion.pools:   # MaxPool's Indices need the whole tensor
         same_layout = layer.nodes[0].attrs.channels_last == node.attrs.channels_last
-        return same_layout and all(not name for name in node.outputs[1:])
+        return (same_layout and all(not name for name in node.outputs[1:])
+                and layer.residual is None)   # the pooling kernels stage or reduce: no store to add R at
     source, result = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
     return (fusion.epilogue and node.op in UNARY and get_op(node.op).elementwise and len(node.outputs) == 1
             and result.dtype == source.dtype and result.shape == source.shape)
+
+
+def _adds_residual(graph: Graph, node: Node, tail: str) -> bool:
+    """Whether ``node`` sums ``tail`` and one other tensor, all three of one type (no broadcasting)."""
+    operands = [name for name in node.inputs if name]
+    if len(operands) != 2 or operands.count(tail) != 1 or len(node.outputs) != 1:
+        return False
+    other = next(name for name in operands if name != tail)
+    types = [graph.type_of(name) for name in (tail, other, node.outputs[0])]
+    return all((t.shape, t.dtype) == (types[0].shape, types[0].dtype) for t in types)
 
 
 def _starts_group(graph: Graph, node: Node) -> bool:
@@ -122,12 +163,23 @@ def _starts_group(graph: Graph, node: Node) -> bool:
 
 def fuse_layers(graph: Graph) -> list[Layer]:
     """The graph's nodes as layers, each Conv with the element-wise layers and pooling that can join it.
-    A group runs at its convolution's place (every node of it reads only the previous one's output)."""
+    A group runs at its convolution's place (every node of it reads only the previous one's output), or, when
+    its residual operand is computed later, right after the layer computing it (module docstring)."""
     readers = Counter(name for node in graph.nodes for name in node.inputs if name)
     reader_of = {name: node for node in graph.nodes for name in node.inputs if name}
     outputs = set(graph.outputs)
+    computed = set(graph.inputs) | {name for name, tensor in graph.tensors.items() if tensor.is_constant}
+    waiting: dict[str, list[Layer]] = {}   # residual operand -> the groups to run once it is computed
     taken: set[int] = set()
-    layers = []
+    layers: list[Layer] = []
+
+    def place(layer: Layer) -> None:
+        layers.append(layer)
+        for name in layer.outputs:
+            computed.add(name)
+            for deferred in waiting.pop(name, []):
+                place(deferred)
+
     for node in graph.nodes:
         if id(node) in taken:
             continue
@@ -135,11 +187,16 @@ def fuse_layers(graph: Graph) -> list[Layer]:
         while _starts_group(graph, node):
             tail = layer.outputs[0]
             follower = reader_of.get(tail)
-            if readers[tail] != 1 or tail in outputs or follower is None or not _can_follow(graph, layer, follower):
+            if (readers[tail] != 1 or tail in outputs or follower is None or id(follower) in taken
+                    or not _can_follow(graph, layer, follower)):
                 break
             layer.nodes.append(follower)
             taken.add(id(follower))
-        layers.append(layer)
+        if layer.residual is None or layer.residual in computed:
+            place(layer)
+        else:
+            waiting.setdefault(layer.residual, []).append(layer)
+    assert not waiting, f"residual operands never computed: {sorted(waiting)}"
     return layers
 
 

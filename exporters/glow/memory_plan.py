@@ -49,9 +49,10 @@ before it); a tensor written over the joined output after the Concat (an in-plac
 the last read of every moved tensor. The merged buffer lives from the first of its tensors to the last.
 
 The plan is made for a list of layers (``fuse.Layer``, the units code is generated in; by default one
-per node): lifetimes count in layers, a layer reads its inputs and writes its outputs, and the tensors
-inside a fused layer are never allocated (they have no location). The plan keeps its layers, so code
-generation runs exactly the units it was planned for.
+per node): lifetimes count in layers, a layer reads its inputs (a fused residual sum's other operand among
+them, live until the layer ran: fuse.py) and writes its outputs, and the tensors inside a fused layer are
+never allocated (they have no location). The plan keeps its layers, so code generation runs exactly the
+units it was planned for.
 """
 
 from __future__ import annotations

@@ -282,6 +282,10 @@ BROADCAST: dict[str, Broadcast] = {
 }
 
 
+#: the ops whose value is the sum of their two operands: a float convolution group may take one, its other
+#: operand added to each value before the rest of its epilogue (exporters/glow/fuse.py, conv.py ``Epilogue``)
+RESIDUAL_SUMS = ("Add", "Sum")
+
 #: formulas that take vectors as they take elements (LaneArith), used in vectors on float tensors
 VECTOR_SAFE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "PRelu")
 

@@ -322,7 +322,8 @@ def _store(num: Numeric, cr: Correlation, batch: Value, block: Block, tile: Tile
                  *zip([*tile.outer, tile.first], cr.y_steps))
     for p in range(tile.count):
         for acc, (offset, _) in zip(accs, block.pieces):
-            num.store(cr.y, affine(b, offset + p * cr.y_steps[-1], (row, 1)), cr.epilogue(num, acc.get(p)))
+            flat = affine(b, offset + p * cr.y_steps[-1], (row, 1))
+            num.store(cr.y, flat, cr.epilogue(num, acc.get(p), flat))
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,10 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
     for j in range(channels):
         acc.set(j, num.load(cr.bias, affine(b, j, (channel0, 1)), lanes, 0) if cr.bias is not None
                 else num.constant(0, lanes))
+    ref, base, step = out(local0)
+    y_flat = affine(b, 0, (base, 1), (first, 1))
+    for j in range(channels):
+        cr.epilogue.prefetch(num, affine(b, j * step, (y_flat, 1)), lanes)
     with for_range(b, cr.in_group, name="ci", unroll=len(_offsets(cr)) < 4) as ci:
         x_flat = affine(b, 0, (batch, cr.x.strides[0]), (group, cr.in_group * plane), (ci, plane), (first, 1))
         w_flat = affine(b, 0, (group, cr.w_group), (local0, cr.w_channel), (ci, cr.w_input))
@@ -153,10 +157,9 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
             w_tap = affine(b, kh * cr.w_taps[0] + kw * cr.w_taps[1], (w_flat, 1))
             for j in range(channels):
                 acc.mul_add(j, num.load(cr.w, affine(b, j * cr.w_channel, (w_tap, 1)), lanes, 0), inputs)
-    ref, base, step = out(local0)
-    y_flat = affine(b, 0, (base, 1), (first, 1))
     for j in range(channels):
-        num.store(ref, affine(b, j * step, (y_flat, 1)), cr.epilogue(num, acc.get(j)))
+        flat = affine(b, j * step, (y_flat, 1))
+        num.store(ref, flat, cr.epilogue(num, acc.get(j), flat))
 
 
 def _runs(cr, total: int, lanes: int, tail: int) -> list[tuple[int, int, bool]]:

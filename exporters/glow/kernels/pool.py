@@ -26,7 +26,7 @@ lanes that fall in the pooling's padding are decided statically, as Conv's edge 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
@@ -43,6 +43,7 @@ from pegasus.exporters.glow.kernels.conv import (
     edge_of,
     emit_conv,
     pointwise,
+    residual_prefetched,
     row_runs,
     row_taps_bytes,
     row_taps_correlation,
@@ -590,8 +591,13 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
 
 @group_emitter("Conv")
 def conv_group(k: KernelContext, layer) -> None:
-    """A float convolution group (fuse.py): its element-wise nodes as the epilogue, then its pooling if any."""
-    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math)
+    """A float convolution group (fuse.py): its element-wise nodes as the epilogue, then its pooling if any.
+    A residual sum's other operand comes after the Conv's own inputs (``Layer.inputs``)."""
+    heads = len(layer.nodes[0].inputs)
+    residual = k.inputs[heads] if layer.residual else None
+    k = replace(k, inputs=k.inputs[:heads])
+    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math, residual,
+                        prefetches=residual_prefetched(k.target, residual))
     if layer.pool is None:
         emit_conv(k, epilogue)
     else:
