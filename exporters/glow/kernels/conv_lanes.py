@@ -206,10 +206,12 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
         staged = TensorRef(entry_alloca(b, ir.ArrayType(num.storage, vectors * tile * lanes)), TensorType(
             (vectors * tile * lanes,), x.type.dtype))
         staged = TensorRef(b.bitcast(staged.ptr, num.storage.as_pointer()), staged.type)
-        for v in range(vectors):
-            for r in range(count):
-                num.store(staged, affine(b, (v * tile + r) * lanes), epilogue(num, acc.get(r * vectors + v)))
         y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (p0, 1))
+        for v in range(vectors):
+            for r in range(count):     # a residual sum's operand is read where these lanes are stored
+                value = epilogue(num, acc.get(r * vectors + v), affine(b, v * lanes * y.strides[1] + r, (y_base, 1)),
+                                 valid[v], y.strides[1])
+                num.store(staged, affine(b, (v * tile + r) * lanes), value)
         for v in range(vectors):
             with for_range(b, valid[v], name="m", unroll=False) as lane:
                 y_flat = affine(b, v * lanes * y.strides[1], (y_base, 1), (lane, y.strides[1]))
