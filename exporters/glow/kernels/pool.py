@@ -346,6 +346,7 @@ class ConvPool:
     pads_end: tuple[int, ...]
     include_pads: bool
     width: int
+    prefetch: bool = False      # correlate's, on x86-64
 
     @property
     def span(self) -> int:
@@ -436,7 +437,8 @@ def _conv_pool_tile(num: Numeric, cp: ConvPool, batch: Value, group: Value, loca
     with range_nest(b, [a.taps(b, o) for a, o in zip(outer_pool, position)]) as taps:
         conv_outer = [affine(b, 0, (a.origin(b, o), 1), (t, a.dilation)) for a, o, t in zip(outer_pool, position, taps)]
         conv_first = affine(b, -last.pad, (first, last.stride))
-        acc = correlate(num, cr, batch, group, local0, channels, Tile(conv_outer, conv_first, cp.span, edge=edge))
+        acc = correlate(num, cr, batch, group, local0, channels, Tile(conv_outer, conv_first, cp.span, edge=edge),
+                        cp.prefetch)
         for j in range(channels):
             value = cr.epilogue(num, acc.get(j))
             for t, lanes in row_taps:
@@ -566,7 +568,8 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
     geometry = (AveragePool if average else MaxPool).geometry(pool.attrs, cr.y.shape[:2] + conv_out)
     axes = axes_of(geometry, conv_out)
     width, block = pooled_tile(simd_of(k.target), num, cr, axes[-1])
-    cp = ConvPool(cr, axes, average, geometry.pads_end, average and bool(pool.attrs.count_include_pad), width)
+    cp = ConvPool(cr, axes, average, geometry.pads_end, average and bool(pool.attrs.count_include_pad), width,
+                  k.target.arch == "x86_64")
     b = k.builder
     runs = row_runs(axes[-1].out, width, cp.interior)
 
