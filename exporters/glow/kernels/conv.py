@@ -184,17 +184,10 @@ def sweep(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[Tile],
                 visit(Tile(position, o, 1, last_taps=last.taps(b, o)))
 
 
-def sweep_runs(b: ir.IRBuilder, outer: list[int], runs: list[tuple[int, int]], width: int,
-               visit: Callable[[list[Value], Value, int | None], None]) -> None:
-    """Loops over the ``outer`` extents; inside, each run of ``row_runs``: a loop of interior tiles
-    (visit(position, first, None)), or one tile at a static start (visit(position, first, start))."""
-    with loop_nest(b, outer) as position:
-        sweep_row(b, position, runs, width, visit)
-
-
 def sweep_row(b: ir.IRBuilder, position: list[Value], runs: list[tuple[int, int]], width: int,
               visit: Callable[[list[Value], Value, int | None], None]) -> None:
-    """The runs of ``row_runs`` of one row (``position``: its outer coordinates), as ``sweep_runs``."""
+    """The runs of ``row_runs`` of one row (``position``: its outer coordinates): a loop of interior tiles
+    (visit(position, first, None)), or one tile at a static start (visit(position, first, start))."""
     for start, count in runs:
         if count == 1:
             visit(position, const(start), start)

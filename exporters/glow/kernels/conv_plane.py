@@ -73,7 +73,7 @@ def fits(cr, simd: Simd, num: Numeric, target) -> bool:
     (runtime lane masks are one instruction there), 2-D, stride 1, rows as long as the input's and not a
     whole number of tiles (those waste no lanes row by row, and 3x3 64@224 ran at 186 GF/s here, 235 row by
     row), a plain Conv's output placement, at most ``MOST_TAPS`` taps, and at most ``MOST_POSITIONS`` (on
-    larger planes the row kernel wins, its rows of 112 ending in a tile of one vector (conv.py ``row_runs``):
+    larger planes the row kernel wins, its rows of 112 ending in a tile of one vector (conv.py ``narrow_tail``):
     in VGG-19, alternated and timed in thread CPU time, 3x3 64->128@112 7.4 ms by rows, 9.8 here; 128@112 +
     2x2 max pool 15.6 ms by rows, 67 staged from here, whose stages of 8 channels read the 6.4 MB input 16
     times)."""
