@@ -145,16 +145,23 @@ def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside
 Placement = Callable[[Value], tuple[TensorRef, Value, int]]
 
 
+#: bytes of a tile's inputs over all its input channels that stay in L1 without prefetches (``prefetch_rows``)
+L1_INPUTS = 32 * 1024
+
+
 def prefetch_rows(b: ir.IRBuilder, cr, x_flat: Value, lanes: int) -> None:
     """The inputs the tile of ``lanes`` positions from ``x_flat`` (input channel ci's) will read at channel ci +
     ``PREFETCH_CHANNELS``, asked into L1: the tile reads every channel's plane, which the hardware prefetchers
     do not follow (hundreds of streams a plane apart). 3x3 256@56 in VGG-19, alternated: 15.3 -> 14.7 ms,
-    512@14 4.15 -> 3.98, 512@28 14.9 -> 14.7. Pointwise and gathered (im2col) planes, one tap, are left
-    without (not measured to gain; ResNet-50, Inception-v2, DenseNet-121 and SqueezeNet within noise)."""
+    512@14 4.15 -> 3.98, 512@28 14.9 -> 14.7 (under load; on a quieter machine about 1 %). Left without:
+    pointwise and gathered (im2col) planes, one tap (not measured to gain), and tiles whose inputs over all
+    their channels stay within ``L1_INPUTS`` (SqueezeNet's 3x3 expands on 16 to 64 channels lost 1 % with
+    prefetches)."""
     height, width = cr.axes
-    if height.kernel * width.kernel == 1:
-        return
     columns = [kw * width.dilation - width.pad for kw in range(width.kernel)]
+    span = lanes + max(columns) - min(columns)
+    if height.kernel * width.kernel == 1 or cr.in_group * height.kernel * span * cr.x.type.dtype.itemsize <= L1_INPUTS:
+        return
     ahead = affine(b, PREFETCH_CHANNELS * cr.x.strides[1], (x_flat, 1))
     for kh in range(height.kernel):
         row = (kh * height.dilation - height.pad) * width.size
