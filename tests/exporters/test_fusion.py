@@ -178,6 +178,14 @@ CHAINS = {
                             [SIGMOID, _max(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])]),
     "wide-row-avg": (_x(1, 2, 6, 70), _w(5, 2, 3, 3), True, {"pads": [1, 1, 1, 1]},
                      [RELU, _avg(kernel_shape=[2, 2], strides=[2, 2])]),
+    # pooled rows ending in a narrower tile (pool.py _pooled_lanes, conv.py narrow_tail): 24 pooled = 16 + 8 under
+    # AVX-512, 10 = 4 + 4 + 2 under 4 lanes; the padded one has more convolution outputs than conv_plane takes
+    "narrow-tail-pooled": (_x(1, 3, 6, 50), _w(5, 3, 3, 3), True, {},
+                           [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])]),
+    "narrow-tail-pooled-short": (_x(1, 2, 6, 22), _w(3, 2, 3, 3), True, {},
+                                 [_max(kernel_shape=[2, 2], strides=[2, 2])]),
+    "narrow-tail-pooled-padded": (_x(1, 2, 38, 112), _w(4, 2, 3, 3), True, {"pads": [1, 1, 1, 1]},
+                                  [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])]),
     "window-in-pool-padding": (_x(1, 2, 4, 4), _w(3, 2, 3, 3), True, {"pads": [1, 1, 1, 1]},
                                [_avg(kernel_shape=[3, 3], strides=[3, 3], pads=[2, 2, 2, 2])]),
     "1d-relu-max": (_x(1, 3, 40), _w(4, 3, 5), True, {"pads": [2, 2]}, [RELU, _max(kernel_shape=[3], strides=[2])]),

@@ -14,7 +14,8 @@ the top and bottom of the plane also test rows. The plane's tail tile overlaps i
 ``cover``; a tail of one vector when that covers it). Each tile is as conv.py's: a block of output
 channels x the tile's positions in registers, bias first, one broadcast weight per channel times one input
 vector per tap, the fused epilogue before the store, and runs of channel blocks sharing each tile's inputs
-(``WEIGHT_BUDGET``). Summing the input channels in chunks that keep a block's weights in L1, with partial
+(``WEIGHT_BUDGET``); each input channel's step asks the rows of the channel two ahead into L1
+(``prefetch_rows``). Summing the input channels in chunks that keep a block's weights in L1, with partial
 sums in Y, bought nothing (3x3 256@14 and 512@7 within 1 %): the tiles run at this CPU's FMA peak
 (~255 GF/s on 56x56 and 28x28 planes), and what remains on small planes is the tail tile's idle lanes.
 
@@ -33,7 +34,14 @@ from dataclasses import replace
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import lane_loop
-from pegasus.exporters.glow.kernels.conv import WEIGHT_BUDGET, Axis, Correlation, axes_of, block_channels
+from pegasus.exporters.glow.kernels.conv import (
+    PREFETCH_CHANNELS,
+    WEIGHT_BUDGET,
+    Axis,
+    Correlation,
+    axes_of,
+    block_channels,
+)
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     Accumulators,
@@ -44,6 +52,7 @@ from pegasus.exporters.glow.kernels.linear import (
     for_tiles,
     masked_intrinsic,
     power_of_two_below,
+    prefetch_span,
     vconst,
 )
 from pegasus.exporters.glow.kernels.registry import I32, Emitter, KernelContext, TensorRef
@@ -64,8 +73,10 @@ def fits(cr, simd: Simd, num: Numeric, target) -> bool:
     (runtime lane masks are one instruction there), 2-D, stride 1, rows as long as the input's and not a
     whole number of tiles (those waste no lanes row by row, and 3x3 64@224 ran at 186 GF/s here, 235 row by
     row), a plain Conv's output placement, at most ``MOST_TAPS`` taps, and at most ``MOST_POSITIONS`` (on
-    larger planes the row kernel held up better: 3x3 128@112 227 GF/s by rows, 252 here on a quiet machine but
-    101 against 144 with other jobs running)."""
+    larger planes the row kernel wins, its rows of 112 ending in a tile of one vector (conv.py ``narrow_tail``):
+    in VGG-19, alternated and timed in thread CPU time, 3x3 64->128@112 7.4 ms by rows, 9.8 here; 128@112 +
+    2x2 max pool 15.6 ms by rows, 67 staged from here, whose stages of 8 channels read the 6.4 MB input 16
+    times)."""
     if target.arch != "x86_64" or simd.width < 32 or len(cr.axes) != 2:
         return False
     height, width = cr.axes
@@ -134,6 +145,29 @@ def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside
 Placement = Callable[[Value], tuple[TensorRef, Value, int]]
 
 
+#: bytes of a tile's inputs over all its input channels that stay in L1 without prefetches (``prefetch_rows``)
+L1_INPUTS = 32 * 1024
+
+
+def prefetch_rows(b: ir.IRBuilder, cr, x_flat: Value, lanes: int) -> None:
+    """The inputs the tile of ``lanes`` positions from ``x_flat`` (input channel ci's) will read at channel ci +
+    ``PREFETCH_CHANNELS``, asked into L1: the tile reads every channel's plane, which the hardware prefetchers
+    do not follow (hundreds of streams a plane apart). 3x3 256@56 in VGG-19, alternated: 15.3 -> 14.7 ms,
+    512@14 4.15 -> 3.98, 512@28 14.9 -> 14.7 (under load; on a quieter machine about 1 %). Left without:
+    pointwise and gathered (im2col) planes, one tap (not measured to gain), and tiles whose inputs over all
+    their channels stay within ``L1_INPUTS`` (SqueezeNet's 3x3 expands on 16 to 64 channels lost 1 % with
+    prefetches)."""
+    height, width = cr.axes
+    columns = [kw * width.dilation - width.pad for kw in range(width.kernel)]
+    span = lanes + max(columns) - min(columns)
+    if height.kernel * width.kernel == 1 or cr.in_group * height.kernel * span * cr.x.type.dtype.itemsize <= L1_INPUTS:
+        return
+    ahead = affine(b, PREFETCH_CHANNELS * cr.x.strides[1], (x_flat, 1))
+    for kh in range(height.kernel):
+        row = (kh * height.dilation - height.pad) * width.size
+        prefetch_span(b, cr.x, ahead, row + min(columns), row + lanes - 1 + max(columns))
+
+
 def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels: int, first: Value, lanes: int,
           masks: dict, inside: bool, out: Placement) -> None:
     """Output channels local0:+channels of the group, positions first:+lanes of the plane, placed by
@@ -152,6 +186,7 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
     with for_range(b, cr.in_group, name="ci", unroll=len(_offsets(cr)) < 4) as ci:
         x_flat = affine(b, 0, (batch, cr.x.strides[0]), (group, cr.in_group * plane), (ci, plane), (first, 1))
         w_flat = affine(b, 0, (group, cr.w_group), (local0, cr.w_channel), (ci, cr.w_input))
+        prefetch_rows(b, cr, x_flat, lanes)
         for kh, kw, offset in _offsets(cr):
             inputs = _load(num, cr.x, affine(b, offset, (x_flat, 1)), lanes, masks[kh, kw], inside)
             w_tap = affine(b, kh * cr.w_taps[0] + kw * cr.w_taps[1], (w_flat, 1))

@@ -140,6 +140,22 @@ def masked_intrinsic(module: ir.Module, kind: str, vector: ir.VectorType) -> ir.
     return ir.Function(module, signature, name)
 
 
+#: bytes of a cache line (x86-64): the step of ``prefetch_span``
+CACHE_LINE = 64
+
+
+def prefetch_span(b: ir.IRBuilder, ref: TensorRef, flat: Value, first: int, last: int) -> None:
+    """Asks for the cache lines of elements flat+first .. flat+last of ``ref`` in L1 (``llvm.prefetch``:
+    a hint, which never faults, so the span may reach outside the tensor)."""
+    i8p = ir.IntType(8).as_pointer()
+    function = b.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
+        b.module, ir.FunctionType(ir.VoidType(), [i8p, I32, I32, I32]), "llvm.prefetch.p0i8")
+    step = max(1, CACHE_LINE // ref.type.dtype.itemsize)
+    for offset in sorted({*range(first, last, step), last}):
+        pointer = b.bitcast(b.gep(ref.ptr, [affine(b, offset, (flat, 1))]), i8p)
+        b.call(function, [pointer, const(0), const(3), const(1)])       # read, keep in all levels, data
+
+
 class Numeric:
     """One dtype's arithmetic on ``<lanes x T>`` vectors: float16 computes in float32, every other type
     in itself (integers wrap as NumPy's do)."""
