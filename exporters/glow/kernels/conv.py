@@ -16,7 +16,7 @@ shared by the block. ConvTranspose is the same kernel once per stride phase: the
 o = q*stride + r of one residue r read a fixed subset of the taps, a dense stride-1 correlation over q
 (``_axis_phases``), so it needs no scatter and no accumulation in memory.
 
-A Conv fused with element-wise consumers (exporters/glow/fuse.py) applies them as an ``Epilogue`` to
+A Conv fused with element-wise consumers (exporters/glow/fuse.py) applies them as an ``Epilogue`` (epilogue.py) to
 each accumulator vector before storing it, a residual sum's other operand read at the store's own index and
 lanes (every store site passes them); pool.py's ``emit_conv_pool`` reduces ``correlate``'s register tiles
 straight into pooled outputs.
@@ -31,12 +31,11 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS, lane_loop
-from pegasus.exporters.glow.kernels.elementwise import apply_unary
+from pegasus.exporters.glow.kernels.binary import lane_loop
+from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched  # noqa: F401  (kernels import them from here)
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     Accumulators,
@@ -247,62 +246,6 @@ def block_channels(simd: Simd, num: Numeric, channels: int, *widths: int) -> int
 
 # ----------------------------------------------------------------------------------------------------
 # Conv
-
-
-#: bytes of a residual operand above which the kernels prefetch it (``Epilogue.prefetch``): larger than this
-#: CPU's 1 MB L2, it comes from L3 or memory. ResNet-50 in the model: 256@56 (3.2 MB) 1,300 -> 1,200 kcycles
-#: per layer with it, 512@28 (1.6 MB) the same, 1024@14 (0.8 MB, in L2) 1,270 -> 1,330
-PREFETCH_BYTES = 1 << 20
-
-
-def residual_prefetched(target, residual: TensorRef | None) -> bool:
-    """Whether the kernels prefetch a residual operand (``PREFETCH_BYTES``; hosted CPUs only)."""
-    return residual is not None and not target.is_cortex_m and residual.type.nbytes > PREFETCH_BYTES
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """Element-wise layers fused after a convolution, as (op, attrs): applied, in order, to each
-    accumulator vector before it is stored or pooled (the formulas of kernels/elementwise.py). A residual
-    sum (binary.py ``RESIDUAL_SUMS``, fuse.py) adds ``residual`` (Y's shape) at the vector's store: ``flat``,
-    ``count`` and ``stride`` are the store's, so exactly the lanes stored are read."""
-
-    layers: tuple[tuple[str, Any], ...] = ()
-    math: Any = None
-    residual: TensorRef | None = None
-    prefetches: bool = False     # whether ``prefetch`` asks for the residual's lines (hosted CPUs)
-
-    def __call__(self, num: Numeric, value: Value, flat: Value | None = None, count: int | None = None,
-                 stride: int = 1) -> Value:
-        for op, attrs in self.layers:
-            if op in RESIDUAL_SUMS:
-                value = num.add(value, self._operand(num, flat, value.type.count, count, stride))
-            else:
-                value = apply_unary(num.b, self.math, op, attrs, value, num.dtype)
-        return value
-
-    def prefetch(self, num: Numeric, flat: Value, lanes: int) -> None:
-        """Ask for the residual's cache lines of the ``lanes`` elements from ``flat``: a tile's, before its
-        accumulation, which then hides their latency (channels first, every output channel of a run of blocks
-        is a stream of its own, more than the hardware prefetchers follow: ResNet-50's 1x1 64 -> 256 on 56x56
-        with its sum took 0.98 ms without, 0.60 unfused)."""
-        if self.residual is None or not self.prefetches:
-            return
-        b = num.b
-        i8p = ir.IntType(8).as_pointer()
-        fn = b.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-            b.module, ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
-            name="llvm.prefetch.p0i8")
-        step = max(1, 64 // num.dtype.itemsize)
-        for offset in sorted({*range(0, lanes, step), lanes - 1}):
-            address = b.bitcast(b.gep(self.residual.ptr, [affine(b, offset, (flat, 1))]), i8p)
-            b.call(fn, [address, const(0), const(3), const(1)])
-
-    def _operand(self, num: Numeric, flat: Value | None, lanes: int, count: int | None, stride: int) -> Value:
-        assert self.residual is not None and flat is not None, "a residual sum is added where Y is stored"
-        if count is None or count >= lanes:
-            return num.load(self.residual, flat, lanes, stride)
-        return num.load_lanes(self.residual, flat, lanes, stride, tuple(lane < count for lane in range(lanes)))
 
 
 @dataclass(frozen=True)
