@@ -8,7 +8,10 @@ onnxruntime's profile is its own JSON (``enable_profiling``), its nodes keyed th
 weights' shape, stride and own output shape (a bundle layer fused with a pooling is keyed by the convolution's
 output; the pooling then appears on onnxruntime's side only), any other node by its op and output shape.
 Single-layer benchmarks (bench_conv_layers.py) time onnxruntime with a layout conversion per layer that a
-model does not pay; this compares the layers inside the models.
+model does not pay; this compares the layers inside the models. Where the two counts of a row differ,
+onnxruntime's graph optimiser rewrote those nodes otherwise (Inception-v2: some of its 1x1 convolutions keep a
+per-channel Mul/Add as 1x1 depthwise convolutions, Adds and Relus the bundle folded away): compare such rows by the
+total.
 
     python benchmarks/host_profile.py resnet50 [--runs 20] [--rows 30]
 """

@@ -56,13 +56,13 @@ class InstrumentedBundle:
 def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
                         reuse_input_memory: bool = False) -> InstrumentedBundle:
     """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
-    planned as export_bundle plans it."""
+    planned as export_bundle plans it (Concat built in place on hosted targets too)."""
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
     graph = lower_for_export(graph, target)
     check_emitters(graph)
     layers = chain_rows(graph, fuse_layers(graph))
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
-                       reuse_input_memory)
+                       reuse_input_memory, concat_in_place=not target.is_cortex_m)
     check_limits(graph, plan, target.address_bits)
     module = build_module(graph, plan, target, name)
     probes = _insert_probes(module, name)
