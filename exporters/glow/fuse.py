@@ -200,6 +200,11 @@ def fuse_layers(graph: Graph) -> list[Layer]:
     return layers
 
 
+def heads_residual(graph: Graph, node: Node) -> bool:
+    """Whether ``fuse_layers`` gives ``node``'s layer a residual sum (a packer asks: the kernel then also reads R)."""
+    return any(layer.nodes[0] is node and layer.residual is not None for layer in fuse_layers(graph))
+
+
 def heads_pooling(graph: Graph, node: Node) -> bool:
     """Whether ``fuse_layers`` ends ``node``'s layer with a pooling (whose group kernel then reads the node's
     weights: a packer asks before choosing their layout)."""

@@ -153,24 +153,25 @@ def test_other_layers_keep_their_kernels(case, monkeypatch, tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", [1, 3])
-def test_residual_sum_matches_onnxruntime(kernel, monkeypatch, tmp_path):
+@pytest.mark.parametrize("kernel, size", [(1, 7), (3, 7), (1, 14)])
+def test_residual_sum_matches_onnxruntime(kernel, size, monkeypatch, tmp_path):
     """relu(conv(x) + r) fused into one layer (fuse.py's residual sums) runs here, the operand read at the
-    lanes' own positions (a plane apart): a 1x1 and a 3x3 on a 7x7 plane, 40 output channels (a padded vector)."""
+    lanes' own positions (a plane apart): a 1x1 and a 3x3 on a 7x7 plane, 40 output channels (a padded vector);
+    on 14x14 (more than MOST_RESIDUAL_POSITIONS) the layer keeps the plane kernel."""
     emitted = _spy(monkeypatch)
-    x = RNG.uniform(-1, 1, (1, 24, 7, 7)).astype(np.float32)
-    r = RNG.uniform(-1, 1, (1, 40, 7, 7)).astype(np.float32)
+    x = RNG.uniform(-1, 1, (1, 24, size, size)).astype(np.float32)
+    r = RNG.uniform(-1, 1, (1, 40, size, size)).astype(np.float32)
     w = (RNG.standard_normal((40, 24, kernel, kernel)) / 5 / kernel).astype(np.float32)
     b = RNG.uniform(-1, 1, 40).astype(np.float32)
     model = _with_kernel_shape(_model(x, w, b, [kernel // 2] * 4, [1, 1], 1, None))
     conv = model.graph.node[0]
     conv.output[0] = "c"
-    model.graph.input.append(helper.make_tensor_value_info("r", 1, [1, 40, 7, 7]))
+    model.graph.input.append(helper.make_tensor_value_info("r", 1, [1, 40, size, size]))
     model.graph.node.extend([helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])])
     graph = import_onnx(model, name="lanes")
     assert [layer.op for layer in fuse_layers(lower_for_export(graph))] == ["Conv_Add_Relu"]
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x, "r": r})[0]
     got = host_runner.run_bundle_host(graph, {"x": x, "r": r}, workdir=tmp_path)["y"]
-    assert bool(emitted) == _expect_kernel("host")
+    assert bool(emitted) == (_expect_kernel("host") and size * size <= conv_lanes.MOST_RESIDUAL_POSITIONS)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
