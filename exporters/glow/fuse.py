@@ -200,12 +200,14 @@ def fuse_layers(graph: Graph) -> list[Layer]:
     return layers
 
 
-def heads_residual(graph: Graph, node: Node) -> bool:
-    """Whether ``fuse_layers`` gives ``node``'s layer a residual sum (a packer asks: the kernel then also reads R)."""
-    return any(layer.nodes[0] is node and layer.residual is not None for layer in fuse_layers(graph))
+def headed_layer(graph: Graph, node: Node) -> Layer | None:
+    """The layer ``fuse_layers`` heads with ``node`` (None: it joins another's): a packer asks whether it ends
+    with a pooling (whose group kernel then reads the node's weights) or takes a residual sum before choosing
+    their layout."""
+    return next((layer for layer in fuse_layers(graph) if layer.nodes[0] is node), None)
 
 
 def heads_pooling(graph: Graph, node: Node) -> bool:
-    """Whether ``fuse_layers`` ends ``node``'s layer with a pooling (whose group kernel then reads the node's
-    weights: a packer asks before choosing their layout)."""
-    return any(layer.nodes[0] is node and layer.pool is not None for layer in fuse_layers(graph))
+    """Whether ``fuse_layers`` ends ``node``'s layer with a pooling (``headed_layer``)."""
+    layer = headed_layer(graph, node)
+    return layer is not None and layer.pool is not None

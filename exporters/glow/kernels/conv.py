@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import lane_loop
-from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched  # noqa: F401  (kernels import them from here)
+from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     Accumulators,
@@ -458,6 +458,14 @@ def row_taps_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> C
                        w.strides[2:], epilogue=epilogue)
 
 
+def gather_positions(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win: Window) -> TensorRef:
+    """The input positions a strided 1x1 convolution reads, (N, C, out...), copied to ``pointer``."""
+    picked = TensorRef(pointer, TensorType((*x.shape[:2], *win.out), x.type.dtype))
+    copy_strided(b, picked, x, picked.shape, picked.strides,
+                 (*x.strides[:2], *(st * s for st, s in zip(x.strides[2:], win.strides))))
+    return picked
+
+
 def _pointwise_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> Correlation:
     """A pointwise Conv on a hosted target as a correlation over the flattened positions (one axis: rows as
     long as the whole plane, so a 7x7 plane fills 16-lane tiles instead of 8-lane rows of 7). Strided: over the
@@ -467,10 +475,7 @@ def _pointwise_correlation(k: KernelContext, epilogue: Epilogue, win: Window) ->
     source = _flat(x)
     if conv_workspace(k):
         assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
-        picked = TensorRef(k.scratch(x.element, conv_workspace(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))
-        copy_strided(k.builder, picked, x, picked.shape, picked.strides,
-                     (*x.strides[:2], *(st * s for st, s in zip(x.strides[2:], win.strides))))
-        source = _flat(picked)
+        source = _flat(gather_positions(k.builder, k.scratch(x.element, conv_workspace(k)), x, win))
     positions = source.shape[2]
     group = k.attrs.group
     return Correlation(source, w, bias, _flat(y), [Axis(positions, positions, 1, 1, 1, 0)], group, w.strides[0],

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pegasus.exporters.glow.kernels.conv import Axis, Epilogue, _axis_phases, axes_of
+from pegasus.exporters.glow.kernels.conv import Axis, _axis_phases, axes_of
+from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     Accumulators,

@@ -40,9 +40,9 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
+from pegasus.exporters.glow.kernels.conv import _flat, gather_positions, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, packer
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided
 from pegasus.exporters.glow.llvm.loops import for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
@@ -79,20 +79,16 @@ def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
         return False
     win = Conv.geometry(node.attrs, x_shape, w_shape)
     positions = math.prod(win.out)
-    if not _pointwise(win) and (positions > MOST_TAP_POSITIONS or not node.attrs.kernel_shape or
+    if not pointwise(win) and (positions > MOST_TAP_POSITIONS or not node.attrs.kernel_shape or
                                 _gathered(x_shape, win, dtype) > conv_plane.IM2COL_BUDGET):
         return False
     return positions <= MOST_POSITIONS and w_shape[0] >= simd.width // dtype.itemsize
 
 
-def _pointwise(win) -> bool:
-    return all(k == 1 for k in win.kernel) and not any(win.pads_begin) and not any(win.pads_end)
-
-
 def _gathered(x_shape, win, dtype: DType) -> int:
     """Bytes of the gathered input: every tap's inputs (conv_plane ``gather_taps``), or a strided 1x1's
     positions (0 for a stride-1 1x1)."""
-    if _pointwise(win):
+    if pointwise(win):
         return 0 if all(s == 1 for s in win.strides) else x_shape[0] * x_shape[1] * math.prod(win.out) * dtype.itemsize
     return x_shape[0] * x_shape[1] * math.prod(win.kernel) * math.prod(win.out) * dtype.itemsize
 
@@ -114,12 +110,15 @@ def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     """W (M, C, k...) -> Wp: per block of ``packed_layout``, (C * taps, 16*V) with zero channels past M; as
     (C * taps, M'). None for the layers ``wanted`` refuses, those heading a pooling, and those with a residual sum
     on more than ``MOST_RESIDUAL_POSITIONS`` positions."""
-    from pegasus.exporters.glow.fuse import heads_pooling, heads_residual  # fuse.py imports the kernels
+    from pegasus.exporters.glow.fuse import headed_layer  # fuse.py imports the kernels
 
     x, w, y = graph.type_of(node.inputs[0]), graph.value_of(node.inputs[1]), graph.type_of(node.outputs[0])
-    if not wanted(node, x.shape, w.shape, x.dtype, target) or heads_pooling(graph, node):
+    if not wanted(node, x.shape, w.shape, x.dtype, target):
+        return {}
+    layer = headed_layer(graph, node)
+    if layer is not None and layer.pool is not None:
         return {}      # a pooling group's kernel (pool.py) reads the weights as they are
-    if math.prod(y.shape[2:]) > MOST_RESIDUAL_POSITIONS and heads_residual(graph, node):
+    if layer is not None and layer.residual is not None and math.prod(y.shape[2:]) > MOST_RESIDUAL_POSITIONS:
         return {}
     return _packed(w, target)
 
@@ -161,23 +160,15 @@ def emit_layer(k: KernelContext, epilogue) -> None:
     """The layer, its input positions gathered into the workspace first when strided, every tap's inputs
     when its kernel is not 1x1 (Z: (C * taps) x P, the weights packed as (M, C * taps))."""
     x, y, win = k.inputs[0], k.outputs[0], geometry(k)
-    if not _pointwise(win):
+    if not pointwise(win):
         assert k.workspace is not None, f"layer '{k.node.name}': its gathered taps have no workspace"
         z = conv_plane.gather_taps(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win)
         emit(k, _flat(z), _flat(y), epilogue)
         return
     if workspace_bytes(k):
         assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
-        picked = TensorRef(k.scratch(x.element, workspace_bytes(k)), TensorType((*x.shape[:2], *win.out), x.type.dtype))
-        copy_strided(k.builder, picked, x, picked.shape, picked.strides,
-                     (*x.strides[:2], *(st * s for st, s in zip(x.strides[2:], win.strides))))
-        x = picked
+        x = gather_positions(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win)
     emit(k, _flat(x), _flat(y), epilogue)
-
-
-def _flat(ref: TensorRef) -> TensorRef:
-    """``ref`` (N, C, D1, ...) seen as (N, C, D1*...)."""
-    return TensorRef(ref.ptr, TensorType((*ref.shape[:2], math.prod(ref.shape[2:])), ref.type.dtype))
 
 
 def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:

@@ -33,7 +33,6 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.conv import (
     Axis,
     Correlation,
-    Epilogue,
     Tile,
     axes_of,
     block_channels,
@@ -44,7 +43,6 @@ from pegasus.exporters.glow.kernels.conv import (
     emit_conv,
     narrow_tail,
     pointwise,
-    residual_prefetched,
     row_runs,
     row_taps_bytes,
     row_taps_correlation,
@@ -54,6 +52,7 @@ from pegasus.exporters.glow.kernels.conv import (
     tile_positions,
     tile_shape,
 )
+from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched
 from pegasus.exporters.glow.kernels.linear import (
     BIT,
     FLOATS,

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pegasus.exporters.glow.kernels.conv import Axis, Epilogue, axes_of
+from pegasus.exporters.glow.kernels.conv import Axis, axes_of
 from pegasus.exporters.glow.kernels.conv_channels_last import Block, Tile, conv_correlation, correlate, plan
+from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
     INTEGERS,
