@@ -8,11 +8,12 @@ c, V vector loads of the weights and R broadcasts of X[c, p], R*V FMAs, so every
 the plane's size. The weights are re-laid at export (``pack``, applied by exporters/glow/lower.py, so
 NAME.weights.bin holds this layout) block by block: Wp[block][c][V vectors] for each block of V vectors of
 output channels (the last block narrower, padded with zero channels to whole vectors), one sequential stream
-per block, which stays in L2 while every position tile reads it. The accumulators start at the bias, go through
-the fused epilogue (conv.py ``Epilogue``) into a stack buffer, and leave it channel by channel: Y[m, p0:+R]
-(channels first: one position's channels are a plane apart). A strided 1x1 convolution reads the positions
-gathered into its workspace first. The loops stay rolled (``unroll=False``): unrolled, LLVM's -O3 spent
-twice the compile time on DenseNet-121's 1x1 layers for no speed.
+per block, which stays in L2 while every position tile reads it. The accumulators start at the bias; each
+vector of channels of the tile is then turned in registers into one vector of the tile's positions per channel
+(``transposed``), which goes through the fused epilogue (kernels/epilogue.py; a residual sum's operand is then
+read at contiguous positions) into Y[m, p0:+R] (channels first: one position's channels are a plane apart). A
+strided 1x1 convolution reads the positions gathered into its workspace first. The loops stay rolled
+(``unroll=False``): unrolled, LLVM's -O3 spent twice the compile time on DenseNet-121's 1x1 layers for no speed.
 
 Single layers, this machine (AVX-512), before -> after (onnxruntime): 2048->512@7 549 -> 424 us (453),
 512->2048@7 585 -> 431 (442), 1024->352@7 180 -> 148 (160), 1024->256@14 461 -> 416 (441), 512->128@14
@@ -41,21 +42,17 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.conv import _flat, gather_positions, pointwise  # conv.py imports this file last
-from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, packer
+from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of, vconst
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer
 from pegasus.exporters.glow.llvm.loops import for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
-from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
 
 #: output positions of a 1x1 layer at most (7x7 and 14x14 planes; 28x28 ran faster with positions in the lanes)
 MOST_POSITIONS = 256
 #: ... of a larger kernel's (its taps gathered first: on 14x14 outputs conv_plane.py stayed ahead)
 MOST_TAP_POSITIONS = 64
-#: ... of a layer with a fused residual sum, whose operand a vector reads lane by lane, a plane apart:
-#: 1x1 256->1024 + Add + Relu on 14x14 took 484 us here against 436 over the plane; 512->2048 on 7x7 456 against 537
-MOST_RESIDUAL_POSITIONS = 64
 
 
 def vectors_per_block(simd: Simd) -> int:
@@ -108,18 +105,15 @@ def packed_layout(channels: int, inputs: int, simd: Simd) -> list[tuple[int, int
 @packer("Conv", channels_first=True)
 def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     """W (M, C, k...) -> Wp: per block of ``packed_layout``, (C * taps, 16*V) with zero channels past M; as
-    (C * taps, M'). None for the layers ``wanted`` refuses, those heading a pooling, and those with a residual sum
-    on more than ``MOST_RESIDUAL_POSITIONS`` positions."""
+    (C * taps, M'). None for the layers ``wanted`` refuses and those heading a pooling."""
     from pegasus.exporters.glow.fuse import headed_layer  # fuse.py imports the kernels
 
-    x, w, y = graph.type_of(node.inputs[0]), graph.value_of(node.inputs[1]), graph.type_of(node.outputs[0])
+    x, w = graph.type_of(node.inputs[0]), graph.value_of(node.inputs[1])
     if not wanted(node, x.shape, w.shape, x.dtype, target):
         return {}
     layer = headed_layer(graph, node)
     if layer is not None and layer.pool is not None:
         return {}      # a pooling group's kernel (pool.py) reads the weights as they are
-    if layer is not None and layer.residual is not None and math.prod(y.shape[2:]) > MOST_RESIDUAL_POSITIONS:
-        return {}
     return _packed(w, target)
 
 
@@ -171,6 +165,42 @@ def emit_layer(k: KernelContext, epilogue) -> None:
     emit(k, _flat(x), _flat(y), epilogue)
 
 
+def transposed(b: ir.IRBuilder, rows: list[ir.Value], lanes: int) -> list[ir.Value]:
+    """The (at most 8) ``rows`` of ``lanes`` lanes (one position's channels each) as ``lanes`` vectors of 8 lanes
+    (one channel's positions each, lanes past the rows undefined): per 128-bit group, pairs of rows interleaved,
+    then pairs of pairs (unpcklps/unpckhps, shufps), then each channel's two halves joined (3 * 8 + lanes
+    shuffles in place of a stack buffer stored and read lane by lane: 1x1 256->1024 on 14x14 412 -> 373 us,
+    onnxruntime 391; with a residual sum, 512->2048 on 7x7 404 -> 379 us, and on 14x14 390 us against the plane
+    kernel's 398)."""
+    assert len(rows) <= 8 and lanes % 4 == 0
+    undefined = ir.Constant(rows[0].type, None)
+    a = rows + [undefined] * (8 - len(rows))
+    groups = range(lanes // 4)
+
+    def shuffle(x, y, mask):
+        return b.shuffle_vector(x, y, vconst(mask))
+
+    def low(g):
+        return [4 * g, lanes + 4 * g, 4 * g + 1, lanes + 4 * g + 1]
+
+    def high(g):
+        return [4 * g + 2, lanes + 4 * g + 2, 4 * g + 3, lanes + 4 * g + 3]
+
+    pairs = [(shuffle(a[2 * i], a[2 * i + 1], [j for g in groups for j in low(g)]),
+              shuffle(a[2 * i], a[2 * i + 1], [j for g in groups for j in high(g)])) for i in range(4)]
+    # quads[h][j]: group g holds positions 4h..4h+3 of channel 4g + j
+    quads = []
+    for h in range(2):
+        (lo01, hi01), (lo23, hi23) = pairs[2 * h], pairs[2 * h + 1]
+        quads.append([shuffle(first, second, [j for g in groups for j in (4 * g + half, 4 * g + half + 1,
+                                                                           lanes + 4 * g + half,
+                                                                           lanes + 4 * g + half + 1)])
+                      for first, second in ((lo01, lo23), (hi01, hi23)) for half in (0, 2)])
+    return [shuffle(quads[0][m % 4], quads[1][m % 4], [*range(4 * (m // 4), 4 * (m // 4) + 4),
+                                                        *range(lanes + 4 * (m // 4), lanes + 4 * (m // 4) + 4)])
+            for m in range(lanes)]
+
+
 def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
     """Y (N, M, P) = bias + Wp . X (N, C, P), through ``epilogue``: blocks of 16*V channels, tiles of R positions
     (the last smaller), each tile's R*V accumulators summed over the C input channels."""
@@ -205,21 +235,20 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
                 value = num.load(x, affine(b, r, (x_flat, 1)), lanes, 0)
                 for v in range(vectors):
                     acc.mul_add(r * vectors + v, value, weights[v])
-        # the tile through the epilogue into a stack buffer T[v][r][lane], then out channel by channel: Y[m, p0:+count]
-        staged = TensorRef(entry_alloca(b, ir.ArrayType(num.storage, vectors * tile * lanes)), TensorType(
-            (vectors * tile * lanes,), x.type.dtype))
-        staged = TensorRef(b.bitcast(staged.ptr, num.storage.as_pointer()), staged.type)
+        # each vector of channels turned, in registers, into one vector of the tile's positions per channel
+        # (``transposed``), which goes through the epilogue (a residual operand read as it is stored: contiguous)
+        # into Y[m, p0:+count]
         y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (p0, 1))
+        early = epilogue.residual is None     # no operand to read: the layers run on the fewer channel vectors
         for v in range(vectors):
-            for r in range(count):     # a residual sum's operand is read where these lanes are stored
-                value = epilogue(num, acc.get(r * vectors + v), affine(b, v * lanes * y.strides[1] + r, (y_base, 1)),
-                                 valid[v], y.strides[1])
-                num.store(staged, affine(b, (v * tile + r) * lanes), value)
-        for v in range(vectors):
-            with for_range(b, valid[v], name="m", unroll=False) as lane:
-                y_flat = affine(b, v * lanes * y.strides[1], (y_base, 1), (lane, y.strides[1]))
-                for r in range(count):
-                    y.store(b, staged.load(b, affine(b, (v * tile + r) * lanes, (lane, 1))), affine(b, r, (y_flat, 1)))
+            rows = [acc.get(r * vectors + v) for r in range(count)]
+            if early:
+                rows = [epilogue(num, row) for row in rows]
+            for m, value in enumerate(transposed(b, rows, lanes)[:valid[v]]):
+                flat = affine(b, (v * lanes + m) * y.strides[1], (y_base, 1))
+                if not early:
+                    value = epilogue(num, value, flat, count)
+                num.store(y, flat, value, None if count == value.type.count else count)
 
     def block(batch, first, vectors: int, offset, valid: list[int]) -> None:
         full, rest = divmod(positions, tile)
