@@ -1,11 +1,13 @@
-"""1x1 float convolutions on small channels-first planes with the output channels in the lanes
+"""Float convolutions on small channels-first planes with the output channels in the lanes
 (exporters/glow/kernels/conv_lanes.py) against a NumPy convolution in float64 (test_conv_plane.reference) and
-onnxruntime: 7x7 and 14x14 planes, planes smaller than a position tile, position and channel remainders (output
-channels not a whole number of vectors or blocks), batches, no bias, a fused Relu, a stride-2 projection
-(positions gathered first), 3x3, 5x5 and 2x2 kernels on small planes (every tap gathered, padding as 0); and
-the layers the kernel must leave alone (a pooling group, too few output channels, a large plane, a 3x3 on
-14x14, a 3x3 without kernel_shape). Each case runs for the host and compiled for an AVX2 and an AVX-512 x86-64 CPU
-(skipped where this machine cannot run the code), and asserts the kernel ran (or did not).
+onnxruntime: 1x1 on 7x7 and 14x14 planes, planes smaller than a position tile, position and channel remainders
+(output channels not a whole number of vectors or blocks), batches, no bias, a fused Relu, a stride-2 projection
+(positions gathered first); larger kernels over the input copied with its padding: 3x3 on 7x7 and 14x14, stride 2
+onto 7x7 and 28x28, 5x5 with uneven pads, 2x2 stride 2, a stride that leaves input rows unread, dilated with
+uneven strides; residual sums; and the layers the kernel must leave alone (a pooling group, too few output
+channels, a large plane, a stride-1 3x3 on 28x28, a 3x3 without kernel_shape). Each case runs for the host and
+compiled for an AVX2 and an AVX-512 x86-64 CPU (skipped where this machine cannot run the code), and asserts the
+kernel ran (or did not).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from tests.exporters.test_conv_plane import CPUS, _model, _use_cpu, reference
 RNG = np.random.default_rng(23)
 
 
-def _case(id_: str, x_shape, channels: int, bias=True, strides=(1, 1), kernel=(1, 1), pads=(0, 0, 0, 0)):
+def _case(id_: str, x_shape, channels: int, bias=True, strides=(1, 1), kernel=(1, 1), pads=(0, 0, 0, 0),
+          dilations=(1, 1)):
     x = RNG.uniform(-1, 1, x_shape).astype(np.float32)
     fan_in = x_shape[1] * kernel[0] * kernel[1]
     w = (RNG.standard_normal((channels, x_shape[1], *kernel)) / np.sqrt(fan_in)).astype(np.float32)
     b = RNG.uniform(-1, 1, channels).astype(np.float32) if bias else None
-    return pytest.param(x, w, b, list(strides), list(pads), id=id_)
+    return pytest.param(x, w, b, list(strides), list(pads), list(dilations), id=id_)
 
 
 def _with_kernel_shape(model):
@@ -50,11 +53,16 @@ CASES = [
     _case("5x3-odd", (1, 17, 5, 3), 19),
     _case("stride2-projection", (1, 32, 14, 14), 48, strides=(2, 2)),
     _case("stride2-odd-plane", (1, 12, 13, 13), 20, bias=False, strides=(2, 2)),
-    # larger kernels on at most 64 output positions: every tap's inputs gathered first (padding read as 0)
+    # larger kernels over the input copied with its padding (read as 0), a tile within one output row
     _case("3x3-7x7", (1, 24, 7, 7), 40, kernel=(3, 3), pads=(1, 1, 1, 1)),
+    _case("3x3-14x14", (1, 12, 14, 14), 36, kernel=(3, 3), pads=(1, 1, 1, 1)),     # rows of two whole tiles
     _case("3x3-stride2-to-7x7", (2, 16, 14, 14), 48, kernel=(3, 3), pads=(1, 1, 1, 1), strides=(2, 2)),
+    _case("3x3-stride2-to-28x28", (1, 5, 56, 56), 20, kernel=(3, 3), pads=(1, 1, 1, 1), strides=(2, 2)),
     _case("5x5-uneven-pads", (1, 6, 6, 6), 21, kernel=(5, 5), pads=(2, 1, 2, 3), bias=False),
     _case("2x2-stride2", (1, 10, 8, 8), 16, kernel=(2, 2), strides=(2, 2)),
+    _case("2x2-stride3-rows-unread", (1, 5, 10, 11), 16, kernel=(2, 2), strides=(3, 3)),   # inputs 8.. unread
+    _case("3x3-dilated-uneven-strides", (1, 7, 13, 12), 17, kernel=(3, 3), pads=(2, 0, 1, 2), strides=(1, 2),
+          dilations=(2, 1)),
 ]
 
 
@@ -75,16 +83,34 @@ def _expect_kernel(cpu: str) -> bool:
 
 
 @pytest.mark.parametrize("cpu", list(CPUS))
-@pytest.mark.parametrize("x, w, b, strides, pads", CASES)
-def test_matches_numpy(cpu, x, w, b, strides, pads, monkeypatch, tmp_path):
+@pytest.mark.parametrize("x, w, b, strides, pads, dilations", CASES)
+def test_matches_numpy(cpu, x, w, b, strides, pads, dilations, monkeypatch, tmp_path):
     _use_cpu(cpu, monkeypatch)
     emitted = _spy(monkeypatch)
-    model = _with_kernel_shape(_model(x, w, b, pads, [1, 1], 1, None, strides=strides))
+    model = _with_kernel_shape(_model(x, w, b, pads, dilations, 1, None, strides=strides))
     got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
-    want = reference(x, w, b, pads, [1, 1], 1, strides)
+    want = reference(x, w, b, pads, dilations, 1, strides)
     assert bool(emitted) == _expect_kernel(cpu), "the kernel ran where it should not, or not where it should"
     assert got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-5)
+
+
+def test_padding_written_over_stale_workspace(tmp_path):
+    """The padded copy writes its whole border on every call: with the activations (where the workspace lives)
+    filled with NaN before the call, a 3x3 with padding on every side still matches (as it must inside a model,
+    whose earlier layers leave their values there)."""
+    x = RNG.uniform(-1, 1, (1, 6, 9, 9)).astype(np.float32)
+    w = (RNG.standard_normal((20, 6, 3, 3)) / 7).astype(np.float32)
+    b = RNG.uniform(-1, 1, 20).astype(np.float32)
+    model = _with_kernel_shape(_model(x, w, b, [1, 2, 2, 1], [1, 1], 1, None))
+    bundle = host_runner.load_bundle(import_onnx(model, name="lanes"), {"x": x}, tmp_path)
+    if not bundle.result.plan.activations_size or not llvm.get_host_cpu_features().get("avx"):
+        pytest.skip("the kernel needs AVX (and then has a workspace)")
+    for _ in range(2):
+        bundle.buffers[2][:] = 0xFF
+        assert bundle() == 0
+        np.testing.assert_allclose(bundle.outputs()["y"].astype(np.float64), reference(x, w, b, [1, 2, 2, 1], [1, 1],
+                                                                                      1, [1, 1]), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("cpu", list(CPUS))
@@ -130,7 +156,7 @@ LEFT_ALONE = {   # input, output channels, kernel, pads, pooling, explicit kerne
     "pooled": ((1, 8, 6, 6), 32, 1, 0, ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}), True),
     "few-channels": ((1, 8, 7, 7), 12, 1, 0, None, True),
     "large-plane": ((1, 8, 17, 17), 32, 1, 0, None, True),
-    "3x3-on-14x14": ((1, 8, 14, 14), 32, 3, 1, None, True),
+    "3x3-on-28x28": ((1, 8, 28, 28), 32, 3, 1, None, True),
     "3x3-without-kernel-shape": ((1, 8, 7, 7), 32, 3, 1, None, False),
 }
 

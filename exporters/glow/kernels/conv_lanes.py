@@ -20,15 +20,18 @@ Single layers, this machine (AVX-512), before -> after (onnxruntime): 2048->512@
 (DenseNet) 122 -> 107 (118); on 28x28 planes (whole vectors of positions) the plane kernel stays ahead,
 512->128@28 402 against 419 here, hence ``MOST_POSITIONS``.
 
-Larger kernels on at most ``MOST_TAP_POSITIONS`` output positions gather every tap's inputs first (conv_plane.py
-``gather_taps``: Z, (C * taps) x P, 0 in the padding) and run as the 1x1 convolution of Z with the weights seen
-as (M, C * taps): 3x3 192->320@7 274 -> 227 us (228), 224->224@7 221 -> 194 (199), 3x3 stride 2 512@14 onto 7x7
-1333 -> 1222 (1029-1123), 256@14 325 -> 277 (257-262); on 14x14 outputs conv_plane.py stayed ahead (3x3
-256@14 978 against 1017 here).
+Larger kernels (on at most ``MOST_TAP_POSITIONS`` output positions, ``MOST_STRIDED_TAP_POSITIONS`` when
+strided) read their input copied once with its padding into the workspace (``padded``: C x the rows and columns
+the windows reach, 0 in the padding, only the border written with zeros); a tile is then R positions of one
+output row, and each tap of each input channel R broadcasts at a fixed offset, against the weights' row for that
+channel and tap (Wp's rows: C * taps). Single layers, this machine, the first version (every tap's inputs gathered
+first, C * taps x P) -> padded input: 3x3 512@7 1022 -> 826 us (onnxruntime 872-883); against the plane kernel:
+3x3 256@14 872 -> 825 (817), 128->160@14 282 -> 263 (266), stride 2 256@28 onto 14x14 937 -> 842 (890),
+stride 2 128@56 onto 28x28 921 -> 845 (854).
 
 Used (``wanted``) for float32 convolutions of one group, 2-D, at most those positions and at least a vector of
 output channels, a larger kernel only with an explicit ``kernel_shape`` (the packed weights no longer say it) and
-its gathered taps within conv_plane's ``IM2COL_BUDGET``, not heading a pooling (pool.py reads those weights as
+its padded input within conv_plane's ``IM2COL_BUDGET``, not heading a pooling (pool.py reads those weights as
 they are). The emitter knows the weights were re-laid from their rank: 2, (C * taps, M') blocks, where a Conv's
 weights are otherwise (M, C, k...); ``geometry`` gives the layer's window from the shape before packing.
 """
@@ -36,23 +39,31 @@ weights are otherwise (M, C, k...); ``geometry`` gives the layer's window from t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
+from pegasus.exporters.glow.kernels.binary import lane_loop, vector_lanes
 from pegasus.exporters.glow.kernels.conv import _flat, gather_positions, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of, vconst
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer
-from pegasus.exporters.glow.llvm.loops import for_range
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
+from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
 
 #: output positions of a 1x1 layer at most (7x7 and 14x14 planes; 28x28 ran faster with positions in the lanes)
 MOST_POSITIONS = 256
-#: ... of a larger kernel's (its taps gathered first: on 14x14 outputs conv_plane.py stayed ahead)
-MOST_TAP_POSITIONS = 64
+#: ... of a larger kernel's of stride 1 (3x3 on 14x14: 825 us here against 872 over the plane; on 28x28 and 56x56
+#: conv_plane.py stays ahead, 808 against 820 and 807 against 884)
+MOST_TAP_POSITIONS = 196
+#: ... of a strided one (the plane kernel gathers its taps first: 3x3 stride 2 128@56 onto 28x28 845 against 921;
+#: ResNet's 7x7 stride-2 stem on 112x112, 965 against 887 in conv.py's gathered rows, stays there)
+MOST_STRIDED_TAP_POSITIONS = 784
 
 
 def vectors_per_block(simd: Simd) -> int:
@@ -76,18 +87,28 @@ def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
         return False
     win = Conv.geometry(node.attrs, x_shape, w_shape)
     positions = math.prod(win.out)
-    if not pointwise(win) and (positions > MOST_TAP_POSITIONS or not node.attrs.kernel_shape or
-                                _gathered(x_shape, win, dtype) > conv_plane.IM2COL_BUDGET):
-        return False
-    return positions <= MOST_POSITIONS and w_shape[0] >= simd.width // dtype.itemsize
+    if pointwise(win):
+        fits = positions <= MOST_POSITIONS
+    else:
+        most = MOST_TAP_POSITIONS if all(stride == 1 for stride in win.strides) else MOST_STRIDED_TAP_POSITIONS
+        fits = (positions <= most and bool(node.attrs.kernel_shape) and
+                _gathered(x_shape, win, dtype) <= conv_plane.IM2COL_BUDGET)
+    return fits and w_shape[0] >= simd.width // dtype.itemsize
 
 
 def _gathered(x_shape, win, dtype: DType) -> int:
-    """Bytes of the gathered input: every tap's inputs (conv_plane ``gather_taps``), or a strided 1x1's
+    """Bytes of the workspace: a larger kernel's input with its padding (``padded``), or a strided 1x1's
     positions (0 for a stride-1 1x1)."""
     if pointwise(win):
         return 0 if all(s == 1 for s in win.strides) else x_shape[0] * x_shape[1] * math.prod(win.out) * dtype.itemsize
-    return x_shape[0] * x_shape[1] * math.prod(win.kernel) * math.prod(win.out) * dtype.itemsize
+    return x_shape[0] * x_shape[1] * math.prod(_padded_shape(win)) * dtype.itemsize
+
+
+def _padded_shape(win) -> tuple[int, int]:
+    """(rows, columns) of the padded input the windows of ``win`` read: from the first pad to the last input
+    position a window reaches."""
+    return tuple((out - 1) * stride + (kernel - 1) * dilation + 1
+                 for out, stride, kernel, dilation in zip(win.out, win.strides, win.kernel, win.dilations))
 
 
 def packed_layout(channels: int, inputs: int, simd: Simd) -> list[tuple[int, int, int]]:
@@ -151,18 +172,56 @@ def workspace_bytes(k: KernelContext) -> int:
 
 
 def emit_layer(k: KernelContext, epilogue) -> None:
-    """The layer, its input positions gathered into the workspace first when strided, every tap's inputs
-    when its kernel is not 1x1 (Z: (C * taps) x P, the weights packed as (M, C * taps))."""
+    """The layer: a larger kernel over its input copied with its padding into the workspace (``padded``), every
+    tap then a broadcast at a fixed offset; a 1x1 over its input positions, gathered into the workspace first
+    when strided."""
     x, y, win = k.inputs[0], k.outputs[0], geometry(k)
     if not pointwise(win):
-        assert k.workspace is not None, f"layer '{k.node.name}': its gathered taps have no workspace"
-        z = conv_plane.gather_taps(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win)
-        emit(k, _flat(z), _flat(y), epilogue)
+        assert k.workspace is not None, f"layer '{k.node.name}': its padded input has no workspace"
+        z = padded(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win, vector_lanes(k.target, x.element))
+        rows, columns = z.shape[2:]
+        taps = [i * win.dilations[0] * columns + j * win.dilations[1]
+                for i in range(win.kernel[0]) for j in range(win.kernel[1])]
+        emit(k, _flat(z), _flat(y), epilogue, Grid(win.out[0], win.out[1], win.strides[0] * columns,
+                                                   win.strides[1], tuple(taps)))
         return
     if workspace_bytes(k):
         assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
         x = gather_positions(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win)
-    emit(k, _flat(x), _flat(y), epilogue)
+    positions = math.prod(win.out)
+    emit(k, _flat(x), _flat(y), epilogue, Grid(1, positions, 0, 1, (0,)))
+
+
+def padded(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win, lanes: int) -> TensorRef:
+    """X (N, C, H, W) with its padding, (N, C, ``_padded_shape``) at ``pointer``: 0 where a window reads outside
+    the input (the border only is written with zeros; input rows or columns no window reaches are left out), the
+    rows copied in vectors of ``lanes``."""
+    (rows, columns), (top, left) = _padded_shape(win), win.pads_begin
+    n, channels, height, width = x.shape
+    z = TensorRef(pointer, TensorType((n, channels, rows, columns), x.type.dtype))
+    zero = ir.Constant(x.element, 0.0)
+    inside_rows, inside_columns = min(height, rows - top), min(width, columns - left)
+    for r0, r1, c0, c1 in ((0, top, 0, columns), (top + inside_rows, rows, 0, columns),
+                           (top, top + inside_rows, 0, left), (top, top + inside_rows, left + inside_columns, columns)):
+        if r1 > r0 and c1 > c0:
+            lane_loop(b, (n, channels, r1 - r0, c1 - c0), [z.strides], 1,
+                      lambda flats, _: z.store(b, zero, flats[0]), [const(r0 * columns + c0)])
+    copy_strided(b, z, x, (n, channels, inside_rows, inside_columns), z.strides, x.strides,
+                 dst_base=top * columns + left, lanes=lanes)
+    return z
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Where a tile's inputs are: output ``rows`` x ``columns`` positions (1 x P for a 1x1 over the flattened
+    plane), an output row ``row_step`` input elements after the last and a column ``column_step`` after the last,
+    and each tap of the kernel at its offset in ``taps`` (the weights' rows: input channel major, then tap)."""
+
+    rows: int
+    columns: int
+    row_step: int
+    column_step: int
+    taps: tuple[int, ...]
 
 
 def transposed(b: ir.IRBuilder, rows: list[ir.Value], lanes: int) -> list[ir.Value]:
@@ -201,20 +260,22 @@ def transposed(b: ir.IRBuilder, rows: list[ir.Value], lanes: int) -> list[ir.Val
             for m in range(lanes)]
 
 
-def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
-    """Y (N, M, P) = bias + Wp . X (N, C, P), through ``epilogue``: blocks of 16*V channels, tiles of R positions
-    (the last smaller), each tile's R*V accumulators summed over the C input channels."""
+def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid) -> None:
+    """Y (N, M, P) = bias + Wp . X (N, C, P'), through ``epilogue``: blocks of 16*V channels, tiles of R positions
+    of an output row of ``grid`` (the last of a row smaller), each tile's R*V accumulators summed over the C input
+    channels and the grid's taps."""
     b = k.builder
     simd = simd_of(k.target)
     num = Numeric(b, x.type.dtype)
     lanes = simd.lanes(num.compute)
     w, bias = k.inputs[1], k.inputs[2] if len(k.inputs) > 2 else None
-    batches, inputs, positions = x.shape
-    channels = y.shape[1]
+    batches, inputs = x.shape[:2]
+    channels, taps = y.shape[1], len(grid.taps)
     tile = positions_per_tile(simd)
 
-    def run(batch, first, vectors: int, offset, p0, count: int, valid: list[int]) -> None:
-        """Channels first:+16*vectors (``valid`` lanes of each vector are channels) at positions p0:+count."""
+    def run(batch, first, vectors: int, offset, row, column, count: int, valid: list[int]) -> None:
+        """Channels first:+16*vectors (``valid`` lanes of each vector are channels) at output positions
+        (row, column:+count)."""
         acc = Accumulators(num, count * vectors, lanes)
         for v in range(vectors):
             if bias is None:
@@ -226,19 +287,20 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
                                        tuple(lane < valid[v] for lane in range(lanes)))
             for r in range(count):
                 acc.set(r * vectors + v, start)
-        x_base = affine(b, 0, (batch, x.strides[0]), (p0, 1))
+        x_base = affine(b, 0, (batch, x.strides[0]), (row, grid.row_step), (column, grid.column_step))
         with for_range(b, inputs, name="c", unroll=False) as c:
-            w_flat = affine(b, 0, (offset, 1), (c, vectors * lanes))
-            weights = [num.load(w, affine(b, v * lanes, (w_flat, 1)), lanes) for v in range(vectors)]
-            x_flat = affine(b, 0, (x_base, 1), (c, x.strides[1]))
-            for r in range(count):
-                value = num.load(x, affine(b, r, (x_flat, 1)), lanes, 0)
-                for v in range(vectors):
-                    acc.mul_add(r * vectors + v, value, weights[v])
+            for t, tap in enumerate(grid.taps):
+                w_flat = affine(b, t * vectors * lanes, (offset, 1), (c, taps * vectors * lanes))
+                weights = [num.load(w, affine(b, v * lanes, (w_flat, 1)), lanes) for v in range(vectors)]
+                x_flat = affine(b, tap, (x_base, 1), (c, x.strides[1]))
+                for r in range(count):
+                    value = num.load(x, affine(b, r * grid.column_step, (x_flat, 1)), lanes, 0)
+                    for v in range(vectors):
+                        acc.mul_add(r * vectors + v, value, weights[v])
         # each vector of channels turned, in registers, into one vector of the tile's positions per channel
         # (``transposed``), which goes through the epilogue (a residual operand read as it is stored: contiguous)
         # into Y[m, p0:+count]
-        y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (p0, 1))
+        y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (row, grid.columns), (column, 1))
         early = epilogue.residual is None     # no operand to read: the layers run on the fewer channel vectors
         for v in range(vectors):
             rows = [acc.get(r * vectors + v) for r in range(count)]
@@ -251,20 +313,22 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue) -> None:
                 num.store(y, flat, value, None if count == value.type.count else count)
 
     def block(batch, first, vectors: int, offset, valid: list[int]) -> None:
-        full, rest = divmod(positions, tile)
-        if full:
-            with for_range(b, full, name="ptile", unroll=False) as t:
-                run(batch, first, vectors, offset, affine(b, 0, (t, tile)), tile, valid)
-        if rest:
-            run(batch, first, vectors, offset, affine(b, full * tile), rest, valid)
+        full, rest = divmod(grid.columns, tile)
+        with for_range(b, grid.rows, name="orow", unroll=False) as row:
+            if full:
+                with for_range(b, full, name="ptile", unroll=False) as t:
+                    run(batch, first, vectors, offset, row, affine(b, 0, (t, tile)), tile, valid)
+            if rest:
+                run(batch, first, vectors, offset, row, affine(b, full * tile), rest, valid)
 
-    blocks = packed_layout(channels, inputs, simd)
+    blocks = packed_layout(channels, inputs * taps, simd)
     most = vectors_per_block(simd)
     whole = len([1 for first, vectors, _ in blocks if vectors == most and first + most * lanes <= channels])
     with for_range(b, batches, name="n") as batch:
         if whole:     # blocks of V whole vectors of channels: a loop
             with for_range(b, whole, name="block", unroll=False) as index:
-                block(batch, affine(b, 0, (index, most * lanes)), most, affine(b, 0, (index, inputs * most * lanes)),
+                block(batch, affine(b, 0, (index, most * lanes)), most,
+                      affine(b, 0, (index, inputs * taps * most * lanes)),
                       [lanes] * most)
         for first, vectors, offset in blocks[whole:]:
             block(batch, affine(b, first), vectors, affine(b, offset),

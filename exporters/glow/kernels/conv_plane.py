@@ -325,7 +325,7 @@ def im2col_correlation(k: KernelContext, epilogue, win, simd: Simd):
 
 def gather_taps(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win) -> TensorRef:
     """Z[n, c*taps + tap, 0, p] = X[n, c, tap's input of output position p] (0 in the padding), written at
-    ``pointer`` (N * C * taps * P elements); also kernels/conv_lanes.py's input on small planes."""
+    ``pointer`` (N * C * taps * P elements)."""
     (kh, kw), (out_h, out_w), taps = win.kernel, win.out, math.prod(win.kernel)
     n, channels, height, width = x.shape
     positions = out_h * out_w
