@@ -2,7 +2,7 @@
 (exporters/glow/kernels/conv_lanes.py) against a NumPy convolution in float64 (test_conv_plane.reference) and
 onnxruntime: 1x1 on 7x7 and 14x14 planes, planes smaller than a position tile, position and channel remainders
 (output channels not a whole number of vectors or blocks), batches, no bias, a fused Relu, a stride-2 projection
-(positions gathered first); larger kernels over the input copied with its padding: 3x3 on 7x7 and 14x14, stride 2
+(read where they are); larger kernels over the input copied with its padding: 3x3 on 7x7 and 14x14, stride 2
 onto 7x7 and 28x28, 5x5 with uneven pads, 2x2 stride 2, a stride that leaves input rows unread, dilated with
 uneven strides; residual sums; and the layers the kernel must leave alone (a pooling group, too few output
 channels, a large plane, a stride-1 3x3 on 28x28, a 3x3 without kernel_shape). Each case runs for the host and
