@@ -1,6 +1,6 @@
 """Float MaxPool with a row stride of 2 or more on x86-64 with AVX (kernels/pool_plane.py emit_strided_max):
-runs of s*L inputs per window row, max over the rows, taps shuffled out of the runs; rows clamped into the
-input, columns outside masked. Checked against NumPy for the host, an AVX2 and an AVX-512 CPU (each skipped
+runs of s*L inputs per window row, max over the rows, taps shuffled out of the runs (windows no wider than two
+strides: one run and the columns after it); rows clamped into the input, columns outside masked. Checked against NumPy for the host, an AVX2 and an AVX-512 CPU (each skipped
 when this machine cannot run its code), with the kernel's use checked; dilated pools are left to pool.py."""
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ CASES = {
     "2x2-s3": ((1, 2, 11, 11), [2, 2], [3, 3], [0, 0, 0, 0], [1, 1], False, True),
     "3x2-rows-s1-cols-s2-40wide": ((1, 2, 9, 40), [3, 2], [1, 2], [1, 0, 1, 0], [1, 1], False, True),
     "5x5-s2-wide-tail": ((1, 2, 10, 70), [5, 5], [2, 2], [2, 2, 2, 2], [1, 1], False, True),
+    # windows no wider than two strides: one run and the columns after it (the last tile's past the row)
+    "3x3-s2-111wide": ((1, 3, 7, 111), [3, 3], [2, 2], [0, 0, 0, 0], [1, 1], False, True),
+    "3x3-s2-pads-112wide": ((1, 2, 6, 112), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], False, True),
+    "4x4-s2-two-after": ((1, 2, 9, 37), [4, 4], [2, 2], [1, 1, 2, 2], [1, 1], False, True),
+    "3x3-s3-none-after": ((1, 2, 9, 50), [3, 3], [3, 3], [0, 0, 0, 0], [1, 1], False, True),
     "3x3-s2-dilated": ((1, 2, 15, 15), [3, 3], [2, 2], [0, 0, 0, 0], [2, 2], False, False),
 }
 
