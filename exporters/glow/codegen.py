@@ -24,8 +24,8 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
+from pegasus.exporters.glow.kernels.conv_pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.parameters import LayerParameters
-from pegasus.exporters.glow.kernels.pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
     Stream,
@@ -276,7 +276,7 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
         types_in = [graph.type_of(n) if n else None for n in unit.nodes[0].inputs]   # the head's (not a residual)
         if isinstance(unit, RowChain):   # its windows and its stages' scratch
             size = unit.workspace_layout(graph, target)[2]
-        elif unit.pool:   # a convolution with its pooling may stage its output (pool.conv_pool_workspace)
+        elif unit.pool:   # a convolution with its pooling may stage its output (conv_pool.conv_pool_workspace)
             size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target)
         else:           # one node, or a head whose element-wise followers need nothing more: the head's own
             types_out = [graph.type_of(n) if n else None for n in unit.nodes[0].outputs]

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.exporters.glow.codegen import layer_workspaces
 from pegasus.exporters.glow.fuse import fuse_layers
-from pegasus.exporters.glow.kernels import pool as pool_kernels
+from pegasus.exporters.glow.kernels import conv_pool as pool_kernels
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx

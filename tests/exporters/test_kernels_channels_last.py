@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels import conv as conv_kernels
 from pegasus.exporters.glow.kernels import conv_channels_last, pool_channels_last
+from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
 from pegasus.exporters.glow.kernels import linear as linear_kernels
 from pegasus.exporters.glow.kernels import pool as pool_kernels
 from pegasus.exporters.glow.kernels.linear import Numeric, Simd
@@ -52,7 +53,8 @@ def tiling(simd: Simd | None):
         yield
         return
     with pytest.MonkeyPatch.context() as patch:
-        for module in (conv_kernels, linear_kernels, pool_kernels, conv_channels_last, pool_channels_last):
+        for module in (conv_kernels, linear_kernels, pool_kernels, conv_pool_kernels, conv_channels_last,
+                       pool_channels_last):
             patch.setattr(module, "simd_of", lambda target: simd)
         yield
 

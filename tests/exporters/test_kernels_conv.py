@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels import conv as conv_kernels
+from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
 from pegasus.exporters.glow.kernels import linear as linear_kernels
 from pegasus.exporters.glow.kernels import pool as pool_kernels
 from pegasus.exporters.glow.kernels.linear import Simd
@@ -43,7 +44,7 @@ def tiling(simd: Simd | None):
         yield
         return
     with pytest.MonkeyPatch.context() as patch:
-        for module in (conv_kernels, linear_kernels, pool_kernels):
+        for module in (conv_kernels, linear_kernels, pool_kernels, conv_pool_kernels):
             patch.setattr(module, "simd_of", lambda target: simd)
         yield
 

@@ -1,7 +1,8 @@
 """Float MaxPool with a row stride of 2 or more on x86-64 with AVX (kernels/pool_plane.py emit_strided_max):
 runs of s*L inputs per window row, max over the rows, taps shuffled out of the runs (windows no wider than two
-strides: one run and the columns after it); rows clamped into the input, columns outside masked. Checked against NumPy for the host, an AVX2 and an AVX-512 CPU (each skipped
-when this machine cannot run its code), with the kernel's use checked; dilated pools are left to pool.py."""
+strides: one run and the columns after it); rows clamped into the input, columns outside masked. Checked
+against NumPy for the host, an AVX2 and an AVX-512 CPU (each skipped when this machine cannot run its code),
+with the kernel's use checked; dilated pools are left to pool.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registers its emitters)
     binary,
     conv,
+    conv_pool,
     elementwise,
     identity,
     integer_conv,

@@ -18,7 +18,7 @@ o = q*stride + r of one residue r read a fixed subset of the taps, a dense strid
 
 A Conv fused with element-wise consumers (exporters/glow/fuse.py) applies them as an ``Epilogue`` (epilogue.py) to
 each accumulator vector before storing it, a residual sum's other operand read at the store's own index and
-lanes (every store site passes them); pool.py's ``emit_conv_pool`` reduces ``correlate``'s register tiles
+lanes (every store site passes them); conv_pool.py's ``emit_conv_pool`` reduces ``correlate``'s register tiles
 straight into pooled outputs.
 
 Channels-last layers (``channels_last``) with constant weights go to conv_channels_last.py, built on
@@ -291,7 +291,7 @@ def correlate(num: Numeric, cr: Correlation, batch: Value, group: Value, local0:
     """Accumulators of Y[batch, channels local0:+channels of the group, tile] = bias + the sum over input
     channels and taps: one broadcast weight per channel times a vector of the tile's inputs, per tap.
     ``prefetch`` (2-D, contiguous rows): each input channel's step first asks the rows of the channel
-    ``PREFETCH_CHANNELS`` ahead into L1 (pool.py's fused tiles on x86-64: VGG-19's 3x3 64@224 + 2x2 max pool
+    ``PREFETCH_CHANNELS`` ahead into L1 (conv_pool.py's fused tiles on x86-64: VGG-19's 3x3 64@224 + 2x2 max pool
     16.6 -> 15.4 ms, 128@112 + pool 16.0 -> 15.5; plain row tiles gained nothing, 128@112 244 -> 241 GF/s)."""
     b = num.b
     *outer_axes, last = cr.axes

@@ -19,7 +19,7 @@ vector per tap, the fused epilogue before the store, and runs of channel blocks 
 sums in Y, bought nothing (3x3 256@14 and 512@7 within 1 %): the tiles run at this CPU's FMA peak
 (~255 GF/s on 56x56 and 28x28 planes), and what remains on small planes is the tail tile's idle lanes.
 
-A Conv fused with a pooling (kernels/pool.py) that runs here stages a run of channels at a time
+A Conv fused with a pooling (kernels/conv_pool.py) that runs here stages a run of channels at a time
 (``STAGE_BUDGET``: the staged outputs stay in L2) in its workspace and pools from there with the pooling's
 own kernel (``emit_staged``): VGG's 3x3 + 2x2 max pool blocks reduced register tiles of rows of 32 instead.
 """
@@ -377,7 +377,7 @@ def stage_bytes(simd: Simd, num: Numeric, cr) -> int:
 
 
 def emit_staged(k: KernelContext, num: Numeric, cr, simd: Simd, pool: Node, pool_emitter: Emitter) -> None:
-    """A Conv fused with the pooling ``pool`` (kernels/pool.py): per run of channels, the plane's tiles
+    """A Conv fused with the pooling ``pool`` (kernels/conv_pool.py): per run of channels, the plane's tiles
     through the epilogue into the workspace, then ``pool_emitter`` (the pooling's own) from there into those
     channels of Y (``cr.y``, the pooled output)."""
     b = k.builder

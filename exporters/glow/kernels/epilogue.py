@@ -3,7 +3,7 @@ fused after it (Relu, Clip, Sigmoid...) and a residual sum's other operand (expo
 store's own index and lanes, with a software prefetch of that operand where it does not fit this CPU's L2.
 
 Every float convolution kernel applies it at its store sites (conv.py's row tiles, conv_plane.py's plane tiles,
-conv_lanes.py's channel-lane tiles, conv_channels_last.py, and pool.py's fused tiles before they pool), so one
+conv_lanes.py's channel-lane tiles, conv_channels_last.py, and conv_pool.py's fused tiles before they pool), so one
 definition serves them all.
 """
 
