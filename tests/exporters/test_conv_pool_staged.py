@@ -1,12 +1,14 @@
-"""A float Conv fused with a pooling whose windows overlap (kernels/pool.py ``conv_pool_workspace``): on hosted
-targets it computes the convolution once, a block of channels at a time, into a planned workspace and pools from
-there (the recomputation of the shared values cost ResNet-50's stem 2.25 times its convolution); Cortex-M
-keeps pooling from the convolution's register tiles, in no extra RAM.
+"""A float Conv fused with a pooling whose windows overlap (kernels/conv_pool.py ``conv_pool_workspace``): on
+hosted targets it computes the convolution once into a planned workspace (a max pool: a band of rows of every
+channel at a time; an average: a block of channels at a time) and pools from there (the recomputation of the
+shared values cost ResNet-50's stem 2.25 times its convolution); Cortex-M keeps pooling from the convolution's
+register tiles, in no extra RAM.
 
 Checked: ImageNet stems (7x7 stride 2 + 3x3 stride 2 max pool, SqueezeNet's 3x3 stride 2 + ceil_mode max pool,
 an overlapping average) against onnxruntime on the host, with the workspace planned there and not for
-Cortex-M7; and every chain of test_fusion.py both staged and pooled from registers on the host, against the
-reference interpreter, under each register file of test_kernels_conv.py.
+Cortex-M7; max pools in bands of 1, 2 and 3 pooled rows over a NaN-filled workspace; and every chain of
+test_fusion.py both staged and pooled from registers on the host, against the reference interpreter, under each
+register file of test_kernels_conv.py.
 """
 
 from __future__ import annotations
@@ -70,6 +72,51 @@ def test_stem_matches_onnxruntime_with_a_workspace_on_the_host_only(key, tmp_pat
         None, {"x": x})[0]
     actual = run_bundle_host(graph, {"x": x}, workdir=tmp_path)["y"]
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+#: id: (input shape, weight shape, conv attrs, pooling attrs) of max pools staged a band of rows at a time
+BANDED = {
+    "resnet-stem": ((1, 3, 40, 44), (9, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]},
+                    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "ceil-mode-odd": ((2, 3, 45, 47), (13, 3, 3, 3), {"strides": [2, 2]},
+                      {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "stride-1-shares-two-rows": ((1, 4, 15, 17), (6, 4, 3, 3), {"strides": [1, 2], "pads": [1, 1, 1, 1]},
+                                 {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+    "uneven-pads-4x4": ((1, 2, 30, 26), (5, 2, 5, 5), {"strides": [2, 2], "pads": [2, 1, 2, 3]},
+                        {"kernel_shape": [4, 4], "strides": [3, 2], "pads": [2, 1, 0, 2]}),
+}
+
+
+@pytest.mark.parametrize("band", [1, 2, 3, 0])
+@pytest.mark.parametrize("key", list(BANDED))
+def test_banded_max_pool_matches_onnxruntime(key, band, monkeypatch, tmp_path):
+    """A MaxPool staged a band of the convolution's rows at a time (conv_pool.py ``_emit_banded``): bands of
+    1, 2 and 3 pooled rows (``BAND_BYTES`` shrunk to hold them; 0: the default, one band), so the first, the
+    middle and the last bands, the rows two bands share and the padding rows are all exercised, with the
+    activations (the workspace) filled with NaN before each call."""
+    x_shape, w_shape, conv, pool = BANDED[key]
+    model = _stem(x_shape, w_shape, conv, "MaxPool", pool)
+    graph = import_onnx(model, name="stem")
+    lowered = lower_for_export(graph)
+    conv_node = next(node for node in lowered.nodes if node.op == "Conv")
+    conv_out = lowered.type_of(conv_node.outputs[0]).shape[2:]
+    if band:
+        kernel, stride = pool["kernel_shape"][0], pool["strides"][0]
+        monkeypatch.setattr(pool_kernels, "BAND_BYTES", ((band - 1) * stride + kernel) * w_shape[0] * conv_out[-1] * 4)
+        assert pool_kernels._band(next(n for n in lowered.nodes if n.op == "MaxPool"), conv_out, w_shape[0], 4)[0] \
+            == band
+    calls = []
+    original = pool_kernels._emit_banded
+    monkeypatch.setattr(pool_kernels, "_emit_banded", lambda *args: calls.append(1) or original(*args))
+    x = RNG.uniform(-1, 1, x_shape).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    bundle = host_runner.load_bundle(graph, {"x": x}, tmp_path)
+    assert calls, "the pooling was not staged in bands"
+    for _ in range(2):
+        bundle.buffers[2][:] = 0xFF
+        assert bundle() == 0
+        np.testing.assert_allclose(bundle.outputs()["y"], expected, rtol=1e-4, atol=1e-5)
 
 
 def test_non_overlapping_pooling_needs_no_workspace():

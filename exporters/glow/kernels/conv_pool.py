@@ -56,7 +56,8 @@ from pegasus.exporters.glow.kernels.linear import (
 )
 from pegasus.exporters.glow.kernels.pool import _counted_bounds, average_pool, counted_taps, max_pool
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, group_emitter, piece
-from pegasus.exporters.glow.llvm.loops import const, loop_nest
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
@@ -239,7 +240,32 @@ def conv_pool_workspace(conv: Node, types_in: list[TensorType | None], pool: Nod
     conv_out, block = _staged_block(target, conv, x, w)
     if not _overlaps(pool, conv_out):
         return 0
+    if _banded(pool, conv_out):
+        rows = _band(pool, conv_out, w.shape[0] // conv.attrs.group, x.dtype.itemsize)[1]
+        return piece(_gathered(conv, types_in, target)) + w.shape[0] // conv.attrs.group * rows * conv_out[-1] * \
+            x.dtype.itemsize
     return piece(_gathered(conv, types_in, target)) + block * prod(conv_out) * x.dtype.itemsize
+
+
+#: bytes of the convolution's rows (every channel of its group) a fused max pool stages at a time
+#: (``_emit_banded``; beside the tiles' inputs, within this CPU's 1 MB L2)
+BAND_BYTES = 384 * 1024
+
+
+def _banded(pool: Node, conv_out: tuple[int, ...]) -> bool:
+    """Whether ``_emit_banded`` stages the convolution for ``pool``: an undilated 2-D MaxPool."""
+    geometry = MaxPool.geometry(pool.attrs, (1, 1) + conv_out) if pool.op == "MaxPool" else None
+    return geometry is not None and len(conv_out) == 2 and all(d == 1 for d in geometry.dilations)
+
+
+def _band(pool: Node, conv_out: tuple[int, ...], channels: int, itemsize: int) -> tuple[int, int]:
+    """(pooled rows, convolution rows) of a band: as many pooled rows as ``BAND_BYTES`` of their
+    convolution rows hold (at least one)."""
+    geometry = MaxPool.geometry(pool.attrs, (1, 1) + conv_out)
+    kernel, stride = geometry.kernel[0], geometry.strides[0]
+    row = channels * conv_out[-1] * itemsize
+    pooled = max(1, min(geometry.out[0], (BAND_BYTES // row - kernel) // stride + 1))
+    return pooled, (pooled - 1) * stride + kernel
 
 
 def _gathered(conv: Node, types_in: list[TensorType | None], target) -> int:
@@ -281,6 +307,90 @@ def _emit_staged(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) ->
         for_tiles(b, 0, cr.out_group, block, lambda start, count: channel_block(batch, group, start, count))
 
 
+def _emit_banded(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) -> None:
+    """A MaxPool over the convolution staged a band of rows at a time: every channel of the group of the
+    convolution rows a band of pooled rows reads (``_band``) computed into the workspace, each tile by every
+    channel block in turn (so the tiles' inputs, a strided stem's gathered rows, are read once rather than once
+    per block), then pooled channel by channel by MaxPool's own emitter (pool.py). The rows two bands share (the
+    window's overlap) are copied to the top of the next band rather than computed again; rows outside the
+    convolution's output are the pooling's padding (its pads for that band: the first, the last, and every
+    band between are emitted once each). ResNet's 7x7 stride-2 stem with its 3x3 stride-2 max pool: staged
+    per block of channels it read its 2 MB of gathered rows once per block."""
+    b = k.builder
+    y = cr.y
+    conv_out = tuple(axis.out for axis in cr.axes)
+    geometry = MaxPool.geometry(pool.attrs, (1, 1) + conv_out)
+    (kernel, columns_kernel), (stride, columns_stride) = geometry.kernel, geometry.strides
+    channels, width_out = cr.out_group, conv_out[-1]
+    pooled_rows, rows = _band(pool, conv_out, channels, num.dtype.itemsize)
+    shared = max(0, kernel - stride)
+    stage = TensorRef(k.scratch(y.element, channels * rows * width_out * num.dtype.itemsize),
+                      TensorType((1, channels, rows, width_out), y.type.dtype))
+    simd = simd_of(k.target)
+    width, block = tile_shape(simd, num, width_out, channels)
+    last = cr.axes[-1]
+    tail = narrow_tail(width_out, width, simd.lanes(num.compute))
+    runs = row_runs(width_out - tail, width, lambda start: edge_of(last, start, width) is None)
+    pooled_out = geometry.out[-1]
+    right = max(0, (pooled_out - 1) * columns_stride + columns_kernel - width_out - geometry.pads_begin[-1])
+
+    def conv_tile(batch: Value, group: Value, origin: Value, t: Tile) -> None:
+        step = block if t.width == width else block_channels(simd, num, channels, t.width)
+
+        def store(local0: Value, count: int) -> None:
+            acc = correlate(num, cr, batch, group, local0, count, t)
+            flat = affine(b, 0, (local0, stage.strides[1]), (t.outer[0], width_out), (origin, -width_out),
+                          (t.first, 1))
+            for j in range(count):
+                num.store(stage, affine(b, j * stage.strides[1], (flat, 1)), cr.epilogue(num, acc.get(j)),
+                          t.edge.stored if t.edge else None)
+
+        for_tiles(b, 0, channels, step, store)
+
+    def band(batch: Value, group: Value, index: Value, first: bool, top: int, bottom: int, count: int) -> None:
+        """Band ``index``: its stage's rows [top, bottom) are convolution rows (origin + row), ``count`` pooled
+        rows from index * pooled_rows."""
+        origin = affine(b, -geometry.pads_begin[0], (index, pooled_rows * stride))
+        if not first and shared:
+            copy_strided(b, stage, stage, (channels, shared, width_out), stage.strides[1:], stage.strides[1:],
+                         src_base=pooled_rows * stride * width_out, lanes=simd.lanes(num.storage))
+        with for_range(b, affine(b, bottom, (origin, 1)), start=affine(b, top if first else max(top, shared),
+                                                                           (origin, 1)), name="crow") as row:
+            sweep_row(b, [row], runs, width, lambda position, start0, start: conv_tile(
+                batch, group, origin, Tile(position, start0, width, edge=None if start is None else
+                                           edge_of(last, start, width))))
+            if tail:
+                conv_tile(batch, group, origin, Tile([row], const(width_out - tail), tail,
+                                                     edge=edge_of(last, width_out - tail, tail)))
+        needed = (count - 1) * stride + kernel
+        bottom = min(bottom, needed)
+        attrs = replace(pool.attrs, pads=(top, geometry.pads_begin[-1], needed - bottom, right), ceil_mode=0,
+                        auto_pad="NOTSET")
+        with for_range(b, channels, name="pchannel") as channel:
+            view = TensorRef(stage.address(b, affine(b, top * width_out, (channel, stage.strides[1]))),
+                             TensorType((1, 1, bottom - top, width_out), y.type.dtype))
+            into = TensorRef(y.address(b, affine(b, 0, (batch, y.strides[0]), (group, channels * y.strides[1]),
+                                                 (channel, y.strides[1]), (index, pooled_rows * pooled_out))),
+                             TensorType((1, 1, count, pooled_out), y.type.dtype))
+            max_pool(KernelContext(pool, attrs, b, [view], [into], k.math, k.target))
+
+    # each band's static shape: (first, top, bottom, pooled rows); runs of equal ones share a loop
+    shapes = []
+    for index in range(-(-geometry.out[0] // pooled_rows)):
+        origin = index * pooled_rows * stride - geometry.pads_begin[0]
+        shapes.append((index == 0, max(0, -origin), min(rows, conv_out[0] - origin),
+                       min(pooled_rows, geometry.out[0] - index * pooled_rows)))
+    with loop_nest(b, [y.shape[0], cr.group]) as (batch, group):
+        index = 0
+        while index < len(shapes):
+            end = index
+            while end < len(shapes) and shapes[end] == shapes[index]:
+                end += 1
+            with for_range(b, end, start=index, name="band") as current:
+                band(batch, group, current, *shapes[index])
+            index = end
+
+
 def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
     """A Conv layer (k: the Conv node, its inputs, and the pooling's output Y) fused with its element-wise
     consumers (``epilogue``) and the MaxPool or AveragePool node ``pool``: staged through the workspace when
@@ -298,8 +408,8 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
             return
         win = Conv.geometry(k.attrs, types_in[0].shape, types_in[1].shape)
         gathered = _gathered(k.node, types_in, k.target)
-        _emit_staged(k, num, row_taps_correlation(k, epilogue, win) if gathered else conv_correlation(k, epilogue),
-                     pool)
+        cr = row_taps_correlation(k, epilogue, win) if gathered else conv_correlation(k, epilogue)
+        (_emit_banded if _banded(pool, win.out) else _emit_staged)(k, num, cr, pool)
         return
     cr = conv_correlation(k, epilogue)
     conv_out = tuple(a.out for a in cr.axes)
