@@ -36,6 +36,7 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.layout import first_shape, to_first_perm, to_last_perm
 from pegasus.ops.registry import make_attrs
+from pegasus.passes.cse import eliminate_common_subexpressions
 from pegasus.passes.fold_channel_affine import AFFINE, scale_per_output, set_input
 
 
@@ -308,7 +309,9 @@ def lower_for_export(graph: Graph, target=None) -> Graph:
     """The graph code is generated from; ``target`` (exporters.glow.target.Target) lets packers lay weights
     out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension)."""
     lowered = copy.deepcopy(graph)
+    eliminate_common_subexpressions(lowered)
     float_rewrites(lowered)
+    eliminate_common_subexpressions(lowered)
     dense_layers_as_convs(lowered)
     channels_last_layers(lowered, target)
     channels_first_packing(lowered, target)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from pegasus.ir.graph import Graph
 from pegasus.ir.verify import verify
+from pegasus.passes.cse import eliminate_common_subexpressions
 from pegasus.passes.dce import eliminate_dead_code
 from pegasus.passes.fold_batchnorm import fold_batchnorm
 from pegasus.passes.fold_channel_affine import fold_channel_affine
@@ -18,6 +19,7 @@ Pass = Callable[[Graph], bool]
 IMPORT_PASSES: list[Pass] = [
     fold_constants,
     remove_identity,
+    eliminate_common_subexpressions,     # before folding: BatchNorms then stay off a shared convolution
     fold_batchnorm,
     fold_channel_affine,
     fold_constants,
