@@ -78,8 +78,10 @@ def positions_per_tile(simd: Simd) -> int:
 
 def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: DType, target) -> bool:
     """Whether channels-first float Conv ``node`` (weights of ``w_shape`` as imported) runs here on ``target``:
-    x86-64 with AVX vectors, float32, one group, a 1x1 kernel without padding, at most ``MOST_POSITIONS``
-    output positions, at least a vector of output channels."""
+    x86-64 with AVX vectors, float32, one group, 2-D, at least a vector of output channels; a 1x1 kernel without
+    padding on at most ``MOST_POSITIONS`` output positions, a larger one (with an explicit ``kernel_shape``,
+    its padded input within conv_plane's ``IM2COL_BUDGET``) on at most ``MOST_TAP_POSITIONS``, or
+    ``MOST_STRIDED_TAP_POSITIONS`` when strided."""
     if target is None or target.arch != "x86_64" or dtype is not DType.FLOAT32 or len(x_shape) != 4:
         return False
     simd = simd_of(target)
@@ -92,11 +94,11 @@ def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
     else:
         most = MOST_TAP_POSITIONS if all(stride == 1 for stride in win.strides) else MOST_STRIDED_TAP_POSITIONS
         fits = (positions <= most and bool(node.attrs.kernel_shape) and
-                _gathered(x_shape, win, dtype) <= conv_plane.IM2COL_BUDGET)
+                _padded_bytes(x_shape, win, dtype) <= conv_plane.IM2COL_BUDGET)
     return fits and w_shape[0] >= simd.width // dtype.itemsize
 
 
-def _gathered(x_shape, win, dtype: DType) -> int:
+def _padded_bytes(x_shape, win, dtype: DType) -> int:
     """Bytes of the workspace: a larger kernel's input with its padding (``padded``; a 1x1 reads its input as
     it is)."""
     if pointwise(win):
@@ -167,8 +169,8 @@ def geometry(k: KernelContext):
 
 
 def workspace_bytes(k: KernelContext) -> int:
-    """The gathered input (``_gathered``)."""
-    return _gathered(k.inputs[0].shape, geometry(k), k.inputs[0].type.dtype)
+    """The padded input (``_padded_bytes``)."""
+    return _padded_bytes(k.inputs[0].shape, geometry(k), k.inputs[0].type.dtype)
 
 
 def emit_layer(k: KernelContext, epilogue) -> None:
