@@ -3,7 +3,7 @@
 in the order the fused kernel reads each row of the window (whole groups of four as (0, 2, 1, 3)), the input's
 zero point folded into the biases. Checked: which layers take the layout (8-bit signed weights of zero point 0,
 an even number of channels, a constant int32 bias, no padding, dilation 1, a DSP CPU) and what it stores; the
-bundles on Cortex-M7/M4 (the SMLAD paths: rows of 4q + 1 taps whose neighbouring windows share words, longer
+bundles on Cortex-M7/M4/M33 (the SMLAD paths: rows of 4q + 1 taps whose neighbouring windows share words, longer
 and shorter rows, single taps only, odd input channel counts, odd pooling widths, uint8 inputs with a zero
 point, sums near the 2**23 bound) and Cortex-M0 (bytes) bit for bit against the reference interpreter; and
 that a layout in the natural tap order gives wrong bytes (so these checks can fail).
@@ -97,7 +97,7 @@ def test_stored_layout(chains):
     np.testing.assert_array_equal(bias, case.inputs[2] - 3 * w.reshape(10, -1).sum(axis=1))
 
 
-@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4", "cortex-m0"])
+@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4", "cortex-m33", "cortex-m0"])
 def test_bundles_match_reference(cpu, chains, tmp_path):
     graph, feeds, expected = chains
     export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
