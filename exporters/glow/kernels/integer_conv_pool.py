@@ -7,7 +7,9 @@ the requantised integers of the convolution positions in its window — what QCo
 for bit — so the activations hold the input and the pooled output only (LeNet int8: 14,400 -> 3,680 bytes).
 With non-negative multipliers (every quantizer's) the requantisation is monotonic, so the max of a window's
 sums is taken first and requantised once (``raw_max``: LeNet int8 on Cortex-M7, conv1 538,369 -> 502,009
-instructions, conv2 2,159,769 -> 2,107,769).
+instructions, conv2 2,159,769 -> 2,107,769). With SMLAD the layer's function is scheduled as a Cortex-M4 on
+Armv7E-M (integer_smlad.TUNING, as its helpers are): Cortex-M7's schedule interleaves more loads with the MACs and
+the register allocator spills (LeNet int8 on Cortex-M7: conv1 502,009 -> 477,489, conv2 2,107,769 -> 2,091,729).
 
 Per batch, group and block of output channels (``BLOCK``), per pooled position, the pooling taps inside the
 convolution's output (conv.py's ``Axis.taps``: the pooling's padding and ceil_mode overrun are never read) are
@@ -41,6 +43,7 @@ from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
+from pegasus.exporters.glow.kernels.integer_smlad import tuned
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles, range_nest, simd_of
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
@@ -286,6 +289,8 @@ def qconv_pool(k: KernelContext, layer) -> None:
     rq = Requant(k.table, k.attrs, conv, acc_bound(cp.mac, cp.bias))
     red = reduction(cp)
     dot = Dot(k, cp)
+    if dot.dual:    # scheduled as integer_smlad.TUNING says (module docstring)
+        tuned(b.function)
     xa, acc = cp.xa, cp.mac.acc
     out = conv.element
     signed = conv.type.dtype != DType.UINT8

@@ -67,8 +67,13 @@ def internal_helper(module: ir.Module, function_type: ir.FunctionType, name: str
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")
-    tuning = TUNING.get(str(module.triple).split("-")[0])
-    if tuning:
+    return tuned(function)
+
+
+def tuned(function: ir.Function) -> ir.Function:
+    """``function`` scheduled for the core TUNING names for its module's architecture (none elsewhere)."""
+    tuning = TUNING.get(str(function.module.triple).split("-")[0])
+    if tuning and not isinstance(function.attributes, _TunedFor):
         function.attributes = _TunedFor(tuning, function.attributes)
     return function
 
