@@ -4,7 +4,7 @@ interleaved (``interleave_rows``), read by the SMLAD loop of integer_im2col.py (
 function, blocks of 2 channels with 1 left over). Checked: the stored layout against the weights written out
 here, the bundles on Cortex-M4/M7 (and M0, which keeps bytes) against the reference interpreter bit for bit,
 and that weights stay bytes where they are read as bytes (the fused conv + pool kernel) or read once (a
-dense layer).
+dense layer: bytes, or two rows' bytes as halfwords, tests/exporters/test_dense_halves.py).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CASES = [
     conv("3x3-8to6-uint8", 8, 6, 3, pad=1, unsigned=True),   # centred at export: w - 120
     conv("1x1-64to9-relu", 64, 9, 1, relu=True),      # 16 groups: the SMLAD loop as a function of its own
     conv("3x3-32to3", 32, 3, 3, pad=1),               # 72 groups, a block of 2 and a lone row
-    dense("dense-64x15", 64, 15),                     # one position: bytes, blocks of 4 channels
+    dense("dense-64x15", 64, 15),                     # one position: bytes (odd M), blocks of 4 channels
 ]
 
 
@@ -129,8 +129,10 @@ def test_weights_stay_bytes_where_read_as_bytes():
     lowered = lower_for_export(graph, resolve_target("arm", "cortex-m7"))
     assert lowered.value_of(lowered.nodes[0].inputs[1]).dtype == np.int8       # fused with the pool: bytes
     assert lowered.value_of(lowered.nodes[2].inputs[1]).dtype == np.int32      # spread
-    assert lower_for_export(build_graph([dense("d", 64, 8)])[0], resolve_target("arm", "cortex-m7")).value_of(
-        "c0_x1_as_conv").dtype == np.int8                                    # a dense layer: bytes
+    dense_graph = lower_for_export(build_graph([dense("d", 64, 8)])[0], resolve_target("arm", "cortex-m7"))
+    dense_node = next(node for node in dense_graph.nodes if node.op == "QConv")
+    weights = dense_graph.value_of(dense_node.inputs[1])       # a dense layer: a byte a weight, two rows'
+    assert weights.dtype == np.int16 and weights.nbytes == 64 * 8          # bytes as halfwords (integer_halves.py)
     six = Case("six", "QConv", [RNG.integers(-128, 127, (1, 4, 4, 6), endpoint=True).astype(np.int8),
                                 RNG.integers(-127, 127, (4, 6, 3, 3), endpoint=True).astype(np.int8)],
                requant, constant=(1,))

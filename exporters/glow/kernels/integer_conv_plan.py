@@ -32,6 +32,7 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     narrow_form,
     operand,
 )
+from pegasus.exporters.glow.kernels.integer_halves import halve_rows, halved, halves_rows
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, strides_of
@@ -121,6 +122,26 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node)
 
 
+def dense_halves(node: Node, graph: Graph, target, relaid: np.ndarray) -> np.ndarray | None:
+    """A dense layer's (one output position, one group) weights ``relaid`` (M, k..., C) as halfword pairs of rows
+    (integer_halves.py) on a CPU with the DSP extension, when they fit that layout; None otherwise."""
+    x, y = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
+    info = CPUS.get(getattr(target, "cpu", ""))
+    if not (info is not None and info.has_dsp and target.is_cortex_m and x.dtype.itemsize == 1
+            and node.attrs.group == 1 and prod(y.shape[:-1]) == 1 and relaid.shape[0] > 1):
+        return None
+    rows = relaid.reshape(relaid.shape[0], -1)
+    magnitude = Operand(x.dtype, node.attrs.x_zero_point).magnitude
+    bias = None
+    if len(node.inputs) > 2 and node.inputs[2]:     # the sums may start at it: its value bounds them too
+        if not graph.tensors[node.inputs[2]].is_constant:
+            return None
+        bias = graph.value_of(node.inputs[2]).astype(np.int64)
+    if not halves_rows(rows, bias, magnitude, node.attrs.w_zero_point):
+        return None
+    return halve_rows(rows).reshape((relaid.shape[0] // 2,) + relaid.shape[1:])
+
+
 def doubles(attrs) -> bool:
     """Whether an im2col layer's paired weights are stored doubled, 2 (w - zw): the sums are then 2 Σ, which
     TFLite's requantisation takes first (SRDHM is SMMULR of the doubled sum, integer_dot.Requant) — an
@@ -165,7 +186,8 @@ def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]
     else:
         relaid = np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))
     if not spreads_pairs(node, graph, target):
-        return {1: relaid}
+        halves = dense_halves(node, graph, target, relaid)
+        return {1: relaid if halves is None else halves}
     centred = relaid.astype(np.int64) - node.attrs.w_zero_point
     if depthwise(node.attrs.group, w.shape[1]):
         table = depthwise_table(node, graph, prod(w.shape[2:]))
@@ -359,6 +381,7 @@ class ConvPlan:
     positions: int      # output positions per tile (rows of the im2col buffer)
     block: int          # output channels per register block
     doubled: bool = False   # paired weights stored doubled (``doubles``): the sums are 2 Σ
+    halves: bool = False    # two rows' weights as int16 halfwords 256 w1 + w0 (integer_halves.py)
 
     @property
     def sums(self) -> Mac:
@@ -415,7 +438,7 @@ class ConvPlan:
     def swapped(self) -> bool:
         """Whether the buffer holds each group of four taps as x0 x2 x1 x3: SXTB16's pairs (w0, w2), (w1, w3)
         of byte weights, or weights stored as those pairs (``paired``)."""
-        return self.w.type.dtype.itemsize == 1 or paired(self.w)
+        return self.w.type.dtype.itemsize == 1 or paired(self.w) or self.halves
 
     def group_slot(self, b: ir.IRBuilder, p: Value, q: Value, j: int) -> Value:
         """slot(p, 4 * q + j) for j < 4 and 4 * q + 4 <= depth."""
@@ -453,6 +476,10 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     xa = Activation(x, last)
     packed_depthwise = depthwise(group, xa.channels // group)
     w_shape = weight_shape(w.shape, last, packed_depthwise)
+    out_channels = Activation(y, last).channels
+    halves = not packed_depthwise and halved(w.type.dtype, w.shape[0], x.type.dtype.itemsize, out_channels)
+    if halves:      # int16 halfwords of two rows each (integer_halves.py): 8-bit weights of zero point 0
+        w_shape = (out_channels,) + w_shape[1:]
     depth = prod(w_shape[1:])
     if paired(w):       # words of two centred 16-bit weights (pack_weights): (k..., 1, M / 2), (M, k..., C / 2)
         if packed_depthwise:    # or (M', k..., C), the first words of which hold the pairs
@@ -464,9 +491,11 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # paired: centred 8-bit weights, |w - zw| <= 255
     doubled = paired(w) and doubles(k.attrs) and (not packed_depthwise
                                                   or depthwise_layout(bias, Activation(y, last).channels))
-    w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if paired(w)
+    w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if paired(w) else Operand(DType.INT8, 0) if halves
               else operand(k, w, k.attrs.w_zero_point, "weight"))
-    mac = Mac(operand(k, x, k.attrs.x_zero_point, "input"), w_side, depth)
+    # a fused convolution's halfwords come with the input's zero point folded into the biases (integer_conv_pool.py)
+    x_zero = 0 if halves and not last else k.attrs.x_zero_point
+    mac = Mac(operand(k, x, x_zero, "input"), w_side, depth)
     dual = mac.dual(k.target)
     element = 2 if mac.x.centered_is_i16 else 4
     wanted = 2 if k.target.is_cortex_m else 4       # 2 x 2 accumulators: what 13 Thumb registers hold
@@ -477,7 +506,8 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # (a dense layer: each pair of inputs loaded once for four channels) — 2 over weights stored as pairs,
     # whose rows are interleaved two by two (interleave_rows)
     block = 4 if madd == 32 or (dual and positions == 1 and not paired(w)) else 2
-    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, doubled)
+    return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, doubled,
+                    halves and dual)
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:

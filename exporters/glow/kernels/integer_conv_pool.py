@@ -2,9 +2,14 @@
 
 Unfused, a QConv writes its whole output and im2col (integer_im2col.py) copies the receptive fields of a tile
 of positions into a workspace; fused, the layer needs neither: the convolution values are summed straight
-from the input, requantised (integer_dot.Requant) and pooled in registers. Each pooled output is the max of
+from the input, pooled in registers and requantised (integer_dot.Requant). Each pooled output is the max of
 the requantised integers of the convolution positions in its window — what QConv then MaxPool compute, bit
 for bit — so the activations hold the input and the pooled output only (LeNet int8: 14,400 -> 3,680 bytes).
+With non-negative multipliers (every quantizer's) the requantisation is monotonic, so the max of a window's
+sums is taken first and requantised once (``raw_max``: LeNet int8 on Cortex-M7, conv1 538,369 -> 502,009
+instructions, conv2 2,159,769 -> 2,107,769). With SMLAD the layer's function is scheduled as a Cortex-M4 on
+Armv7E-M (integer_smlad.TUNING, as its helpers are): Cortex-M7's schedule interleaves more loads with the MACs and
+the register allocator spills (LeNet int8 on Cortex-M7: conv1 502,009 -> 477,489, conv2 2,107,769 -> 2,091,729).
 
 Per batch, group and block of output channels (``BLOCK``), per pooled position, the pooling taps inside the
 convolution's output (conv.py's ``Axis.taps``: the pooling's padding and ceil_mode overrun are never read) are
@@ -18,17 +23,27 @@ integer_conv_plan.pack_weights). On Cortex-M with the DSP extension a run is tak
 loaded); the rest of a run, and every tap elsewhere, is a single multiply-accumulate of centred values. A
 window that crosses the convolution's padding sums only its taps inside the input (a padded tap reads zx:
 (zx - zx) * w = 0).
+
+A channels-first layer of 8-bit signed weights without padding takes its weights as halfword pairs of channels
+(``pack_pooled_halves``, integer_halves.py): a block's two channels are one row of ``256 w1 + w0``, whose words
+SMLAD multiplies as they are (summing T = 256 A1 + A0) and, after one SXTB16, by their low bytes (A0), so that
+a word of four weights takes one unpacking instead of two; its input's zero point is folded into the biases at
+export, so SXTB16 (not SXTAB16 with zx in a register, which LLVM kept rematerialising) unpacks the inputs.
+LeNet int8 conv2 (20 -> 50, 5x5, with its 2x2 pool) on Cortex-M7: 2,364,569 -> 2,159,769 instructions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
-from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, load_word
+from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
+from pegasus.exporters.glow.kernels.integer_smlad import tuned
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles, range_nest, simd_of
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
@@ -36,11 +51,14 @@ from pegasus.exporters.glow.kernels.registry import (
     entry_alloca,
     group_emitter,
     intrinsic,
+    packer,
     strides_of,
 )
 from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
+from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
 from pegasus.ops.fixedpoint import integer_range
@@ -109,7 +127,8 @@ class Dot:
         self.b, self.cp, self.mac = k.builder, cp, cp.mac
         x_bytes, w_bytes = cp.x.type.dtype.itemsize, cp.w.type.dtype.itemsize
         zero = self.mac.x.zero_point == 0 and self.mac.w.zero_point == 0
-        self.dual = self.mac.dual(k.target) and ((x_bytes == w_bytes == 1) or (x_bytes == w_bytes == 2 and zero))
+        self.dual = self.mac.dual(k.target) and ((x_bytes == w_bytes == 1) or (x_bytes == w_bytes == 2 and zero)
+                                                 or (cp.halves and x_bytes == 1))
         self.per_word = 4 // x_bytes
         # without pairs, a target with vector registers sums each run as one vector product (reduced once)
         self.vector = not self.dual and simd_of(k.target).width >= 16
@@ -124,8 +143,8 @@ class Dot:
             return b.sub(value, ir.Constant(acc, side.zero_point)) if side.zero_point else value
 
         x_values = [centred(self.cp.x, flat, mac.x) for flat in xs]
-        for c, flat in enumerate(ws):
-            weight = centred(self.cp.w, flat, mac.w)
+        weights = self.halves_at(ws[0]) if self.cp.halves else [centred(self.cp.w, flat, mac.w) for flat in ws]
+        for c, weight in enumerate(weights):
             for p, value in enumerate(x_values):
                 slot = slots[p][c]
                 b.store(b.add(b.load(slot), b.mul(value, weight)), slot)
@@ -144,14 +163,37 @@ class Dot:
         minus = const((-side.zero_point & 0xFFFF) * 0x10001)
         return [b.call(centre, [minus, word]), b.call(centre, [minus, rotated])]
 
+    def weight_pairs(self, ws: list[Value]) -> list[list[Value]]:
+        """Per accumulator of a block, the 16-bit weight pairs of the group of four taps at ``ws`` (a row per
+        channel; halfwords: the pair of rows' one row, whose accumulators sum A0 and T, integer_halves.py)."""
+        if not self.cp.halves:
+            return [self.pairs(self.cp.w, flat, self.mac.w) for flat in ws]
+        b = self.b
+        raw = [load_word(b, self.cp.w, affine(b, 2 * j, (ws[0], 1))) for j in range(2)]
+        unpack = dsp(b.module, "sxtb16", 1)
+        return [[b.call(unpack, [word]) for word in raw], raw]
+
+    def weight_values(self, ws: list[Value]) -> list[Value]:
+        """Per accumulator of a block, the centred i32 weight of the single tap at ``ws``."""
+        if self.cp.halves:
+            return self.halves_at(ws[0])
+        b, side = self.b, self.mac.w
+        values = [widen(b, self.cp.w.load(b, flat), I32, side.signed) for flat in ws]
+        return [b.sub(value, const(side.zero_point)) if side.zero_point else value for value in values]
+
+    def halves_at(self, flat: Value) -> list[Value]:
+        """The halfword 256 w1 + w0 at ``flat`` as (w0, the halfword), sign-extended to the accumulator."""
+        b, acc = self.b, self.mac.acc
+        half = self.cp.w.load(b, flat)
+        return [b.sext(b.trunc(half, ir.IntType(8)), acc), b.sext(half, acc)]
+
     def word(self, slots: list[list[Value]], xs: list[Value], ws: list[Value]) -> None:
         """slots[p][c] += the products of the word of taps at X[xs[p]] and W[ws[c]] (SMLAD / SMLALD)."""
         b, acc = self.b, self.mac.acc
         dual = dsp(b.module, "smlad", 3) if acc is I32 else intrinsic(b.module, "llvm.arm.smlald", I64,
                                                                        [I32, I32, I64])
         x_pairs = [self.pairs(self.cp.x, flat, self.mac.x) for flat in xs]
-        for c, flat in enumerate(ws):
-            w_pairs = self.pairs(self.cp.w, flat, self.mac.w)
+        for c, w_pairs in enumerate(self.weight_pairs(ws)):
             for p, pairs in enumerate(x_pairs):
                 total = b.load(slots[p][c])
                 for x_pair, w_pair in zip(pairs, w_pairs):
@@ -192,18 +234,14 @@ class Dot:
         for m in range(length // 4):
             low = self.pairs(self.cp.x, affine(b, 4 * m, (x0, 1)), mac.x)
             high = self.pairs(self.cp.x, affine(b, 4 * m + 2, (x0, 1)), mac.x)
-            for c, w_at in enumerate(ws):
-                w_pairs = self.pairs(self.cp.w, affine(b, 4 * m, (w_at, 1)), mac.w)
+            for c, w_pairs in enumerate(self.weight_pairs([affine(b, 4 * m, (w_at, 1)) for w_at in ws])):
                 for p, xs in enumerate(([low[0], low[1]], [low[1], high[0]])):
                     total = b.load(slots[p][c])
                     for x_pair, w_pair in zip(xs, w_pairs):
                         total = b.call(dual, [x_pair, w_pair, total])
                     b.store(total, slots[p][c])
         last = length - 1
-        for c, w_at in enumerate(ws):
-            weight = widen(b, self.cp.w.load(b, affine(b, last, (w_at, 1))), I32, mac.w.signed)
-            if mac.w.zero_point:
-                weight = b.sub(weight, const(mac.w.zero_point))
+        for c, weight in enumerate(self.weight_values([affine(b, last, (w_at, 1)) for w_at in ws])):
             for p, x_pair in enumerate(high):
                 b.store(b.call(single, [x_pair, weight, b.load(slots[p][c])]), slots[p][c])
 
@@ -251,10 +289,16 @@ def qconv_pool(k: KernelContext, layer) -> None:
     rq = Requant(k.table, k.attrs, conv, acc_bound(cp.mac, cp.bias))
     red = reduction(cp)
     dot = Dot(k, cp)
+    if dot.dual:    # scheduled as integer_smlad.TUNING says (module docstring)
+        tuned(b.function)
     xa, acc = cp.xa, cp.mac.acc
     out = conv.element
     signed = conv.type.dtype != DType.UINT8
     lowest = integer_range(conv.type.dtype.numpy)[0]
+    # the max of a window's sums, requantised once: with non-negative multipliers the requantisation is monotonic
+    # (rounding and clamps never reorder), so max(rq(a), rq(b)) = rq(max(a, b)) — one requantisation per pooled
+    # output instead of one per convolution value (LeNet conv1: 4 per output)
+    raw_max = all(int(m) >= 0 for m in k.attrs.multiplier)
     pair = 2 if pool_axes[-1].kernel % 2 == 0 else 1
     # the pair's windows one byte apart along rows of 4q + 1 taps: their words are shared (Dot.neighbours)
     reduce_add = intrinsic(k.module, f"llvm.vector.reduce.add.v{red.run}i{acc.width}", acc,
@@ -264,12 +308,15 @@ def qconv_pool(k: KernelContext, layer) -> None:
                   and 1 <= red.run // 4 <= UNROLLED_WORDS)
     limits = [axis.interior() for axis in cp.axes]
     checked = [i for i, (limit, axis) in enumerate(zip(limits, cp.axes)) if limit != (0, axis.out)]
+    if cp.halves and (checked or red.run != cp.axes[-1].kernel or not dot.dual):
+        raise AssertionError(f"layer '{k.node.name}': halfword weights laid for runs of the kernel's rows, no padding")
     y_spatial = pooled.strides[1:-1] if last else pooled.strides[2:]
     y_channel = 1 if last else pooled.strides[1]
 
     def sums(batch: Value, group: Value, rows: list[Value], positions: list[list[Value]]) -> list[list[Value]]:
-        """acc[p][c]: the convolution's sums at ``positions`` (output coordinates) for the block's weight rows."""
-        slots = [[entry_alloca(b, acc) for _ in rows] for _ in positions]
+        """acc[p][c]: the convolution's sums at ``positions`` (output coordinates) for the block's weight rows (of
+        halfwords: the pair's one row, summing A0 and T, then A0 and A1: integer_halves.py)."""
+        slots = [[entry_alloca(b, acc) for _ in range(2 if cp.halves else len(rows))] for _ in positions]
         for row in slots:
             for slot in row:
                 b.store(ir.Constant(acc, 0), slot)
@@ -323,16 +370,22 @@ def qconv_pool(k: KernelContext, layer) -> None:
                     interior()
                 with otherwise:
                     border()
-        return [[b.load(slot) for slot in row] for row in slots]
+        totals = [[b.load(slot) for slot in row] for row in slots]
+        if cp.halves:
+            by_row = integer_halves.unpair(b, [list(row) for row in zip(*totals)])    # [A0 per position, A1 ...]
+            return [list(cells) for cells in zip(*by_row)]
+        return totals
 
     def block(batch: Value, group: Value, local0: Value, width: int) -> None:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         rows = [b.mul(_place(b, chan, paired), const(weight_steps(cp)[0])) for chan in chans]
+        if cp.halves:       # a pair of channels (even ones first: an even count, blocks of BLOCK = 2) in one row
+            rows = [b.mul(b.lshr(chans[0], const(1)), const(weight_steps(cp)[0]))]
         biases = [None if cp.bias is None else cp.bias.load(b, chan) for chan in chans]
         with loop_nest(b, [axis.out for axis in pool_axes], names="abcdefgh") as pool_coords:
-            best = [entry_alloca(b, out) for _ in chans]
+            best = [entry_alloca(b, acc if raw_max else out) for _ in chans]
             for slot in best:
-                b.store(ir.Constant(out, lowest), slot)
+                b.store(ir.Constant(acc, -(1 << (acc.width - 1))) if raw_max else ir.Constant(out, lowest), slot)
             ranges = [axis.taps(b, o) for axis, o in zip(pool_axes, pool_coords)]
             starts = [axis.origin(b, o) for axis, o in zip(pool_axes, pool_coords)]
             *outer, (lo, hi) = ranges
@@ -345,21 +398,59 @@ def qconv_pool(k: KernelContext, layer) -> None:
                                   zip(starts, [*outer_taps, tap], pool_axes)] for tap in taps]
                     totals = sums(batch, group, rows, positions)
                     cells = [(p, c) for p in range(len(taps)) for c in range(width)]
-                    values = rq.many(b, [(totals[p][c], chans[c], biases[c]) for p, c in cells])
+                    values = ([totals[p][c] for p, c in cells] if raw_max
+                              else rq.many(b, [(totals[p][c], chans[c], biases[c]) for p, c in cells]))
                     if pair > 1:    # a last tap past the window's: its value is the first's
                         ok = b.icmp_signed("<", taps[1], hi)
                         values = values[:width] + [b.select(ok, v, values[c]) for c, v in enumerate(values[width:])]
                     for (_, c), value in zip(cells, values):
                         current = b.load(best[c])
-                        larger = b.icmp_signed(">", value, current) if signed else b.icmp_unsigned(">", value, current)
+                        larger = (b.icmp_signed(">", value, current) if signed or raw_max
+                                  else b.icmp_unsigned(">", value, current))
                         b.store(b.select(larger, value, current), best[c])
             y_at = affine(b, 0, (batch, pooled.strides[0]), *zip(pool_coords, y_spatial))
-            for chan, slot in zip(chans, best):
-                pooled.store(b, b.load(slot), affine(b, 0, (y_at, 1), (chan, y_channel)))
+            results = [b.load(slot) for slot in best]
+            if raw_max:
+                results = rq.many(b, list(zip(results, chans, biases)))
+            for chan, result in zip(chans, results):
+                pooled.store(b, result, affine(b, 0, (y_at, 1), (chan, y_channel)))
 
     with loop_nest(b, [cp.x.shape[0], cp.group], names="ng") as (batch, group):
         for_tiles(b, 0, cp.out_group, BLOCK, lambda local0, width: block(batch, group, local0, width))
 
+
+
+@packer("QConv", channels_first=True)
+def pack_pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+    """A channels-first QConv fused with its MaxPool on a CPU with the DSP extension: its weights (M, C, k...)
+    as halfword pairs of rows (integer_halves.py: per pair of channels, one SMLAD sums A0 and T = 256 A1 + A0 over
+    a word of two halfwords, one more A0 over their SXTB16'd low bytes) in the order ``Dot`` reads each row of
+    the window (``integer_halves.run_order``), as int16 (M / 2, C, k...): where the windows never cross the
+    padding (none), with dilation 1 and rows shorter than the input's (the runs are the kernel's rows), else
+    the bytes stay."""
+    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
+
+    info = CPUS.get(getattr(target, "cpu", ""))
+    attrs, x = node.attrs, graph.type_of(node.inputs[0])
+    if not (info is not None and info.has_dsp and target.is_cortex_m and graph.tensors[node.inputs[1]].is_constant
+            and heads_pooling(graph, node)):
+        return {}
+    w = graph.value_of(node.inputs[1])
+    if (attrs.group != 1 or x.dtype.itemsize != 1 or any(attrs.pads) or any(d != 1 for d in attrs.dilations or ())
+            or w.ndim < 3 or x.shape[-1] <= w.shape[-1]):
+        return {}
+    if len(node.inputs) < 3 or not node.inputs[2] or not graph.tensors[node.inputs[2]].is_constant:
+        return {}
+    rows = w.reshape(w.shape[0], -1)
+    # the input's zero point folds into the bias: b - zx Σ w (the sums then take the inputs as they are)
+    bias = graph.value_of(node.inputs[2]).astype(np.int64) - attrs.x_zero_point * rows.astype(np.int64).sum(axis=1)
+    if graph.type_of(node.inputs[2]).dtype is not DType.INT32 or np.abs(bias).max(initial=0) >= 1 << 31:
+        return {}
+    if not integer_halves.halves_rows(rows, None, Operand(x.dtype, 0).magnitude, attrs.w_zero_point,
+                                      whole_groups=False):
+        return {}
+    halves = integer_halves.halfwords(rows)[:, integer_halves.run_order(rows.shape[1], w.shape[-1])]
+    return {1: np.ascontiguousarray(halves).reshape((w.shape[0] // 2,) + w.shape[1:]), 2: bias.astype(np.int32)}
 
 
 def _place(b: ir.IRBuilder, chan: Value, paired: bool) -> Value:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.elementwise import intrinsic
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired
 from pegasus.exporters.glow.kernels.integer_dot import dsp
@@ -44,6 +45,8 @@ UNROLL = 72
 ODD_UNROLL = 8
 #: Groups from which a reduction over unpaired weights (bytes: dense layers, --compact-weights) stays rolled.
 LONG_REDUCTION = 16
+#: Most groups per loop iteration over weights stored as halfword pairs of rows (integer_halves.py).
+HALVES_UNROLL = 4
 
 
 class _TunedFor(ir.values.FunctionAttributes):
@@ -64,8 +67,13 @@ def internal_helper(module: ir.Module, function_type: ir.FunctionType, name: str
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")
-    tuning = TUNING.get(str(module.triple).split("-")[0])
-    if tuning:
+    return tuned(function)
+
+
+def tuned(function: ir.Function) -> ir.Function:
+    """``function`` scheduled for the core TUNING names for its module's architecture (none elsewhere)."""
+    tuning = TUNING.get(str(function.module.triple).split("-")[0])
+    if tuning and not isinstance(function.attributes, _TunedFor):
         function.attributes = _TunedFor(tuning, function.attributes)
     return function
 
@@ -95,15 +103,22 @@ def dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], 
         pass
     elif paired(cp.w):    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
         base = b.gep(b.bitcast(cp.w.ptr, I16.as_pointer()), [w_rows[0]], inbounds=True)
+    elif cp.halves:       # halfwords of two rows (integer_halves.py): a pair of rows takes the bytes of two
+        base = b.bitcast(b.gep(b.bitcast(cp.w.ptr, ir.IntType(8).as_pointer()), [w_rows[0]], inbounds=True),
+                         I16.as_pointer())
     else:
         base = cp.w.address(b, w_rows[0])
     groups = cp.mac.depth // 4
+    if cp.halves and seeds is not None:
+        seeds = integer_halves.seeds_of(b, seeds)
     if groups and acc is I32:
         function = _helper(b.module, cp, count, base.type, rows, groups, seeds is not None)
         result = b.call(function, [words, base, *(seeds or [])])
         totals = [[b.extract_value(result, c * count + p) for p in range(count)] for c in range(rows)]
     else:
         totals = _groups(b, cp, words, base, rows, count, groups, seeds)
+    if cp.halves:       # whole groups only
+        return integer_halves.unpair(b, totals)
     for kk in range(groups * 4, cp.mac.depth):      # not paired: paired rows have whole groups
         xs = [widen(b, b.load(b.gep(buffer, [cp.slot(b, p, kk)], inbounds=True)), I32, True)
               for p in range(count)]
@@ -119,7 +134,7 @@ def _helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows
             seeded: bool) -> ir.Function:
     """``{acc[c][p]} = helper(buffer words, first weight row[, seeds])``: ``_groups`` as an internal function,
     one per (block, depth, buffer stride, weight layout)."""
-    kind = f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
+    kind = "h16" if cp.halves else f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
     name = f"pegasus_smlad_{rows}x{count}_{groups}_{cp.positions}_{kind}{'_seeded' if seeded else ''}"
     if name in module.globals:
         return module.globals[name]
@@ -168,6 +183,8 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
 
     def group(x_at: Value, w_at: Value, sums: list[list[Value]]) -> list[list[Value]]:
         xs = _words(b, x_at, 2 * count, 0 if acc is I32 else None)
+        if cp.halves:     # rows 2i, 2i + 1: A0 and T (integer_halves.py)
+            return integer_halves.halves_sums(b, dual, unpack, xs, _words(b, w_at, rows, 1), sums)
         ws = weights(w_at)
         for half in range(2):
             sums = [[b.call(dual, [xs[2 * p + half], ws[c][half], sums[c][p]]) for p in range(count)]
@@ -177,11 +194,12 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
     start = [[seeds[c] if seeds else ir.Constant(acc, 0) for _ in range(count)] for c in range(rows)]
     if not groups:
         return start
-    w_step = 2 * rows if paired(cp.w) else 4
-    w_base = b.bitcast(base, I32.as_pointer()) if paired(cp.w) else base
+    w_step = 2 * rows if paired(cp.w) else rows if cp.halves else 4
+    w_base = b.bitcast(base, I32.as_pointer()) if paired(cp.w) or cp.halves else base
     # unpaired weights (dense layers, --compact-weights) unroll a short reduction only, and blocks of one row or
     # position (an odd last channel or tile: rare) a few groups: code over speed
-    most = (UNROLL if rows * count == 4 else ODD_UNROLL) if paired(cp.w) else groups if groups < LONG_REDUCTION else 1
+    most = (UNROLL if rows * count == 4 else ODD_UNROLL) if paired(cp.w) else HALVES_UNROLL if cp.halves \
+        else groups if groups < LONG_REDUCTION else 1
     unroll = max(d for d in range(1, min(groups, most) + 1) if groups % d == 0)
 
     def run(x_at: Value, w_at: Value, sums: list[list[Value]]) -> tuple[Value, Value, list[list[Value]]]:
