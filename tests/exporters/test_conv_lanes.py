@@ -95,6 +95,28 @@ def test_matches_numpy(cpu, x, w, b, strides, pads, dilations, monkeypatch, tmp_
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("cpu", list(CPUS))
+@pytest.mark.parametrize("case", ["7x7-channel-remainder", "3x3-14x14", "3x3-stride2-to-7x7", "stride2-odd-plane"])
+def test_chunked_inputs_match_numpy(cpu, case, monkeypatch, tmp_path):
+    """Input channels in chunks (``CHUNK_WEIGHTS`` shrunk to a few channels' weights of a block, the last chunk
+    shorter), the tiles' sums kept in the workspace between chunks, which is filled with NaN first."""
+    _use_cpu(cpu, monkeypatch)
+    chunked = []
+    original = conv_lanes.emit
+    monkeypatch.setattr(conv_lanes, "emit", lambda k, *args: chunked.append(args[-1] is not None) or original(k, *args))
+    x, w, b, strides, pads, dilations = next(param.values for param in CASES if param.id == case)
+    taps = w.shape[2] * w.shape[3]
+    channels = 2 if case.startswith("7x7") else 3
+    monkeypatch.setattr(conv_lanes, "CHUNK_WEIGHTS", channels * taps * 3 * 64)
+    model = _with_kernel_shape(_model(x, w, b, pads, dilations, 1, None, strides=strides))
+    bundle = host_runner.load_bundle(import_onnx(model, name="lanes"), {"x": x}, tmp_path)
+    assert chunked == ([True] if _expect_kernel(cpu) else []), "the layer did not run here in chunks"
+    bundle.buffers[2][:] = 0xFF
+    assert bundle() == 0
+    want = reference(x, w, b, pads, dilations, 1, strides)
+    np.testing.assert_allclose(bundle.outputs()["y"].astype(np.float64), want, rtol=1e-4, atol=1e-5)
+
+
 def test_padding_written_over_stale_workspace(tmp_path):
     """The padded copy writes its whole border on every call: with the activations (where the workspace lives)
     filled with NaN before the call, a 3x3 with padding on every side still matches (as it must inside a model,

@@ -20,6 +20,11 @@ Single layers, this machine (AVX-512), before -> after (onnxruntime): 2048->512@
 (DenseNet) 122 -> 107 (118); on 28x28 planes (whole vectors of positions) the plane kernel stays ahead,
 512->128@28 402 against 419 here, hence ``MOST_POSITIONS``.
 
+A layer whose block of weights passes ``CHUNK_WEIGHTS`` (3x3 512@14: 884 KB a block, re-read from L3 by each of
+its 28 tiles) sums its input channels in chunks whose weights stay in L2 while every tile reads them, the tiles'
+sums kept in the workspace between chunks (``partial_bytes``; they start at the bias): 3x3 512@14 3,381 ->
+3,302 us (onnxruntime 3,276-3,329), 2048->512@7 375 -> 368.
+
 Larger kernels (on at most ``MOST_TAP_POSITIONS`` output positions, ``MOST_STRIDED_TAP_POSITIONS`` when
 strided) read their input copied once with its padding into the workspace (``padded``: C x the rows and columns
 the windows reach, 0 in the padding, only the border written with zeros); a tile is then R positions of one
@@ -48,7 +53,7 @@ from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.binary import lane_loop, vector_lanes
 from pegasus.exporters.glow.kernels.conv import _flat, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of, vconst
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer, piece
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
@@ -64,6 +69,10 @@ MOST_TAP_POSITIONS = 196
 #: ... of a strided one (the plane kernel gathers its taps first: 3x3 stride 2 128@56 onto 28x28 845 against 921;
 #: ResNet's 7x7 stride-2 stem on 112x112, 965 against 887 in conv.py's gathered rows, stays there)
 MOST_STRIDED_TAP_POSITIONS = 784
+#: bytes of one block's weights a layer reads in one sweep of its positions: more input channels than that (3x3
+#: 512@14: 884 KB a block) go in chunks whose weights stay in L2 while every tile reads them, the tiles' sums kept
+#: between chunks
+CHUNK_WEIGHTS = 96 * 1024
 
 
 def vectors_per_block(simd: Simd) -> int:
@@ -169,8 +178,10 @@ def geometry(k: KernelContext):
 
 
 def workspace_bytes(k: KernelContext) -> int:
-    """The padded input (``_padded_bytes``)."""
-    return _padded_bytes(k.inputs[0].shape, geometry(k), k.inputs[0].type.dtype)
+    """The padded input (``_padded_bytes``), then the partial sums of a chunked layer (``partial_bytes``)."""
+    padded_input = _padded_bytes(k.inputs[0].shape, geometry(k), k.inputs[0].type.dtype)
+    partial = partial_bytes(k)
+    return piece(padded_input) + partial if partial else padded_input
 
 
 def emit_layer(k: KernelContext, epilogue) -> None:
@@ -178,20 +189,22 @@ def emit_layer(k: KernelContext, epilogue) -> None:
     tap then a broadcast at a fixed offset; a 1x1 over the flattened plane, or when strided row by row over the
     input positions it reads."""
     x, y, win = k.inputs[0], k.outputs[0], geometry(k)
+    if workspace_bytes(k):
+        assert k.workspace is not None, f"layer '{k.node.name}': its padded input or partial sums have no workspace"
     if not pointwise(win):
-        assert k.workspace is not None, f"layer '{k.node.name}': its padded input has no workspace"
-        z = padded(k.builder, k.scratch(x.element, workspace_bytes(k)), x, win, vector_lanes(k.target, x.element))
+        z = padded(k.builder, k.scratch(x.element, _padded_bytes(x.shape, win, x.type.dtype)), x, win,
+                   vector_lanes(k.target, x.element))
         rows, columns = z.shape[2:]
         taps = [i * win.dilations[0] * columns + j * win.dilations[1]
                 for i in range(win.kernel[0]) for j in range(win.kernel[1])]
-        emit(k, _flat(z), _flat(y), epilogue, Grid(win.out[0], win.out[1], win.strides[0] * columns,
-                                                   win.strides[1], tuple(taps)))
-        return
-    if all(stride == 1 for stride in win.strides):
-        emit(k, _flat(x), _flat(y), epilogue, Grid(1, math.prod(win.out), 0, 1, (0,)))
-        return
-    emit(k, _flat(x), _flat(y), epilogue, Grid(win.out[0], win.out[1], win.strides[0] * x.shape[3], win.strides[1],
-                                               (0,)))
+        grid = Grid(win.out[0], win.out[1], win.strides[0] * columns, win.strides[1], tuple(taps))
+        x = z
+    elif all(stride == 1 for stride in win.strides):
+        grid = Grid(1, math.prod(win.out), 0, 1, (0,))
+    else:
+        grid = Grid(win.out[0], win.out[1], win.strides[0] * x.shape[3], win.strides[1], (0,))
+    partial = k.scratch(x.element, partial_bytes(k)) if partial_bytes(k) else None
+    emit(k, _flat(x), _flat(y), epilogue, grid, partial)
 
 
 def padded(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win, lanes: int) -> TensorRef:
@@ -262,7 +275,24 @@ def transposed(b: ir.IRBuilder, rows: list[ir.Value], lanes: int) -> list[ir.Val
             for m in range(lanes)]
 
 
-def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid) -> None:
+def chunk_inputs(inputs: int, taps: int, simd: Simd) -> int:
+    """Input channels of a chunk: those whose weights of one block fit ``CHUNK_WEIGHTS`` (all of them when
+    they all do)."""
+    per_channel = taps * vectors_per_block(simd) * simd.width
+    return max(1, min(inputs, CHUNK_WEIGHTS // per_channel))
+
+
+def partial_bytes(k: KernelContext) -> int:
+    """Bytes of the partial sums a chunked layer keeps between its chunks: a block's, every output position (0
+    when the layer is one chunk)."""
+    simd, win = simd_of(k.target), geometry(k)
+    inputs = k.inputs[0].shape[1]
+    if chunk_inputs(inputs, math.prod(win.kernel), simd) >= inputs:
+        return 0
+    return math.prod(win.out) * vectors_per_block(simd) * simd.width
+
+
+def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, partial: ir.Value | None = None) -> None:
     """Y (N, M, P) = bias + Wp . X (N, C, P'), through ``epilogue``: blocks of 16*V channels, tiles of R positions
     of an output row of ``grid`` (the last of a row smaller), each tile's R*V accumulators summed over the C input
     channels and the grid's taps."""
@@ -275,22 +305,35 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid) -> 
     channels, taps = y.shape[1], len(grid.taps)
     tile = positions_per_tile(simd)
 
-    def run(batch, first, vectors: int, offset, row, column, count: int, valid: list[int]) -> None:
+    chunk = chunk_inputs(inputs, taps, simd)
+    chunks = -(-inputs // chunk)
+    most = vectors_per_block(simd)
+    sums = None if chunks == 1 else TensorRef(b.bitcast(partial, num.storage.as_pointer()), TensorType(
+        (grid.rows * grid.columns * most * lanes,), x.type.dtype))
+
+    def bias_vector(first, v: int, valid: list[int]):
+        if bias is None:
+            return num.constant(0, lanes)
+        if valid[v] == lanes:
+            return num.load(bias, affine(b, v * lanes, (first, 1)), lanes)
+        return num.load_lanes(bias, affine(b, v * lanes, (first, 1)), lanes, 1,
+                              tuple(lane < valid[v] for lane in range(lanes)))
+
+    def run(batch, first, vectors: int, offset, row, column, count: int, valid: list[int], c0=None,
+            span: int = inputs, last: bool = True) -> None:
         """Channels first:+16*vectors (``valid`` lanes of each vector are channels) at output positions
-        (row, column:+count)."""
+        (row, column:+count), over input channels c0:+span (all by default; a chunk's starts from and, unless
+        ``last``, goes back to the partial sums)."""
         acc = Accumulators(num, count * vectors, lanes)
+        position = affine(b, 0, (row, grid.columns), (column, 1))
         for v in range(vectors):
-            if bias is None:
-                start = num.constant(0, lanes)
-            elif valid[v] == lanes:
-                start = num.load(bias, affine(b, v * lanes, (first, 1)), lanes)
-            else:
-                start = num.load_lanes(bias, affine(b, v * lanes, (first, 1)), lanes, 1,
-                                       tuple(lane < valid[v] for lane in range(lanes)))
+            start = bias_vector(first, v, valid) if sums is None else None
             for r in range(count):
-                acc.set(r * vectors + v, start)
+                acc.set(r * vectors + v, start if start is not None else num.load(
+                    sums, affine(b, (r * most + v) * lanes, (position, most * lanes)), lanes))
         x_base = affine(b, 0, (batch, x.strides[0]), (row, grid.row_step), (column, grid.column_step))
-        with for_range(b, inputs, name="c", unroll=False) as c:
+        with for_range(b, span if c0 is None else affine(b, span, (c0, 1)), start=0 if c0 is None else c0,
+                       name="c", unroll=False) as c:
             for t, tap in enumerate(grid.taps):
                 w_flat = affine(b, t * vectors * lanes, (offset, 1), (c, taps * vectors * lanes))
                 weights = [num.load(w, affine(b, v * lanes, (w_flat, 1)), lanes) for v in range(vectors)]
@@ -299,6 +342,12 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid) -> 
                     value = num.load(x, affine(b, r * grid.column_step, (x_flat, 1)), lanes, 0)
                     for v in range(vectors):
                         acc.mul_add(r * vectors + v, value, weights[v])
+        if not last:
+            for v in range(vectors):
+                for r in range(count):
+                    num.store(sums, affine(b, (r * most + v) * lanes, (position, most * lanes)),
+                              acc.get(r * vectors + v))
+            return
         # each vector of channels turned, in registers, into one vector of the tile's positions per channel
         # (``transposed``), which goes through the epilogue (a residual operand read as it is stored: contiguous)
         # into Y[m, p0:+count]
@@ -314,17 +363,30 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid) -> 
                     value = epilogue(num, value, flat, count)
                 num.store(y, flat, value, None if count == value.type.count else count)
 
-    def block(batch, first, vectors: int, offset, valid: list[int]) -> None:
+    def sweep(batch, first, vectors: int, offset, valid: list[int], *chunking) -> None:
         full, rest = divmod(grid.columns, tile)
         with for_range(b, grid.rows, name="orow", unroll=False) as row:
             if full:
                 with for_range(b, full, name="ptile", unroll=False) as t:
-                    run(batch, first, vectors, offset, row, affine(b, 0, (t, tile)), tile, valid)
+                    run(batch, first, vectors, offset, row, affine(b, 0, (t, tile)), tile, valid, *chunking)
             if rest:
-                run(batch, first, vectors, offset, row, affine(b, full * tile), rest, valid)
+                run(batch, first, vectors, offset, row, affine(b, full * tile), rest, valid, *chunking)
+
+    def block(batch, first, vectors: int, offset, valid: list[int]) -> None:
+        """The block's positions, over every input channel at once, or chunk by chunk (the chunk's weights
+        stay in L2 while every tile reads them) from partial sums that start at the bias."""
+        if sums is None:
+            sweep(batch, first, vectors, offset, valid)
+            return
+        starts = [bias_vector(first, v, valid) for v in range(vectors)]
+        with for_range(b, grid.rows * grid.columns, name="pinit", unroll=False) as position:
+            for v in range(vectors):
+                num.store(sums, affine(b, v * lanes, (position, most * lanes)), starts[v])
+        with for_range(b, chunks - 1, name="chunk", unroll=False) as index:
+            sweep(batch, first, vectors, offset, valid, affine(b, 0, (index, chunk)), chunk, False)
+        sweep(batch, first, vectors, offset, valid, const((chunks - 1) * chunk), inputs - (chunks - 1) * chunk)
 
     blocks = packed_layout(channels, inputs * taps, simd)
-    most = vectors_per_block(simd)
     whole = len([1 for first, vectors, _ in blocks if vectors == most and first + most * lanes <= channels])
     with for_range(b, batches, name="n") as batch:
         if whole:     # blocks of V whole vectors of channels: a loop
