@@ -22,8 +22,10 @@ Single layers, this machine (AVX-512), before -> after (onnxruntime): 2048->512@
 
 A layer whose block of weights passes ``CHUNK_WEIGHTS`` (3x3 512@14: 884 KB a block, re-read from L3 by each of
 its 28 tiles) sums its input channels in chunks whose weights stay in L2 while every tile reads them, the tiles'
-sums kept in the workspace between chunks (``partial_bytes``; they start at the bias): 3x3 512@14 3,381 ->
-3,302 us (onnxruntime 3,276-3,329), 2048->512@7 375 -> 368.
+sums kept in the workspace between chunks (``partial_bytes``; they start at the bias), one copy of the code for
+every chunk (the last one stores through the epilogue): 3x3 512@14 3,381 -> 3,267-3,302 us (onnxruntime
+3,266-3,329), 2048->512@7 375 -> 368; 96 to 256 KB chunks measured alike, DenseNet-121's export took 2 s more
+with two copies of the code.
 
 Larger kernels (on at most ``MOST_TAP_POSITIONS`` output positions, ``MOST_STRIDED_TAP_POSITIONS`` when
 strided) read their input copied once with its padding into the workspace (``padded``: C x the rows and columns
@@ -71,8 +73,8 @@ MOST_TAP_POSITIONS = 196
 MOST_STRIDED_TAP_POSITIONS = 784
 #: bytes of one block's weights a layer reads in one sweep of its positions: more input channels than that (3x3
 #: 512@14: 884 KB a block) go in chunks whose weights stay in L2 while every tile reads them, the tiles' sums kept
-#: between chunks
-CHUNK_WEIGHTS = 96 * 1024
+#: between chunks (this CPU's L2: 1 MB)
+CHUNK_WEIGHTS = 192 * 1024
 
 
 def vectors_per_block(simd: Simd) -> int:
@@ -320,10 +322,10 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
                               tuple(lane < valid[v] for lane in range(lanes)))
 
     def run(batch, first, vectors: int, offset, row, column, count: int, valid: list[int], c0=None,
-            span: int = inputs, last: bool = True) -> None:
+            span=inputs, last=None) -> None:
         """Channels first:+16*vectors (``valid`` lanes of each vector are channels) at output positions
-        (row, column:+count), over input channels c0:+span (all by default; a chunk's starts from and, unless
-        ``last``, goes back to the partial sums)."""
+        (row, column:+count), over input channels c0:+span (all by default; a chunk's starts from the partial
+        sums and goes back to them unless ``last``, an i1 known at run time)."""
         acc = Accumulators(num, count * vectors, lanes)
         position = affine(b, 0, (row, grid.columns), (column, 1))
         for v in range(vectors):
@@ -332,7 +334,7 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
                 acc.set(r * vectors + v, start if start is not None else num.load(
                     sums, affine(b, (r * most + v) * lanes, (position, most * lanes)), lanes))
         x_base = affine(b, 0, (batch, x.strides[0]), (row, grid.row_step), (column, grid.column_step))
-        with for_range(b, span if c0 is None else affine(b, span, (c0, 1)), start=0 if c0 is None else c0,
+        with for_range(b, span if c0 is None else b.add(c0, span), start=0 if c0 is None else c0,
                        name="c", unroll=False) as c:
             for t, tap in enumerate(grid.taps):
                 w_flat = affine(b, t * vectors * lanes, (offset, 1), (c, taps * vectors * lanes))
@@ -342,15 +344,22 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
                     value = num.load(x, affine(b, r * grid.column_step, (x_flat, 1)), lanes, 0)
                     for v in range(vectors):
                         acc.mul_add(r * vectors + v, value, weights[v])
-        if not last:
-            for v in range(vectors):
-                for r in range(count):
-                    num.store(sums, affine(b, (r * most + v) * lanes, (position, most * lanes)),
-                              acc.get(r * vectors + v))
+        if last is None:
+            finish(acc, batch, first, vectors, row, column, count, valid)
             return
-        # each vector of channels turned, in registers, into one vector of the tile's positions per channel
-        # (``transposed``), which goes through the epilogue (a residual operand read as it is stored: contiguous)
-        # into Y[m, p0:+count]
+        with b.if_else(last) as (final, partial_sums):
+            with final:
+                finish(acc, batch, first, vectors, row, column, count, valid)
+            with partial_sums:
+                for v in range(vectors):
+                    for r in range(count):
+                        num.store(sums, affine(b, (r * most + v) * lanes, (position, most * lanes)),
+                                  acc.get(r * vectors + v))
+
+    def finish(acc, batch, first, vectors: int, row, column, count: int, valid: list[int]) -> None:
+        """The tile's sums turned, a vector of channels at a time, in registers into one vector of the tile's
+        positions per channel (``transposed``), through the epilogue (a residual operand read as it is stored:
+        contiguous) into Y[m, p0:+count]."""
         y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (row, grid.columns), (column, 1))
         early = epilogue.residual is None     # no operand to read: the layers run on the fewer channel vectors
         for v in range(vectors):
@@ -382,9 +391,10 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
         with for_range(b, grid.rows * grid.columns, name="pinit", unroll=False) as position:
             for v in range(vectors):
                 num.store(sums, affine(b, v * lanes, (position, most * lanes)), starts[v])
-        with for_range(b, chunks - 1, name="chunk", unroll=False) as index:
-            sweep(batch, first, vectors, offset, valid, affine(b, 0, (index, chunk)), chunk, False)
-        sweep(batch, first, vectors, offset, valid, const((chunks - 1) * chunk), inputs - (chunks - 1) * chunk)
+        with for_range(b, chunks, name="chunk", unroll=False) as index:      # one copy of the code for every chunk
+            last = b.icmp_signed("==", index, const(chunks - 1))
+            span = b.select(last, const(inputs - (chunks - 1) * chunk), const(chunk))
+            sweep(batch, first, vectors, offset, valid, affine(b, 0, (index, chunk)), span, last)
 
     blocks = packed_layout(channels, inputs * taps, simd)
     whole = len([1 for first, vectors, _ in blocks if vectors == most and first + most * lanes <= channels])
