@@ -309,9 +309,9 @@ def lower_for_export(graph: Graph, target=None) -> Graph:
     """The graph code is generated from; ``target`` (exporters.glow.target.Target) lets packers lay weights
     out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension)."""
     lowered = copy.deepcopy(graph)
-    eliminate_common_subexpressions(lowered)
     float_rewrites(lowered)
-    eliminate_common_subexpressions(lowered)
+    eliminate_common_subexpressions(lowered)     # the import's merge ran before its BN folding; this one after
+    # the float rewrites (which can make two layers equal), and for graphs imported without the passes
     dense_layers_as_convs(lowered)
     channels_last_layers(lowered, target)
     channels_first_packing(lowered, target)

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import lane_loop
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
@@ -51,7 +50,7 @@ from pegasus.exporters.glow.kernels.linear import (
     simd_of,
 )
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, workspace
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
@@ -211,6 +210,15 @@ def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[
     loops, tiles crossing the padding as edge tiles (lanes masked per tap, no scalar border code). With
     ``lanes``, a row's rest of whole vectors is one narrower last tile (``narrow_tail``; visit sees its width)."""
     *outer, last = axes
+    row = row_sweeper(b, last, width, visit, lanes)
+    with loop_nest(b, [a.out for a in outer]) as position:
+        row(position)
+
+
+def row_sweeper(b: ir.IRBuilder, last: Axis, width: int, visit: Callable[[Tile], None],
+                lanes: int = 0) -> Callable[[list[Value]], None]:
+    """``sweep_tiles``' visit of one row, as a function of the row's outer coordinates (a caller looping over
+    rows its own way: conv_pool.py's bands)."""
     tail = narrow_tail(last.out, width, lanes)
     body = last.out - tail
     runs = row_runs(body, width, lambda start: edge_of(last, start, width) is None)
@@ -218,10 +226,18 @@ def sweep_tiles(b: ir.IRBuilder, axes: list[Axis], width: int, visit: Callable[[
     def tile(position: list[Value], first: Value, start: int | None) -> None:
         visit(Tile(position, first, width, edge=None if start is None else edge_of(last, start, width)))
 
-    with loop_nest(b, [a.out for a in outer]) as position:
+    def row(position: list[Value]) -> None:
         sweep_row(b, position, runs, width, tile)
         if tail:
             visit(Tile(position, const(body), tail, edge=edge_of(last, body, tail)))
+
+    return row
+
+
+def tile_channels(simd: Simd, num: Numeric, channels: int, width: int, block: int, tile: Tile) -> int:
+    """Output channels a register tile computes: ``block`` for a full tile of ``width`` positions; a narrower
+    tail tile keeps as many accumulators as a full one by taking more channels."""
+    return block if tile.width == width else block_channels(simd, num, channels, tile.width)
 
 
 def tile_shape(simd: Simd, num: Numeric, row: int, channels: int) -> tuple[int, int]:
@@ -369,8 +385,7 @@ def emit_correlation(k: KernelContext, num: Numeric, cr: Correlation) -> None:
 
     def channel_blocks(batch: Value, group: Value, first: Value, channels: int) -> None:
         def tile(t: Tile) -> None:
-            # a narrower tail tile keeps as many accumulators as a full one by taking more channels
-            step = block if t.width == width else block_channels(simd_of(k.target), num, cr.out_group, t.width)
+            step = tile_channels(simd_of(k.target), num, cr.out_group, width, block, t)
             for_tiles(b, 0, channels, step, lambda start, count: _correlation_tile(
                 num, cr, batch, group, affine(b, 0, (first, 1), (start, 1)), count, t))
 
@@ -446,9 +461,7 @@ def row_taps_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> C
         first = min(out, max(0, _ceil_div(-shift, stride)))
         end = max(first, min(out, (x.shape[-1] - 1 - shift) // stride + 1))
         for start, stop in ((0, first), (end, out)):
-            if stop > start:
-                lane_loop(b, (*rows, stop - start), [z.strides], 1,
-                          lambda flats, width: z.store(b, zero, flats[0]), [const(kw * out + start)])
+            fill_strided(b, z, zero, (*rows, stop - start), z.strides, kw * out + start)
         if end > first:
             copy_strided(b, z, x, (*rows, end - first), z.strides, (*x.strides[:-1], stride),
                          dst_base=kw * out + first, src_base=first * stride + shift)

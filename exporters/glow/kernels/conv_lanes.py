@@ -52,11 +52,11 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
-from pegasus.exporters.glow.kernels.binary import lane_loop, vector_lanes
+from pegasus.exporters.glow.kernels.binary import vector_lanes
 from pegasus.exporters.glow.kernels.conv import _flat, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of, vconst
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer, piece
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
@@ -147,7 +147,7 @@ def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
         return {}
     layer = headed_layer(graph, node)
     if layer is not None and layer.pool is not None:
-        return {}      # a pooling group's kernel (pool.py) reads the weights as they are
+        return {}      # a pooling group's kernel (conv_pool.py) reads the weights as they are
     return _packed(w, target)
 
 
@@ -191,11 +191,11 @@ def emit_layer(k: KernelContext, epilogue) -> None:
     tap then a broadcast at a fixed offset; a 1x1 over the flattened plane, or when strided row by row over the
     input positions it reads."""
     x, y, win = k.inputs[0], k.outputs[0], geometry(k)
-    if workspace_bytes(k):
-        assert k.workspace is not None, f"layer '{k.node.name}': its padded input or partial sums have no workspace"
-    if not pointwise(win):
-        z = padded(k.builder, k.scratch(x.element, _padded_bytes(x.shape, win, x.type.dtype)), x, win,
-                   vector_lanes(k.target, x.element))
+    padded_input, partial = _padded_bytes(x.shape, win, x.type.dtype), partial_bytes(k)
+    assert k.workspace is not None or not (padded_input or partial), \
+        f"layer '{k.node.name}': its padded input or partial sums have no workspace"
+    if padded_input:
+        z = padded(k.builder, k.scratch(x.element, padded_input), x, win, vector_lanes(k.target, x.element))
         rows, columns = z.shape[2:]
         taps = [i * win.dilations[0] * columns + j * win.dilations[1]
                 for i in range(win.kernel[0]) for j in range(win.kernel[1])]
@@ -205,8 +205,7 @@ def emit_layer(k: KernelContext, epilogue) -> None:
         grid = Grid(1, math.prod(win.out), 0, 1, (0,))
     else:
         grid = Grid(win.out[0], win.out[1], win.strides[0] * x.shape[3], win.strides[1], (0,))
-    partial = k.scratch(x.element, partial_bytes(k)) if partial_bytes(k) else None
-    emit(k, _flat(x), _flat(y), epilogue, grid, partial)
+    emit(k, _flat(x), _flat(y), epilogue, grid, k.scratch(x.element, partial) if partial else None)
 
 
 def padded(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win, lanes: int) -> TensorRef:
@@ -220,9 +219,7 @@ def padded(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win, lanes: int) ->
     inside_rows, inside_columns = min(height, rows - top), min(width, columns - left)
     for r0, r1, c0, c1 in ((0, top, 0, columns), (top + inside_rows, rows, 0, columns),
                            (top, top + inside_rows, 0, left), (top, top + inside_rows, left + inside_columns, columns)):
-        if r1 > r0 and c1 > c0:
-            lane_loop(b, (n, channels, r1 - r0, c1 - c0), [z.strides], 1,
-                      lambda flats, _: z.store(b, zero, flats[0]), [const(r0 * columns + c0)])
+        fill_strided(b, z, zero, (n, channels, r1 - r0, c1 - c0), z.strides, r0 * columns + c0)
     copy_strided(b, z, x, (n, channels, inside_rows, inside_columns), z.strides, x.strides,
                  dst_base=top * columns + left, lanes=lanes)
     return z

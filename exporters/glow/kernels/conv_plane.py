@@ -33,7 +33,6 @@ from dataclasses import replace
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import lane_loop
 from pegasus.exporters.glow.kernels.conv import (
     PREFETCH_CHANNELS,
     WEIGHT_BUDGET,
@@ -56,7 +55,7 @@ from pegasus.exporters.glow.kernels.linear import (
     vconst,
 )
 from pegasus.exporters.glow.kernels.registry import I32, Emitter, KernelContext, TensorRef
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
@@ -337,9 +336,7 @@ def gather_taps(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win) -> Tensor
         (h0, h1), (w0, w1) = _inside(rows, i), _inside(columns, j)
         base = (i * kw + j) * positions
         for r0, r1, c0, c1 in ((0, h0, 0, out_w), (h1, out_h, 0, out_w), (h0, h1, 0, w0), (h0, h1, w1, out_w)):
-            if r1 > r0 and c1 > c0:
-                lane_loop(b, (n, channels, r1 - r0, c1 - c0), [z_strides], 1,
-                          lambda flats, _: z.store(b, zero, flats[0]), [const(base + r0 * out_w + c0)])
+            fill_strided(b, z, zero, (n, channels, r1 - r0, c1 - c0), z_strides, base + r0 * out_w + c0)
         if h1 > h0 and w1 > w0:
             copy_strided(b, z, x, (n, channels, h1 - h0, w1 - w0), z_strides,
                          (*x.strides[:2], rows.stride * width, columns.stride),

@@ -32,10 +32,12 @@ from pegasus.exporters.glow.kernels.conv import (
     narrow_tail,
     pointwise,
     row_runs,
+    row_sweeper,
     row_taps_bytes,
     row_taps_correlation,
     sweep_row,
     sweep_tiles,
+    tile_channels,
     tile_positions,
     tile_shape,
 )
@@ -328,14 +330,11 @@ def _emit_banded(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) ->
                       TensorType((1, channels, rows, width_out), y.type.dtype))
     simd = simd_of(k.target)
     width, block = tile_shape(simd, num, width_out, channels)
-    last = cr.axes[-1]
-    tail = narrow_tail(width_out, width, simd.lanes(num.compute))
-    runs = row_runs(width_out - tail, width, lambda start: edge_of(last, start, width) is None)
     pooled_out = geometry.out[-1]
     right = max(0, (pooled_out - 1) * columns_stride + columns_kernel - width_out - geometry.pads_begin[-1])
 
     def conv_tile(batch: Value, group: Value, origin: Value, t: Tile) -> None:
-        step = block if t.width == width else block_channels(simd, num, channels, t.width)
+        step = tile_channels(simd, num, channels, width, block, t)
 
         def store(local0: Value, count: int) -> None:
             acc = correlate(num, cr, batch, group, local0, count, t)
@@ -354,14 +353,11 @@ def _emit_banded(k: KernelContext, num: Numeric, cr: Correlation, pool: Node) ->
         if not first and shared:
             copy_strided(b, stage, stage, (channels, shared, width_out), stage.strides[1:], stage.strides[1:],
                          src_base=pooled_rows * stride * width_out, lanes=simd.lanes(num.storage))
+        sweep = row_sweeper(b, cr.axes[-1], width, lambda t: conv_tile(batch, group, origin, t),
+                            simd.lanes(num.compute))
         with for_range(b, affine(b, bottom, (origin, 1)), start=affine(b, top if first else max(top, shared),
                                                                            (origin, 1)), name="crow") as row:
-            sweep_row(b, [row], runs, width, lambda position, start0, start: conv_tile(
-                batch, group, origin, Tile(position, start0, width, edge=None if start is None else
-                                           edge_of(last, start, width))))
-            if tail:
-                conv_tile(batch, group, origin, Tile([row], const(width_out - tail), tail,
-                                                     edge=edge_of(last, width_out - tail, tail)))
+            sweep([row])
         needed = (count - 1) * stride + kernel
         bottom = min(bottom, needed)
         attrs = replace(pool.attrs, pads=(top, geometry.pads_begin[-1], needed - bottom, right), ceil_mode=0,

@@ -12,13 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llvmlite import ir
-
 from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS
 from pegasus.exporters.glow.kernels.elementwise import apply_unary
-from pegasus.exporters.glow.kernels.linear import Numeric, Value, affine
+from pegasus.exporters.glow.kernels.linear import Numeric, Value, prefetch_span
 from pegasus.exporters.glow.kernels.registry import TensorRef
-from pegasus.exporters.glow.llvm.loops import const
 
 #: bytes of a residual operand above which the kernels prefetch it (``Epilogue.prefetch``): larger than this
 #: CPU's 1 MB L2, it comes from L3 or memory. ResNet-50 in the model: 256@56 (3.2 MB) 1,300 -> 1,200 kcycles
@@ -57,17 +54,8 @@ class Epilogue:
         accumulation, which then hides their latency (channels first, every output channel of a run of blocks
         is a stream of its own, more than the hardware prefetchers follow: ResNet-50's 1x1 64 -> 256 on 56x56
         with its sum took 0.98 ms without, 0.60 unfused)."""
-        if self.residual is None or not self.prefetches:
-            return
-        b = num.b
-        i8p = ir.IntType(8).as_pointer()
-        fn = b.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-            b.module, ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
-            name="llvm.prefetch.p0i8")
-        step = max(1, 64 // num.dtype.itemsize)
-        for offset in sorted({*range(0, lanes, step), lanes - 1}):
-            address = b.bitcast(b.gep(self.residual.ptr, [affine(b, offset, (flat, 1))]), i8p)
-            b.call(fn, [address, const(0), const(3), const(1)])
+        if self.residual is not None and self.prefetches:
+            prefetch_span(num.b, self.residual, flat, 0, lanes - 1)
 
     def _operand(self, num: Numeric, flat: Value | None, lanes: int, count: int | None, stride: int) -> Value:
         assert self.residual is not None and flat is not None, "a residual sum is added where Y is stored"

@@ -107,6 +107,15 @@ def copy_strided(b: ir.IRBuilder, dst: TensorRef, src: TensorRef, shape: Sequenc
     lane_loop(b, shape, [dst_strides, src_strides], lanes, body, [const(dst_base), const(src_base)])
 
 
+def fill_strided(b: ir.IRBuilder, dst: TensorRef, value: ir.Constant, shape: Sequence[int], strides: Sequence[int],
+                 base: int = 0) -> None:
+    """dst[base + Σ i·strides] = value for every i in ``shape`` (a region of dst: a padding border, a run of
+    columns), element by element; nothing for an empty one."""
+    if any(size <= 0 for size in shape):
+        return
+    lane_loop(b, shape, [strides], 1, lambda flats, _: dst.store(b, value, flats[0]), [const(base)])
+
+
 def copy_all(b: ir.IRBuilder, dst: TensorRef, src: TensorRef) -> None:
     """dst = src element by element (same number of elements, any shapes)."""
     copy_strided(b, dst, src, (dst.type.size,), (1,), (1,))
