@@ -64,6 +64,7 @@ CASES = [
     conv("1x1-64to9-relu", 64, 9, 1, relu=True),      # 16 groups: the SMLAD loop as a function of its own
     conv("3x3-32to3", 32, 3, 3, pad=1),               # 72 groups, a block of 2 and a lone row
     dense("dense-64x15", 64, 15),                     # one position: bytes (odd M), blocks of 4 channels
+    conv("3x3-8to1-pad", 8, 1, 3, pad=1),             # one output channel: no pair at all, the lone row only
 ]
 
 

@@ -348,7 +348,7 @@ def interleave_rows(spread: np.ndarray) -> np.ndarray:
     as it is."""
     m = spread.shape[0]
     words = spread.reshape(m, -1, 2)
-    pairs = words[:m // 2 * 2].reshape(m // 2, 2, -1, 2).transpose(0, 2, 3, 1)
+    pairs = words[:m // 2 * 2].reshape(m // 2, 2, words.shape[1], 2).transpose(0, 2, 3, 1)
     return np.concatenate([pairs.reshape(-1), words[m // 2 * 2:].reshape(-1)]).reshape(spread.shape)
 
 
