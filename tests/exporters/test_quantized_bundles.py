@@ -75,7 +75,7 @@ def export_for(key: str, graph: Graph, folder) -> None:
 
 
 # ---- single ops -----------------------------------------------------------------------------------
-QUANTIZABLE = ["Conv", "ConvDepthwise", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
+QUANTIZABLE = ["Conv", "ConvDepthwise", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
                "Sigmoid", "Tanh", "Exp", "HardSwish", "LeakyRelu", "Add", "Mul", "Softmax", "Transpose", "Concat",
                "BatchNormalization"]
 
@@ -127,7 +127,7 @@ def test_float_fallback_layers_match_on_host(op, tmp_path):
 
 
 @pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4", "cortex-m33"])
-@pytest.mark.parametrize("op", ["Conv", "Gemm", "AveragePool", "Sigmoid", "Add", "Mul", "Softmax"])
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose", "Gemm", "AveragePool", "Sigmoid", "Add", "Mul", "Softmax"])
 def test_single_op_bit_exact_on_cortex_m(op, cpu, single_ops, tmp_path):
     graph, rng = single_ops[op], _rng(op, cpu)
     samples = [_feeds(graph, rng) for _ in range(4)]

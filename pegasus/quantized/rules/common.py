@@ -9,7 +9,7 @@ import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import bits_needed, integer_range, quantize_multiplier, quantize_multipliers
-from pegasus.quantized.lower import LoweringContext
+from pegasus.quantized.lower import LoweringContext, same_grid
 from pegasus.quantized.params import TensorQuant
 
 #: Activations a producer can apply in its requantisation clamp: op → (lo, hi) in real values.
@@ -46,11 +46,14 @@ def round_half_away(x):
 
 def fused_output(ctx: LoweringContext, node: Node) -> tuple[str, int | None, int | None]:
     """The tensor ``node`` should write, with clamp bounds: its own output, or the output of a ReLU/Clip
-    that is its only reader (that layer is then skipped), so the activation costs nothing."""
+    that is its only reader (that layer is then skipped), so the activation costs nothing. Under the tflite
+    rounding only when the two tensors share a grid: TFLite's own RELU between two grids rounds a second time
+    (a TRANSPOSE_CONV the converter left unfused)."""
     out = node.outputs[0]
     reader = ctx.single_consumer(out)
     if reader is not None and clamp_of(reader) is not None and reader.name not in ctx.table.customized_layers \
-            and ctx.is_integer(reader.outputs[0]):
+            and ctx.is_integer(reader.outputs[0]) and (ctx.table.rounding != "tflite" or
+                                                       same_grid(ctx.quant(out), ctx.quant(reader.outputs[0]))):
         lo, hi = clamp_of(reader)
         ctx.skipped.add(reader.name)
         target = reader.outputs[0]

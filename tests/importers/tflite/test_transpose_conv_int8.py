@@ -1,0 +1,61 @@
+"""Full-integer TRANSPOSE_CONV (Keras Conv2DTranspose through the TFLite converter: SAME and VALID, strides 2 and
+(1, 2), kernels smaller and larger than the stride, a bias, per-channel int8 weights, a RELU the converter left
+as its own op on another grid) runs in integer (pegasus/quantized/rules/conv_transpose.py: no layer left in
+float) and is bit-exact with TFLite's reference kernels; its bundle on Cortex-M7 (qemu) and the host is
+bit-exact with ``pegasus inference --dtype quantized``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pegasus.commands.quantized_model import lower_model
+from pegasus.exporters.glow.export import export_bundle
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir import serialize
+from pegasus.runtime.interpreter import run
+from tests.exporters import toolchains
+from tests.exporters.test_bundles_e2e import output_spec
+from tests.importers.tflite.convert import seeded
+from tests.importers.tflite.test_quantized import _int8, compare_with_reference, full_range_feeds, import_cli, \
+    reference_interpreter
+
+pytestmark = pytest.mark.xdist_group("tflite")
+
+
+def int8_transpose_conv() -> bytes:
+    tf = seeded(31)
+    layers = tf.keras.layers
+    x = tf.keras.Input((5, 6, 3), batch_size=1)
+    same = layers.Conv2DTranspose(4, 3, strides=2, padding="same", name="up_same")(x)
+    valid = layers.Conv2DTranspose(5, 4, strides=2, padding="valid", use_bias=False, name="up_valid")(x)
+    wide = layers.Conv2DTranspose(3, (1, 3), strides=(1, 2), padding="same", name="up_wide")(x)
+    sparse = layers.Conv2DTranspose(2, 1, strides=2, padding="valid", name="up_sparse")(x)
+    relu = layers.ReLU(name="up_relu")(layers.Conv2DTranspose(6, 2, strides=2, name="up_relu_in")(x))
+    return _int8(tf, tf.keras.Model(x, [same, valid, wide, sparse, relu]), [(5, 6, 3)], 31)
+
+
+@pytest.fixture(scope="module")
+def imported(tflite_model, tmp_path_factory):
+    path = tflite_model(int8_transpose_conv)
+    return (path, *import_cli(path, tmp_path_factory.mktemp("transpose_conv")))
+
+
+def test_bit_exact_with_reference_kernels(imported):
+    worst, differing = compare_with_reference(imported)     # asserts every layer ran in integer
+    assert worst == 0, f"{differing} samples differ, largest difference {worst} LSB"
+
+
+@pytest.mark.parametrize("cpu", ["host", "cortex-m7"])
+def test_bundle_bit_exact(imported, cpu, tmp_path):
+    path, json_path, data_path, table_path = imported
+    graph = serialize.load(json_path, data_path)
+    lowered = lower_model(graph, str(table_path), show=False).graph
+    feeds = dict(zip(graph.inputs, full_range_feeds(reference_interpreter(path), np.random.default_rng(5))))
+    want = run(lowered, feeds)
+    export_bundle(lowered, tmp_path, "net", resolve_target(*((None, None) if cpu == "host" else ("arm", cpu))))
+    spec = output_spec(lowered)
+    got = (toolchains.run_host(tmp_path, "net", feeds, spec) if cpu == "host" else
+           toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec))
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
