@@ -75,9 +75,9 @@ def export_for(key: str, graph: Graph, folder) -> None:
 
 
 # ---- single ops -----------------------------------------------------------------------------------
-QUANTIZABLE = ["Conv", "ConvDepthwise", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
-               "Sigmoid", "Tanh", "Exp", "HardSwish", "LeakyRelu", "Add", "Mul", "Softmax", "Transpose", "Concat",
-               "BatchNormalization"]
+QUANTIZABLE = ["Conv", "ConvDepthwise", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool",
+               "GlobalAveragePool", "Relu", "Sigmoid", "Tanh", "Exp", "HardSwish", "LeakyRelu", "Add", "Mul", "Softmax",
+               "Transpose", "Concat", "BatchNormalization"]
 
 
 @pytest.fixture(scope="module")

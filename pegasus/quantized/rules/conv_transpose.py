@@ -31,9 +31,20 @@ from pegasus.ops.conv import ConvTranspose
 from pegasus.ops.layout import first_shape
 from pegasus.quantized.lower import LoweringContext, integer_rule
 from pegasus.quantized.rules.common import fused_output, requant_fields
-from pegasus.quantized.rules.linear import (_accumulator_bits, _bias_constant, _bias_values, _channel_scales,
-                                            _weight_grid, accumulator_rounding, bias_limit, bias_steps, fit_bias,
-                                            glow_bias, integer_bias, is_8bit_bias)
+from pegasus.quantized.rules.linear import (
+    _accumulator_bits,
+    _bias_constant,
+    _bias_values,
+    _channel_scales,
+    _weight_grid,
+    accumulator_rounding,
+    bias_limit,
+    bias_steps,
+    fit_bias,
+    glow_bias,
+    integer_bias,
+    is_8bit_bias,
+)
 
 
 def phase_weights(w: np.ndarray, strides: tuple[int, ...], fill: int) -> np.ndarray:

@@ -17,8 +17,13 @@ from pegasus.runtime.interpreter import run
 from tests.exporters import toolchains
 from tests.exporters.test_bundles_e2e import output_spec
 from tests.importers.tflite.convert import seeded
-from tests.importers.tflite.test_quantized import _int8, compare_with_reference, full_range_feeds, import_cli, \
-    reference_interpreter
+from tests.importers.tflite.test_quantized import (
+    _int8,
+    compare_with_reference,
+    full_range_feeds,
+    import_cli,
+    reference_interpreter,
+)
 
 pytestmark = pytest.mark.xdist_group("tflite")
 
