@@ -15,6 +15,8 @@ every multiplier derived as their Prepare functions derive it (float32 or double
   integer tensor on the op's grid, requantised where grids differ; no float on the way.
 
 - Mul: the general QMul (int16: one rounding, as TFLite's int16 MUL).
+- Resize, linear (RESIZE_BILINEAR, int8/int16): QResizeBilinear, its 10-bit fixed-point interpolation of the
+  raw integers (pegasus/ops/integer_resize.py); nearest: the general rule.
 
 Conv, depthwise and fully connected layers, pooling by maximum, reshapes and padding use the general rules,
 which derive their multipliers with the table's rounding. Element-wise functions
@@ -36,11 +38,16 @@ from pegasus.ops.fixedpoint import (
 )
 from pegasus.ops.integer import QAveragePool
 from pegasus.ops.registry import make_attrs
+from pegasus.ops.resize import Resize
 from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
 from pegasus.quantized.params import TensorQuant
 from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds, requantize_attrs
+from pegasus.quantized.rules.values import resize as general_resize
 
 TFLITE = "tflite"
+#: (align_corners, half_pixel_centers) of TF's resize, by the Resize coordinate mode its import maps them onto
+#: (importers/common/channels_last.py)
+TF_RESIZE_FLAGS = {"tf_asymmetric": (False, False), "tf_align_corners": (True, False), "tf_half_pixel": (False, True)}
 #: kScaledDiffIntegerBits of TFLite's int8 softmax: exp's input is Q5.26
 SOFTMAX_DIFF_BITS = 5
 
@@ -259,3 +266,25 @@ def dequantize_linear(ctx: LoweringContext, node: Node) -> str | None:
     ctx.set_home(y, home, yq)
     return None
 
+
+
+@integer_rule("Resize", rounding=TFLITE)
+def resize(ctx: LoweringContext, node: Node) -> str | None:
+    """RESIZE_BILINEAR on 8/16-bit integers: QResizeBilinear (input and output on one grid, as TFLite has it)."""
+    if node.attrs.mode == "nearest":
+        return general_resize(ctx, node)
+    x, y = node.inputs[0], node.outputs[0]
+    flags = TF_RESIZE_FLAGS.get(node.attrs.coordinate_transformation_mode)
+    if node.attrs.mode != "linear" or flags is None:
+        return f"mode {node.attrs.mode} with {node.attrs.coordinate_transformation_mode} coordinates"
+    shape = ctx.source.type_of(x).shape
+    sizes, _ = Resize.geometry(node.attrs, shape)
+    if len(shape) != 4 or sizes[0] != shape[0] or sizes[3] != shape[3]:
+        return "resizes other axes than height and width of an NHWC tensor"
+    xq, yq = ctx.quant(x), ctx.quant(y)
+    if xq.numpy_dtype not in ("int8", "int16") or xq.per_channel or not same_grid(xq, yq):
+        return "the input and output are not one 8/16-bit signed grid"
+    attrs = {"sizes": tuple(sizes[1:3]), "align_corners": flags[0], "half_pixel_centers": flags[1]}
+    result = ctx.emit("QResizeBilinear", [ctx.as_int(x)], attrs, name=node.name, outputs=[y], quant=[yq])[0]
+    ctx.set_home(y, result, yq)
+    return None

@@ -1,0 +1,101 @@
+"""Integer RESIZE_BILINEAR (pegasus/ops/integer_resize.py, the tflite rule in quantized/rules/tflite.py): int8 and
+int16x8 models resizing up, down and by uneven ratios with TF's three coordinate conventions (asymmetric,
+align_corners, half-pixel centres: UpSampling2D, Resizing, tf.image.resize and tf.compat.v1's resize_bilinear)
+run in integer (no layer left in float) and are bit-exact with TFLite's reference kernels; their bundles on
+Cortex-M7 (qemu) and the host are bit-exact with ``pegasus inference --dtype quantized``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pegasus.commands.quantized_model import lower_model
+from pegasus.exporters.glow.export import export_bundle
+from pegasus.exporters.glow.target import resolve_target
+from pegasus.ir import serialize
+from pegasus.runtime.interpreter import run
+from tests.exporters import toolchains
+from tests.exporters.test_bundles_e2e import output_spec
+from tests.importers.tflite.convert import from_keras, seeded
+from tests.importers.tflite.test_quantized import (
+    _int8,
+    compare_with_reference,
+    full_range_feeds,
+    import_cli,
+    reference_interpreter,
+)
+
+pytestmark = pytest.mark.xdist_group("tflite")
+SHAPE = (5, 7, 3)
+
+
+def _resizes(tf):
+    layers = tf.keras.layers
+    x = tf.keras.Input(SHAPE, batch_size=1)
+    y = layers.Conv2D(4, 1)(x)
+    outputs = [
+        layers.UpSampling2D(2, interpolation="bilinear")(y),                       # half-pixel centres, x2
+        layers.Resizing(9, 4, interpolation="bilinear")(y),                         # up 9/5 and down 4/7
+        layers.Lambda(lambda t: tf.compat.v1.image.resize_bilinear(t, (11, 13), align_corners=True))(y),
+        layers.Lambda(lambda t: tf.compat.v1.image.resize_bilinear(t, (8, 3)))(y),  # asymmetric
+        layers.Lambda(lambda t: tf.image.resize(t, (3, 2)))(y),                     # down, half-pixel centres
+    ]
+    return x, outputs
+
+
+def int8_resize_bilinear() -> bytes:
+    tf = seeded(41)
+    x, outputs = _resizes(tf)
+    return _int8(tf, tf.keras.Model(x, outputs), [SHAPE], 41)
+
+
+def int16x8_resize_bilinear() -> bytes:
+    tf = seeded(42)
+    x, outputs = _resizes(tf)
+    rng = np.random.default_rng(42)
+
+    def samples():
+        for _ in range(24):
+            yield [rng.uniform(-2, 2, (1, *SHAPE)).astype(np.float32)]
+
+    ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    return from_keras(tf.keras.Model(x, outputs), dynamic_range=True, representative_dataset=samples,
+                      target_spec=tf.lite.TargetSpec(supported_ops=ops), inference_input_type=tf.int16,
+                      inference_output_type=tf.int16)
+
+
+@pytest.fixture(scope="module")
+def imported(tflite_model, tmp_path_factory):
+    done = {}
+
+    def get(builder):
+        if builder not in done:
+            path = tflite_model(builder)
+            done[builder] = (path, *import_cli(path, tmp_path_factory.mktemp(builder.__name__)))
+        return done[builder]
+    return get
+
+
+@pytest.mark.parametrize("builder", [int8_resize_bilinear, int16x8_resize_bilinear], ids=lambda b: b.__name__)
+def test_bit_exact_with_reference_kernels(imported, builder):
+    model = imported(builder)
+    lowered = lower_model(serialize.load(model[1], model[2]), str(model[3]), show=False)
+    assert sum(node.op == "QResizeBilinear" for node in lowered.graph.nodes) == 5
+    worst, differing = compare_with_reference(model)     # asserts every layer ran in integer
+    assert worst == 0, f"{differing} samples differ, largest difference {worst} LSB"
+
+
+@pytest.mark.parametrize("builder", [int8_resize_bilinear, int16x8_resize_bilinear], ids=lambda b: b.__name__)
+@pytest.mark.parametrize("cpu", ["host", "cortex-m7"])
+def test_bundle_bit_exact(imported, builder, cpu, tmp_path):
+    path, json_path, data_path, table_path = imported(builder)
+    graph = serialize.load(json_path, data_path)
+    lowered = lower_model(graph, str(table_path), show=False).graph
+    feeds = dict(zip(graph.inputs, full_range_feeds(reference_interpreter(path), np.random.default_rng(6))))
+    want = run(lowered, feeds)
+    export_bundle(lowered, tmp_path, "net", resolve_target(*((None, None) if cpu == "host" else ("arm", cpu))))
+    spec = output_spec(lowered)
+    got = (toolchains.run_host(tmp_path, "net", feeds, spec) if cpu == "host" else
+           toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec))
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
