@@ -326,13 +326,20 @@ def schedule(chain: RowChain):
         for tensor in stage.sources:
             producer = chain.producer(tensor)
             while producer is not None and done[tensor] < hi - 1:
-                yield from compute(producer, done[tensor] + 1)
-                done[tensor] += 1
+                # a compacted window's reader striding past it skips rows: they are not computed
+                following = max(done[tensor] + 1, lo) if strided_reader(stage) else done[tensor] + 1
+                yield from compute(producer, following)
+                done[tensor] = following
         yield stage, row, dict(done)
 
     last = chain.stages[-1]
     for row in range(last.rows):
         yield from compute(last, row)
+
+
+def strided_reader(reader: Stage) -> bool:
+    """Whether ``reader`` steps more than one row (its input's window is compacted: row_emit.compacted)."""
+    return reader.window is not None and reader.window.strides[0] > 1
 
 
 def _may_overwrite(graph: Graph, chain: RowChain) -> bool:

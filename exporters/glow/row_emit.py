@@ -7,17 +7,18 @@ a whole layer would run, so the row's integers are the layer's. Functions of the
 (``codegen._shared``): a block whose two convolutions have one shape compiles one interior function.
 Their per-channel tables go into the block's parameter block, each function's tables once.
 
-The layer function is the schedule of ``row_chains.schedule`` as loops: for each output row of the last
-stage, each inner input is computed up to the last row the row reads — ``while done < hi - 1``, which in
-turn computes that stage's inputs —, the new row written at the end of its window after the window's rows
-moved down by one. A window read by a stage stepping s > 1 rows is compacted instead (``compacted``): its
-rows are written in order in its slots, and when the next one is past the last slot the rows its reader
-still reads (W - s of them once running) move to the first slots — a stride-2 3x3 window moves one row
-per output row where sliding would move four. A padding row of a ``filled`` stage is the zero point
-written in its slot. A stage's inputs are passed as pointers to the first row it reads: in X where X lies,
-in a window at that row's place. ``done`` (and ``base``, the row in a compacted window's first slot) of
-each inner tensor is a local counter: the code is re-entrant and writes nothing but its output and its
-workspace (the windows and the stages' own scratch).
+The layer function is the schedule of ``row_chains.schedule`` as loops: for each output row of the last stage,
+each inner input is computed up to the last row the row reads — ``while done < hi - 1``, which in turn
+computes that stage's inputs —, the new row written at the end of its window after the window's rows moved
+down by one. A window read by a stage stepping s > 1 rows is compacted instead (``compacted``): its rows are
+written in order in its slots, and when the next one is past the last slot the rows its reader still reads (W
+- s of them once running) move to the first slots — a stride-2 3x3 window moves one row per output row where
+sliding would move four. A reader striding past its window (a 1x1 stride-2 layer) skips rows: they are not
+computed at all (row_chains.schedule, the same rule). A padding row of a ``filled`` stage is the zero point
+written in its slot. A stage's inputs are passed as pointers to the first row it reads: in X where X lies, in
+a window at that row's place. ``done`` (and ``base``, the row in a compacted window's first slot) of each
+inner tensor is a local counter: the code is re-entrant and writes nothing but its output and its workspace
+(the windows and the stages' own scratch).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pegasus.exporters.glow.kernels.registry import (
     workspace_bytes,
 )
 from pegasus.exporters.glow.llvm.loops import const, for_range
-from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes
+from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes, strided_reader
 from pegasus.ir.graph import Graph
 
 I32 = ir.IntType(32)
@@ -129,7 +130,8 @@ class _Block:
             b.position_at_end(body)
             following = b.add(b.load(slot), const(1))
             at = None
-            if tensor in self.base:
+            if tensor in self.base:   # rows a reader striding past its window skips are never computed
+                following = b.select(b.icmp_signed("<", following, lo), lo, following)
                 self.make_room(tensor, lo, following)
                 at = self.row_pointer(tensor, following)
             if stage.filled:   # its padding rows: the producer's slot filled with the zero point
@@ -195,8 +197,7 @@ class _Block:
 def compacted(chain: RowChain, tensor: str) -> bool:
     """Whether ``tensor``'s window is compacted rather than slid: its reader steps more than one row, so only the
     rows it reads again move (module docstring)."""
-    reader = next(stage for stage in chain.stages if tensor in stage.sources)
-    return reader.window is not None and reader.window.strides[0] > 1
+    return strided_reader(next(stage for stage in chain.stages if tensor in stage.sources))
 
 
 def _reads(b: ir.IRBuilder, stage: Stage, row: ir.Value) -> tuple[ir.Value, ir.Value]:

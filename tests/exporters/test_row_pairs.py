@@ -6,7 +6,8 @@ rows the strided window reads.
 - the shapes MobileNetV1 0.25 has (1x1 8 -> 16, 3x3 depthwise stride 2 with TF SAME padding of an even
   height: bottom only, 1x1 16 -> 32) and others: an odd height padded top and bottom (a padding row before
   the first), a dense 3x3 stride 2 reader, a 5x5 stride 2 depthwise reader, a shrinking reader after the
-  pair (not taken in); inputs with non-zero zero points — each byte for byte the reference interpreter's, on
+  pair (not taken in), readers whose stride passes their window (1x1 stride 2, 2x2 stride 3: rows
+  skipped); inputs with non-zero zero points — each byte for byte the reference interpreter's, on
   the host and under qemu on Cortex-M7, M4 and M0;
 - the RAM: the chain takes X (its output on X's bytes) and a few rows, less than the tensor between the
   two layers, and less than the same graph exported layer by layer;
@@ -80,9 +81,14 @@ PAIRS = [
     ("shrinking-after", (1, 12, 6, 8), 16, ((16, 1, 3, 3), {**SAME_EVEN_S2, "group": 16}), 8, 2),
     ("two-top-pads", (1, 10, 8, 4), 16, ((16, 1, 3, 3), {"pads": (2, 1, 0, 1), "strides": (2, 2), "group": 16}),
      None, 2),
+    # readers striding past their window: the rows between their windows are never computed (they were
+    # written before the window's first slot)
+    ("1x1-s2-depthwise", (1, 13, 7, 4), 16, ((16, 1, 1, 1), {"strides": (2, 2), "group": 16}), None, 2),
+    ("2x2-s3-dense", (1, 14, 7, 4), 16, ((8, 16, 2, 2), {"strides": (3, 3)}), None, 2),
 ]
-#: the pairs whose output may not take X's bytes: an output row covers X rows the chain has still to read
-APART = {"two-top-pads"}
+#: the pairs whose output may not take X's bytes: an output row covers X rows the chain has still to read, or
+#: the output is larger than X
+APART = {"two-top-pads", "1x1-s2-depthwise"}
 
 
 def _graph(cases, post: bool = True) -> tuple[Graph, dict[str, tuple[str, str]]]:
