@@ -25,8 +25,10 @@ QUANTIZED_DTYPES = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16, DType.IN
 
 def check_params(x: TensorType, scale: TensorType, zero_point: TensorType | None, axis: int,
                  block_size: int) -> None:
-    """ShapeError unless scale (and zero point) fit x for per-tensor, per-axis or blocked use."""
-    if zero_point is not None and zero_point.shape != scale.shape:
+    """ShapeError unless scale (and zero point) fit x for per-tensor, per-axis or blocked use. Per tensor, each
+    may be a scalar or one element (onnxruntime's quantizer writes a bias's scale as [1], its zero point as [])."""
+    per_tensor = all(p.size == 1 and p.rank <= 1 for p in (scale, zero_point or scale)) and not block_size
+    if zero_point is not None and zero_point.shape != scale.shape and not per_tensor:
         raise ShapeError(f"zero point shape {list(zero_point.shape)} differs from scale shape "
                          f"{list(scale.shape)}")
     if block_size < 0:
