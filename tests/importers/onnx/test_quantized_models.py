@@ -25,9 +25,8 @@ def _float_cnn():
     return make_model(nodes, inputs, ["output"], weights, 13)
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_quantize_static_qdq(tmp_path, per_channel):
-    """QDQ format: a bias's DequantizeLinear has scale [1] and zero point [] (per tensor, two spellings)."""
+def _quantize_static(tmp_path, quant_format: str, per_channel: bool, weight_type: str):
+    """The small classifier through onnxruntime's quantize_static (uint8 activations)."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -41,9 +40,29 @@ def test_quantize_static_qdq(tmp_path, per_channel):
             return next(self.samples, None)
 
     onnx.save(model, str(tmp_path / "float.onnx"))
-    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"), Reader(), quant_format=QuantFormat.QDQ,
-                    per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    quantized = onnx.load(str(tmp_path / "qdq.onnx"))
-    assert any(n.op_type == "DequantizeLinear" for n in quantized.graph.node)
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "quantized.onnx"), Reader(),
+                    quant_format=getattr(QuantFormat, quant_format), per_channel=per_channel,
+                    activation_type=QuantType.QUInt8, weight_type=getattr(QuantType, weight_type))
     (tmp_path / "run").mkdir()
-    check(quantized, tmp_path / "run", seeded_inputs(model, 9), atol=1e-5)
+    return onnx.load(str(tmp_path / "quantized.onnx")), seeded_inputs(model, 9)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_quantize_static_qdq(tmp_path, per_channel):
+    """QDQ format: a bias's DequantizeLinear has scale [1] and zero point [] (per tensor, two spellings)."""
+    quantized, feeds = _quantize_static(tmp_path, "QDQ", per_channel, "QInt8")
+    assert any(n.op_type == "DequantizeLinear" for n in quantized.graph.node)
+    check(quantized, tmp_path / "run", feeds, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_channel, weight_type", [(False, "QUInt8"), (True, "QInt8")])
+def test_quantize_static_qoperator(tmp_path, per_channel, weight_type):
+    """QOperator format: QLinearConv, com.microsoft's QLinearGlobalAveragePool and QGemm. onnxruntime computes
+    them in integers, pegasus's float graph between DequantizeLinear and QuantizeLinear: one output step apart at
+    most (a value on a rounding tie)."""
+    quantized, feeds = _quantize_static(tmp_path, "QOperator", per_channel, weight_type)
+    ops = {n.op_type for n in quantized.graph.node}
+    assert {"QLinearConv", "QLinearGlobalAveragePool", "QGemm"} <= ops, ops
+    last = next(n for n in quantized.graph.node if n.output[0] == quantized.graph.output[0].name)
+    step = float(numpy_helper.to_array(next(i for i in quantized.graph.initializer if i.name == last.input[1])))
+    check(quantized, tmp_path / "run", feeds, rtol=0, atol=step * 1.001)
