@@ -182,9 +182,6 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
             except TypeError as exc:
                 raise PegasusError(f"input '{input_name}': {exc}") from None
         builder.add_input(input_name, TensorType(shape, dtype))
-    for symbol, names in batches.items() if note else ():
-        note(f"{', '.join(names)}: {f'batch {symbol}' if symbol else 'unknown batch'} = {DEFAULT_BATCH}")
-
     stop_at = set(input_names)
     node_indices = _needed_nodes(onnx_graph, output_names, stop_at)
     nodes = [OnnxNode.from_proto(onnx_graph.node[i], i) for i in node_indices]
@@ -202,7 +199,10 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         if not builder.has(out):
             raise PegasusError(f"output '{out}' was not produced by the converted graph")
     graph.inputs = [n for n in graph.inputs if n not in constant_inputs]
-    return run_import_passes(graph, optimize=optimize)
+    graph = run_import_passes(graph, optimize=optimize)
+    for symbol, names in batches.items() if note else ():  # said once the import succeeded: an error is one line
+        note(f"{', '.join(names)}: {f'batch {symbol}' if symbol else 'unknown batch'} = {DEFAULT_BATCH}")
+    return graph
 
 
 def declared_batches(model: onnx.ModelProto, inputs: Sequence[str] | None = None) -> list[int | None]:
