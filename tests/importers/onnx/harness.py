@@ -38,6 +38,14 @@ def make_model(nodes, inputs, outputs, initializers, opset: int, domains: dict[s
     return model
 
 
+def run_cli_here(*args) -> tuple[int, str, str]:
+    """``pegasus ARGS`` in this process: (exit code, stdout, stderr)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main([str(a) for a in args])
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
 def cli_import(path: Path, *args: str) -> tuple[int, str, str, Path]:
     """``pegasus import onnx --model PATH ...`` in this process: (exit code, stdout, stderr, json path)."""
     out = path.with_suffix(".json")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.importers.onnx.harness import check, make_model, seeded_inputs
+from tests.importers.onnx.harness import check, cli_import, make_model, onnxruntime_outputs, run_cli_here, seeded_inputs
 
 
 def _float_cnn():
@@ -27,7 +28,6 @@ def _float_cnn():
 
 def _quantize_static(tmp_path, quant_format: str, per_channel: bool, weight_type: str):
     """The small classifier through onnxruntime's quantize_static (uint8 activations)."""
-    import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     model = _float_cnn()
@@ -66,3 +66,34 @@ def test_quantize_static_qoperator(tmp_path, per_channel, weight_type):
     last = next(n for n in quantized.graph.node if n.output[0] == quantized.graph.output[0].name)
     step = float(numpy_helper.to_array(next(i for i in quantized.graph.initializer if i.name == last.input[1])))
     check(quantized, tmp_path / "run", feeds, rtol=0, atol=step * 1.001)
+
+
+def test_qoperator_model_quantizes_and_runs_in_integers(tmp_path):
+    """pegasus quantize + inference --dtype quantized of a QOperator model: the uint8 tensors its Flatten moves
+    between QLinearGlobalAveragePool and QGemm are the model's own integers (no table entry); they run as they
+    are. The result stays near onnxruntime's."""
+    quantized, feeds = _quantize_static(tmp_path, "QOperator", False, "QUInt8")
+    path = tmp_path / "run" / "qop.onnx"
+    onnx.save(quantized, str(path))
+    code, _, stderr, json_path = cli_import(path)
+    assert code == 0, stderr
+    data_path = json_path.with_suffix(".data")
+    lines = []
+    for seed in range(3):
+        np.save(tmp_path / f"cal{seed}.npy", seeded_inputs(quantized, seed)["input"])
+        lines.append(f"cal{seed}.npy")
+    (tmp_path / "dataset.txt").write_text("\n".join(lines) + "\n")
+    np.save(tmp_path / "x.npy", feeds["input"])
+    meta, table = tmp_path / "meta.yml", tmp_path / "qop.quantize"
+    for args in (["generate", "inputmeta", "--model", json_path, "--source-file", tmp_path / "dataset.txt",
+                  "--input-meta-output", meta],
+                 ["quantize", "--model", json_path, "--model-data", data_path, "--with-input-meta", meta,
+                  "--model-quantize", table, "--iterations", "3"],
+                 ["inference", "--model", json_path, "--model-data", data_path, "--dtype", "quantized",
+                  "--model-quantize", table, "--input", tmp_path / "x.npy", "--postprocess", "dump_result",
+                  "--output-dir", tmp_path / "out"]):
+        code, _, stderr = run_cli_here(*args)
+        assert code == 0, stderr
+    (expected,) = onnxruntime_outputs(path, feeds)
+    got = np.load(tmp_path / "out" / "outputs.npz")["output"].reshape(expected.shape)
+    assert np.abs(got - expected).max() <= 0.1 * np.abs(expected).max()
