@@ -69,7 +69,8 @@ class QuantAttrs:
 @register
 class QuantizeLinear(OpDef):
     """y = saturate(round(x / scale) + zero_point), dtype of zero_point (uint8 without one); round is half to even
-    (ONNX), or half away from zero with ``rounding`` half_away (TFLite's QUANTIZE, C's round)"""
+    (ONNX), or half away from zero with ``rounding`` half_away (TFLite's QUANTIZE, C's round); NaN gives the
+    type's minimum (onnxruntime's answer)"""
 
     name = "QuantizeLinear"
     num_inputs = (2, 3)
@@ -109,6 +110,7 @@ class QuantizeLinear(OpDef):
             q = (np.sign(quotient) * (whole + (magnitude - whole >= 0.5))).astype(np.float64)
         else:
             q = np.rint(quotient).astype(np.float64)
+        q = np.where(np.isnan(q), -np.inf, q)  # NaN saturates to the type's minimum, as onnxruntime has it
         if zero_point is not None:
             q = q + expand_param(zero_point, x.shape, attrs.axis, attrs.block_size)
         info = np.iinfo(dtype)
