@@ -1,11 +1,13 @@
 """Integer rules for ops that move, select or copy values (Reshape, Transpose, Slice, MaxPool...):
 they run unchanged on integer tensors and their output stays on the input's grid (the quantizer gives
 both the same parameters; if a user's edit makes them differ, a Requantize follows). Concat brings
-every input onto the output's grid first; Pad pads with the zero point's level."""
+every input onto the output's grid first; Pad pads with the zero point's level; Resize interpolates levels."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
@@ -70,9 +72,24 @@ def pad(ctx: LoweringContext, node: Node) -> str | None:
 
 @integer_rule("Resize")
 def resize(ctx: LoweringContext, node: Node) -> str | None:
+    """Nearest selects levels; linear and cubic weights sum to one, so interpolating the levels on the input's grid
+    is interpolating the real values (rounded once, where a float Resize's QuantizeLinear would round), and the
+    reference and the bundle compute an integer Resize in float64 in one order, bit for bit. tf_crop_and_resize's
+    extrapolation value becomes its level."""
+    xq = ctx.quant(node.inputs[0])
+    if xq.per_channel:
+        return "per-channel input"
+    level = round(node.attrs.extrapolation_value / float(xq.scale[0])) + int(xq.zero_point[0])
+    info = np.iinfo(xq.numpy_dtype)
+    return passthrough(ctx, node, replace(node.attrs, extrapolation_value=float(min(max(level, info.min), info.max))))
+
+
+@integer_rule("Resize", rounding="tflite")
+def resize_tflite(ctx: LoweringContext, node: Node) -> str | None:
+    """TFLite's RESIZE_BILINEAR has integer arithmetic of its own: interpolating modes stay float there."""
     if node.attrs.mode != "nearest":
         return f"mode {node.attrs.mode} interpolates (only nearest selects values)"
-    return passthrough(ctx, node)
+    return resize(ctx, node)
 
 
 @integer_rule("DtypeConverter")
