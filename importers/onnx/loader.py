@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from pegasus.errors import PegasusError
+from pegasus.errors import PegasusError, UnsupportedOpsError
 from pegasus.fileio import require_file
 from pegasus.importers.common.converters import convert_nodes
 from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
@@ -28,6 +28,9 @@ from pegasus.ir.tensor import TensorType
 from pegasus.passes.pipeline import run_import_passes
 
 MIN_OPSET = 7
+#: ops of onnxruntime's quantize_dynamic (activations quantized at run time), which pegasus does not convert
+DYNAMIC_QUANTIZATION = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM",
+                        "DynamicQuantizeMatMul"}
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -185,7 +188,13 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
     stop_at = set(input_names)
     node_indices = _needed_nodes(onnx_graph, output_names, stop_at)
     nodes = [OnnxNode.from_proto(onnx_graph.node[i], i) for i in node_indices]
-    TABLE.check_supported(nodes, opset)
+    try:
+        TABLE.check_supported(nodes, opset)
+    except UnsupportedOpsError as exc:
+        if DYNAMIC_QUANTIZATION & {node.op_type for node in nodes}:
+            raise PegasusError(f"{exc.message} (a model dynamically quantized by onnxruntime's quantize_dynamic: "
+                               "import the float model, then pegasus quantize)") from exc
+        raise
     for init_name in {n for node in nodes for n in node.inputs} | set(output_names):
         if init_name in initializers and init_name not in stop_at:
             try:

@@ -97,3 +97,19 @@ def test_qoperator_model_quantizes_and_runs_in_integers(tmp_path):
     (expected,) = onnxruntime_outputs(path, feeds)
     got = np.load(tmp_path / "out" / "outputs.npz")["output"].reshape(expected.shape)
     assert np.abs(got - expected).max() <= 0.1 * np.abs(expected).max()
+
+
+def test_quantize_dynamic_model_is_refused_in_one_line_with_a_hint(tmp_path):
+    """onnxruntime's quantize_dynamic (activations quantized at run time) has no pegasus form: one line naming the
+    file and every op, and what to do instead."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx.save(_float_cnn(), str(tmp_path / "float.onnx"))
+    quantize_dynamic(str(tmp_path / "float.onnx"), str(tmp_path / "dynamic.onnx"), weight_type=QuantType.QUInt8)
+    code, stdout, stderr, json_path = cli_import(tmp_path / "dynamic.onnx")
+    assert code == 2 and stdout == "" and not json_path.exists()
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    for fragment in ("dynamic.onnx", "DynamicQuantizeLinear", "ConvInteger", "quantize_dynamic",
+                     "import the float model, then pegasus quantize"):
+        assert fragment in lines[0], (fragment, lines[0])
