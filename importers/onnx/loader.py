@@ -54,11 +54,13 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 
 def _declared_dims(value_info: onnx.ValueInfoProto) -> list[int | str | None]:
+    """An input's declared dims: sizes, symbols, or None where unknown (no value, or -1 as some converters
+    write a dynamic dim and onnxruntime reads it)."""
     if not value_info.type.HasField("tensor_type") or not value_info.type.tensor_type.HasField("shape"):
         return []
     dims: list[int | str | None] = []
     for dim in value_info.type.tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
             dims.append(int(dim.dim_value))
         elif dim.HasField("dim_param"):
             dims.append(dim.dim_param)
