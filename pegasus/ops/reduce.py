@@ -1,4 +1,4 @@
-"""Reductions over axes: Reduce*, ArgMax/ArgMin, and Softmax/LogSoftmax (a normalisation along one axis).
+"""Reductions over axes: Reduce*, ArgMax/ArgMin, TopK, and Softmax/LogSoftmax (a normalisation along one axis).
 
 Every Reduce* op shares one base: the axes rule (empty = all axes unless ``noop_with_empty_axes``),
 ``keepdims`` and the shape rule are written once; each op states only its NumPy formula. ``axes`` is
@@ -16,7 +16,7 @@ import numpy as np
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.common import normalize_axes, normalize_axis
-from pegasus.ops.registry import OpDef, register
+from pegasus.ops.registry import OpDef, ShapeError, register
 
 Axes = tuple[int, ...]
 
@@ -234,6 +234,39 @@ class ArgMin(_ArgReduce):
 
     name = "ArgMin"
     pick = staticmethod(np.argmin)
+
+
+@register
+class TopK(OpDef):
+    """values and int64 indices of the ``k`` largest (smallest with ``largest`` False) elements along ``axis``,
+    sorted, equal values by lower index first (ONNX TopK); NaN sorts after every number"""
+
+    name = "TopK"
+
+    @dataclasses.dataclass(frozen=True)
+    class Attrs:
+        k: int = 1
+        axis: int = -1
+        largest: bool = True
+        sorted: bool = True
+
+    @staticmethod
+    def infer(attrs, inputs):
+        x = inputs[0]
+        axis = normalize_axis(attrs.axis, len(x.shape))
+        if not 0 <= attrs.k <= x.shape[axis]:
+            raise ShapeError(f"k = {attrs.k} is outside [0, {x.shape[axis]}] (axis {axis} of {list(x.shape)})")
+        shape = tuple(attrs.k if i == axis else d for i, d in enumerate(x.shape))
+        return [TensorType(shape, x.dtype), TensorType(shape, DType.INT64)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        x = inputs[0]
+        axis = normalize_axis(attrs.axis, x.ndim)
+        key = x.astype(np.float64)
+        order = np.argsort(-key if attrs.largest else key, axis=axis, kind="stable")
+        index = np.take(order, np.arange(attrs.k), axis=axis)
+        return [np.take_along_axis(x, index, axis=axis), index.astype(np.int64)]
 
 
 # ---- normalisation along one axis ---------------------------------------------------------------

@@ -15,7 +15,7 @@ from pegasus.quantized.rules.common import requantize_attrs
 
 #: Ops whose outputs are (a selection or rearrangement of) input 0's values.
 PASSTHROUGH_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Slice", "Gather",
-                   "Split", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin")
+                   "Split", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "TopK")
 
 
 def _raw(ctx: LoweringContext, name: str) -> str:
@@ -33,8 +33,9 @@ def passthrough(ctx: LoweringContext, node: Node, attrs=None) -> str | None:
         return "per-channel input"
     inputs = [ctx.as_int(x)] + [_raw(ctx, name) for name in node.inputs[1:]]
     outputs = [o for o in node.outputs]
+    quant = [xq if o and ctx.source.type_of(o).dtype.is_float else None for o in outputs]  # not TopK's indices
     names = ctx.emit(node.op, inputs, attrs or node.attrs, name=node.name,
-                     outputs=[o or "" for o in outputs], quant=[xq] * len(outputs))
+                     outputs=[o or "" for o in outputs], quant=quant)
     for original, produced in zip(outputs, names):
         if not original:
             continue
