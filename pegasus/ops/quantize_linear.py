@@ -27,7 +27,8 @@ def check_params(x: TensorType, scale: TensorType, zero_point: TensorType | None
                  block_size: int) -> None:
     """ShapeError unless scale (and zero point) fit x for per-tensor, per-axis or blocked use. Per tensor, each
     may be a scalar or one element (onnxruntime's quantizer writes a bias's scale as [1], its zero point as [])."""
-    per_tensor = all(p.size == 1 and p.rank <= 1 for p in (scale, zero_point or scale)) and not block_size
+    per_tensor = all(p.size == 1 and p.rank <= 1 for p in (scale, scale if zero_point is None else zero_point))
+    per_tensor = per_tensor and not block_size
     if zero_point is not None and zero_point.shape != scale.shape and not per_tensor:
         raise ShapeError(f"zero point shape {list(zero_point.shape)} differs from scale shape "
                          f"{list(scale.shape)}")
