@@ -1,4 +1,4 @@
-"""Emitters for the reductions (pegasus/ops/reduce.py): Reduce*, ArgMax/ArgMin, TopK, Softmax/LogSoftmax.
+"""Emitters for the reductions (pegasus/ops/reduce.py): Reduce*, ArgMax/ArgMin, TopK, CumSum, Softmax/LogSoftmax.
 
 Reduce*: the kept axes form the outer loop nest (one output element each) and the reduced axes the
 inner one, with an accumulator that LLVM keeps in a register; both nests merge the dimensions they
@@ -275,6 +275,29 @@ def top_k(k: KernelContext) -> None:
             indices.store(b, b.sext(best_index.get(), I64), flat)
             previous.set(best.get())
             previous_index.set(best_index.get())
+
+
+@emitter("CumSum")
+def cum_sum(k: KernelContext) -> None:
+    """One running sum per slice, in x's dtype, element after element (the reference's order, bit for bit)."""
+    b, x, y = k.builder, k.inputs[0], k.outputs[0]
+    axis = normalize_axis(k.attrs.axis, len(x.shape))
+    outer, n, inner, nest = axis_loops(b, x.shape, axis)
+    if x.type.size == 0:
+        return
+    ar = Arith(b, x.type.dtype, k.math)
+    with nest as (o, i):
+        base = b.add(b.mul(o, const(n * inner)), i)
+        total = Accumulator(b, ar.const(0))
+        with for_range(b, n, name="j") as j:
+            step = b.sub(const(n - 1), j) if k.attrs.reverse else j
+            flat = b.add(base, b.mul(step, const(inner)))
+            value = x.load(b, flat)
+            if k.attrs.exclusive:
+                y.store(b, total.get(), flat)
+            total.set(ar.add(total.get(), value))
+            if not k.attrs.exclusive:
+                y.store(b, total.get(), flat)
 
 
 def _softmax_axis(k: KernelContext, log: bool) -> None:
