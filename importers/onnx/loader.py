@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from pegasus.errors import PegasusError
+from pegasus.errors import PegasusError, UnsupportedOpsError
 from pegasus.fileio import require_file
 from pegasus.importers.common.converters import convert_nodes
 from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
@@ -28,6 +28,9 @@ from pegasus.ir.tensor import TensorType
 from pegasus.passes.pipeline import run_import_passes
 
 MIN_OPSET = 7
+#: ops of onnxruntime's quantize_dynamic (activations quantized at run time), which pegasus does not convert
+DYNAMIC_QUANTIZATION = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM",
+                        "DynamicQuantizeMatMul"}
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -51,11 +54,13 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 
 def _declared_dims(value_info: onnx.ValueInfoProto) -> list[int | str | None]:
+    """An input's declared dims: sizes, symbols, or None where unknown (no value, or -1 as some converters
+    write a dynamic dim and onnxruntime reads it)."""
     if not value_info.type.HasField("tensor_type") or not value_info.type.tensor_type.HasField("shape"):
         return []
     dims: list[int | str | None] = []
     for dim in value_info.type.tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
             dims.append(int(dim.dim_value))
         elif dim.HasField("dim_param"):
             dims.append(dim.dim_param)
@@ -182,13 +187,16 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
             except TypeError as exc:
                 raise PegasusError(f"input '{input_name}': {exc}") from None
         builder.add_input(input_name, TensorType(shape, dtype))
-    for symbol, names in batches.items() if note else ():
-        note(f"{', '.join(names)}: {f'batch {symbol}' if symbol else 'unknown batch'} = {DEFAULT_BATCH}")
-
     stop_at = set(input_names)
     node_indices = _needed_nodes(onnx_graph, output_names, stop_at)
     nodes = [OnnxNode.from_proto(onnx_graph.node[i], i) for i in node_indices]
-    TABLE.check_supported(nodes, opset)
+    try:
+        TABLE.check_supported(nodes, opset)
+    except UnsupportedOpsError as exc:
+        if DYNAMIC_QUANTIZATION & {node.op_type for node in nodes}:
+            raise PegasusError(f"{exc.message} (a model dynamically quantized by onnxruntime's quantize_dynamic: "
+                               "import the float model, then pegasus quantize)") from exc
+        raise
     for init_name in {n for node in nodes for n in node.inputs} | set(output_names):
         if init_name in initializers and init_name not in stop_at:
             try:
@@ -202,7 +210,10 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         if not builder.has(out):
             raise PegasusError(f"output '{out}' was not produced by the converted graph")
     graph.inputs = [n for n in graph.inputs if n not in constant_inputs]
-    return run_import_passes(graph, optimize=optimize)
+    graph = run_import_passes(graph, optimize=optimize)
+    for symbol, names in batches.items() if note else ():  # said once the import succeeded: an error is one line
+        note(f"{', '.join(names)}: {f'batch {symbol}' if symbol else 'unknown batch'} = {DEFAULT_BATCH}")
+    return graph
 
 
 def declared_batches(model: onnx.ModelProto, inputs: Sequence[str] | None = None) -> list[int | None]:

@@ -61,9 +61,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.set_defaults(run=run_glow)
 
 
+#: names a bundle's entry point cannot take: C keywords, ``main`` (the example program's and the run harness's) and
+#: what <math.h>, <stdio.h>, <stdlib.h> and <string.h> declare, which the programs around a bundle include
+TAKEN_C_NAMES = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if inline int long register
+restrict return short signed sizeof static struct switch typedef union unsigned void volatile while bool true false
+alignas alignof nullptr static_assert thread_local typeof main
+abs acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp2 expm1 fabs fdim floor fma
+fmax fmin fmod frexp hypot ilogb ldexp lgamma llrint llround log log10 log1p log2 logb lrint lround modf nan
+nearbyint nextafter pow remainder remquo rint round scalbn sin sinh sqrt tan tanh tgamma trunc
+abort atexit atof atoi atol calloc div exit free getenv labs ldiv malloc qsort rand realloc srand strtod strtol system
+fclose feof ferror fflush fgetc fgets fopen fprintf fputc fputs fread free freopen fscanf fseek ftell fwrite getc
+getchar printf putc putchar puts remove rename rewind scanf snprintf sprintf sscanf
+memchr memcmp memcpy memmove memset strcat strchr strcmp strcpy strlen strncmp strncpy strrchr strstr strtok
+""".split())
+
+
 def c_identifier(text: str) -> str:
+    """``text`` as a C identifier a bundle's entry point can take (a taken name, e.g. a model saved as main.onnx or
+    exp.onnx, gets ``_net``)."""
     name = re.sub(r"\W", "_", text)
-    return name if name and not name[0].isdigit() else f"_{name}"
+    name = name if name and not name[0].isdigit() else f"_{name}"
+    return f"{name}_net" if name in TAKEN_C_NAMES else name
 
 
 def run_glow(args: argparse.Namespace) -> int:

@@ -139,10 +139,15 @@ def run_onnx(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     inputs = names(args.inputs)
     shapes = parse_size_list(args.input_size_list, args.size_with_batch, declared_batches(model, inputs))
-    graph = import_onnx(model, inputs=inputs, outputs=names(args.outputs),
-                        input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list),
-                        symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize,
-                        note=note)
+    try:
+        graph = import_onnx(model, inputs=inputs, outputs=names(args.outputs),
+                            input_shapes=shapes, input_dtypes=parse_dtype_list(args.input_dtype_list),
+                            symbols=parse_symbols(args.define_symbol), name=name, optimize=not args.no_optimize,
+                            note=note)
+    except PegasusError as exc:  # what the model holds is named with its file
+        if exc.where is not None:
+            raise
+        raise PegasusError(exc.message, where=args.model) from exc
     source = {"framework": "onnx", "file": Path(args.model).name, "opset": _opset(model)}
     return _save(args, graph, source, json_path, data_path)
 

@@ -83,7 +83,8 @@ class Div(Binary):
     def fn(attrs, a, b):
         if a.dtype.kind in "iu" and b.dtype.kind in "iu":
             return trunc_divide(a, b)
-        return a / b
+        with np.errstate(divide="ignore", invalid="ignore"):  # IEEE: x / 0 = ±inf, 0 / 0 = NaN, as ONNX and C
+            return a / b
 
 
 @register

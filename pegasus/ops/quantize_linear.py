@@ -25,8 +25,11 @@ QUANTIZED_DTYPES = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16, DType.IN
 
 def check_params(x: TensorType, scale: TensorType, zero_point: TensorType | None, axis: int,
                  block_size: int) -> None:
-    """ShapeError unless scale (and zero point) fit x for per-tensor, per-axis or blocked use."""
-    if zero_point is not None and zero_point.shape != scale.shape:
+    """ShapeError unless scale (and zero point) fit x for per-tensor, per-axis or blocked use. Per tensor, each
+    may be a scalar or one element (onnxruntime's quantizer writes a bias's scale as [1], its zero point as [])."""
+    per_tensor = all(p.size == 1 and p.rank <= 1 for p in (scale, scale if zero_point is None else zero_point))
+    per_tensor = per_tensor and not block_size
+    if zero_point is not None and zero_point.shape != scale.shape and not per_tensor:
         raise ShapeError(f"zero point shape {list(zero_point.shape)} differs from scale shape "
                          f"{list(scale.shape)}")
     if block_size < 0:
@@ -67,7 +70,8 @@ class QuantAttrs:
 @register
 class QuantizeLinear(OpDef):
     """y = saturate(round(x / scale) + zero_point), dtype of zero_point (uint8 without one); round is half to even
-    (ONNX), or half away from zero with ``rounding`` half_away (TFLite's QUANTIZE, C's round)"""
+    (ONNX), or half away from zero with ``rounding`` half_away (TFLite's QUANTIZE, C's round); NaN gives the
+    type's minimum (onnxruntime's answer)"""
 
     name = "QuantizeLinear"
     num_inputs = (2, 3)
@@ -107,6 +111,7 @@ class QuantizeLinear(OpDef):
             q = (np.sign(quotient) * (whole + (magnitude - whole >= 0.5))).astype(np.float64)
         else:
             q = np.rint(quotient).astype(np.float64)
+        q = np.where(np.isnan(q), -np.inf, q)  # NaN saturates to the type's minimum, as onnxruntime has it
         if zero_point is not None:
             q = q + expand_param(zero_point, x.shape, attrs.axis, attrs.block_size)
         info = np.iinfo(dtype)

@@ -1,4 +1,5 @@
-"""Reductions over axes: Reduce*, ArgMax/ArgMin, and Softmax/LogSoftmax (a normalisation along one axis).
+"""Reductions over axes: Reduce*, ArgMax/ArgMin, TopK, CumSum, and Softmax/LogSoftmax (a normalisation along one
+axis).
 
 Every Reduce* op shares one base: the axes rule (empty = all axes unless ``noop_with_empty_axes``),
 ``keepdims`` and the shape rule are written once; each op states only its NumPy formula. ``axes`` is
@@ -16,7 +17,7 @@ import numpy as np
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.common import normalize_axes, normalize_axis
-from pegasus.ops.registry import OpDef, register
+from pegasus.ops.registry import OpDef, ShapeError, register
 
 Axes = tuple[int, ...]
 
@@ -234,6 +235,75 @@ class ArgMin(_ArgReduce):
 
     name = "ArgMin"
     pick = staticmethod(np.argmin)
+
+
+@register
+class TopK(OpDef):
+    """values and int64 indices of the ``k`` largest (smallest with ``largest`` False) elements along ``axis``,
+    sorted, equal values by lower index first (ONNX TopK); NaN sorts after every number"""
+
+    name = "TopK"
+
+    @dataclasses.dataclass(frozen=True)
+    class Attrs:
+        k: int = 1
+        axis: int = -1
+        largest: bool = True
+        sorted: bool = True
+
+    @staticmethod
+    def infer(attrs, inputs):
+        x = inputs[0]
+        axis = normalize_axis(attrs.axis, len(x.shape))
+        if not 0 <= attrs.k <= x.shape[axis]:
+            raise ShapeError(f"k = {attrs.k} is outside [0, {x.shape[axis]}] (axis {axis} of {list(x.shape)})")
+        shape = tuple(attrs.k if i == axis else d for i, d in enumerate(x.shape))
+        return [TensorType(shape, x.dtype), TensorType(shape, DType.INT64)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        x = inputs[0]
+        axis = normalize_axis(attrs.axis, x.ndim)
+        key = x.astype(np.float64)
+        order = np.argsort(-key if attrs.largest else key, axis=axis, kind="stable")
+        index = np.take(order, np.arange(attrs.k), axis=axis)
+        return [np.take_along_axis(x, index, axis=axis), index.astype(np.int64)]
+
+
+@register
+class CumSum(OpDef):
+    """y = running sums of x along ``axis`` (ONNX CumSum): ``exclusive`` leaves each element out of its own sum,
+    ``reverse`` sums from the end; summed in x's dtype one element after the other"""
+
+    name = "CumSum"
+
+    @dataclasses.dataclass(frozen=True)
+    class Attrs:
+        axis: int = 0
+        exclusive: bool = False
+        reverse: bool = False
+
+    @staticmethod
+    def infer(attrs, inputs):
+        x = inputs[0]
+        normalize_axis(attrs.axis, len(x.shape))
+        return [TensorType(x.shape, x.dtype)]
+
+    @staticmethod
+    def reference(attrs, inputs):
+        x = inputs[0]
+        axis = normalize_axis(attrs.axis, x.ndim)
+        y = np.flip(x, axis) if attrs.reverse else x
+        sums = np.cumsum(y, axis=axis, dtype=x.dtype)
+        if attrs.exclusive:
+            shifted = np.zeros_like(sums)
+            body = [slice(None)] * x.ndim
+            body[axis] = slice(1, None)
+            head = list(body)
+            head[axis] = slice(0, -1)
+            shifted[tuple(body)] = sums[tuple(head)]
+            sums = shifted
+        return [np.ascontiguousarray(np.flip(sums, axis) if attrs.reverse else sums)]
 
 
 # ---- normalisation along one axis ---------------------------------------------------------------

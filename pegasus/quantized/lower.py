@@ -274,6 +274,9 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
             if bfloat:
                 _round_outputs_to_bfloat16(ctx, node)
             continue
+        if _on_raw_values(ctx, node):
+            ctx.run_in_float(node, None)  # nothing to quantize: the layer runs as it is
+            continue
         rule = rule_for(node.op, table.rounding)
         reason = rule(ctx, node) if rule is not None else f"no integer kernel for {node.op}"
         if reason is not None:
@@ -282,6 +285,14 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
     for name in dict.fromkeys(graph.outputs):
         _bind_float_output(ctx, name)
     return LoweredGraph(ctx.graph, ctx.float_layers, dict(ctx.homes), ctx.notes)
+
+
+def _on_raw_values(ctx: LoweringContext, node: Node) -> bool:
+    """Whether every tensor of ``node`` is a non-float tensor of the model itself, which the table does not
+    quantize: the uint8 tensors a QOperator ONNX model's MaxPool or Flatten moves between its QLinear ops."""
+    tensors = [name for name in list(node.inputs) + list(node.outputs) if name]
+    return bool(tensors) and all(not ctx.source.type_of(name).dtype.is_float and ctx.table.get(name) is None
+                                 for name in tensors)
 
 
 def _bind_float_output(ctx: LoweringContext, name: str) -> None:

@@ -72,6 +72,15 @@ def test_every_unsupported_op_listed_once(tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
+def test_unsupported_op_of_a_symbolic_batch_model_is_one_line_naming_the_file(tmp_path):
+    """torch.onnx.export with dynamic_axes: the defaulted batch's note is not printed beside the error."""
+    nodes = [helper.make_node("Relu", ["input"], ["/relu/Relu_output_0"], name="/relu/Relu"),
+             helper.make_node("NonZero", ["/relu/Relu_output_0"], ["output"], name="/NonZero")]
+    model = model_with(nodes, [tensor("input", ["batch_size", 7])], [tensor("output", [2, "nnz"], TensorProto.INT64)])
+    result = import_model(save(model, tmp_path / "tagger.onnx"), tmp_path)
+    assert_one_line_error(result, "tagger.onnx", "unsupported operators (1)", "NonZero at node '/NonZero'")
+
+
 def test_shape_conflict(tmp_path):
     nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="the_add")]
     model = model_with(nodes, [tensor("a", [1, 3]), tensor("b", [1, 4])], [tensor("y", [1, 3])])

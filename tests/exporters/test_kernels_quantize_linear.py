@@ -18,6 +18,7 @@ RNG = np.random.default_rng(11)
 X = (RNG.standard_normal((2, 3, 8)) * 60).astype(np.float32)
 TIES = np.arange(-20, 21, dtype=np.float32) * np.float32(0.25)     # x / 0.5 hits every .5 tie
 HUGE = np.float32([1e10, -1e10, 3e9, -3e9, 65535.4, -32768.6, 0.0, 1e-30])
+NONFINITE = np.float32([np.nan, np.inf, -np.inf, -np.nan, 1.0])   # NaN gives the type's minimum (onnxruntime)
 
 
 def _blocked(shape, axis, block, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -32,6 +33,8 @@ QUANTIZE = (
     + [Case(f"Q-saturate-{dtype}", "QuantizeLinear", [HUGE, np.float32(0.5), np.array(zp, dtype)])
        for dtype, zp in (("uint8", 3), ("int8", -3), ("int16", 100), ("uint16", 0), ("int32", -5))]
     + [
+        Case("Q-nonfinite-uint8", "QuantizeLinear", [NONFINITE, np.float32(0.1), np.uint8(128)]),
+        Case("Q-nonfinite-int8", "QuantizeLinear", [NONFINITE, np.float32(0.1), np.int8(-3)]),
         Case("Q-ties", "QuantizeLinear", [TIES, np.float32(0.5), np.int8(0)]),
         Case("Q-ties-zero-point", "QuantizeLinear", [TIES, np.float32(0.5), np.uint8(7)]),
         Case("Q-float16-scale", "QuantizeLinear", [X / 3, np.float16(0.3), np.int8(1)]),

@@ -4,7 +4,7 @@ between real and integer tensors, per tensor, per axis or blocked (the scale's s
 QuantizeLinear divides (not multiplies by a reciprocal) and rounds half to even (half away from zero
 with ``rounding`` half_away), so its integers are exactly the reference's. The rounded quotient is
 clamped before it meets the zero point, in int32 (int64 for an int32 output), so the saturation is exact
-for every finite input; NaN gives the zero point (NumPy leaves NaN → integer undefined).
+for every finite input; NaN gives the type's minimum, as the reference and onnxruntime do.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def quantize_linear(k: KernelContext) -> None:
             whole = real.copysign(real.select(up, real.add(floor, 1.0), floor), quotient)
         else:
             whole = real.fn("round_half_even", quotient)
+        whole = real.select(real.is_nan(whole), -span, whole)   # NaN saturates to the minimum (onnxruntime)
         rounded = real.min(real.max(whole, -span), span)
         q = convert(b, rounded, real.dtype, work.dtype)
         if zero_point is not None:

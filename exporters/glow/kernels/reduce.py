@@ -1,4 +1,4 @@
-"""Emitters for the reductions (pegasus/ops/reduce.py): Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax.
+"""Emitters for the reductions (pegasus/ops/reduce.py): Reduce*, ArgMax/ArgMin, TopK, CumSum, Softmax/LogSoftmax.
 
 Reduce*: the kept axes form the outer loop nest (one output element each) and the reduced axes the
 inner one, with an accumulator that LLVM keeps in a register; both nests merge the dimensions they
@@ -231,6 +231,73 @@ def arg_extreme(k: KernelContext) -> None:
             best.set(b.select(better, value, best.get()))
             best_index.set(b.select(better, j, best_index.get()))
         y.store(b, b.sext(best_index.get(), I64), b.add(b.mul(o, const(inner)), i))
+
+
+def _precedes(ar: Arith, largest: bool, a: ir.Value, ia: ir.Value, x: ir.Value, ix: ir.Value) -> ir.Value:
+    """Whether (a, index ia) comes before (x, ix) in TopK's order: larger (smaller) values first, NaN after every
+    number, equal values (or two NaNs) by lower index."""
+    b = ar.b
+    nan_a, nan_x = ar.is_nan(a), ar.is_nan(x)
+    strict = b.or_(ar.cmp(">" if largest else "<", a, x), b.and_(b.not_(nan_a), nan_x))
+    tie = b.or_(ar.cmp("==", a, x), b.and_(nan_a, nan_x))
+    return b.or_(strict, b.and_(tie, b.icmp_signed("<", ia, ix)))
+
+
+@emitter("TopK")
+def top_k(k: KernelContext) -> None:
+    """Output r of each slice is the element that comes first in the order among those after output r - 1: k
+    scans of the axis, no scratch memory (k is small: a classifier's top-5, a detector's candidates)."""
+    b, x = k.builder, k.inputs[0]
+    values, indices = k.outputs
+    axis = normalize_axis(k.attrs.axis, len(x.shape))
+    outer, n, inner, nest = axis_loops(b, x.shape, axis)
+    if n == 0 or k.attrs.k == 0:
+        return
+    ar = Arith(b, compute_dtype(x.type.dtype), k.math)
+    with nest as (o, i):
+        base = b.add(b.mul(o, const(n * inner)), i)
+        out_base = b.add(b.mul(o, const(k.attrs.k * inner)), i)
+        first = load_as(b, x, base, ar.dtype)
+        previous, previous_index = Accumulator(b, first), Accumulator(b, const(-1))
+        with for_range(b, k.attrs.k, name="r") as r:
+            best, best_index = Accumulator(b, first), Accumulator(b, const(-1))
+            with for_range(b, n, name="j") as j:
+                value = load_as(b, x, b.add(base, b.mul(j, const(inner))), ar.dtype)
+                after = b.or_(b.icmp_signed("==", r, const(0)),
+                              _precedes(ar, k.attrs.largest, previous.get(), previous_index.get(), value, j))
+                empty = b.icmp_signed("<", best_index.get(), const(0))
+                better = b.and_(after, b.or_(empty, _precedes(ar, k.attrs.largest, value, j, best.get(),
+                                                              best_index.get())))
+                best.set(b.select(better, value, best.get()))
+                best_index.set(b.select(better, j, best_index.get()))
+            flat = b.add(out_base, b.mul(r, const(inner)))
+            store_as(b, values, flat, best.get(), ar.dtype)
+            indices.store(b, b.sext(best_index.get(), I64), flat)
+            previous.set(best.get())
+            previous_index.set(best_index.get())
+
+
+@emitter("CumSum")
+def cum_sum(k: KernelContext) -> None:
+    """One running sum per slice, in x's dtype, element after element (the reference's order, bit for bit)."""
+    b, x, y = k.builder, k.inputs[0], k.outputs[0]
+    axis = normalize_axis(k.attrs.axis, len(x.shape))
+    outer, n, inner, nest = axis_loops(b, x.shape, axis)
+    if x.type.size == 0:
+        return
+    ar = Arith(b, x.type.dtype, k.math)
+    with nest as (o, i):
+        base = b.add(b.mul(o, const(n * inner)), i)
+        total = Accumulator(b, ar.const(0))
+        with for_range(b, n, name="j") as j:
+            step = b.sub(const(n - 1), j) if k.attrs.reverse else j
+            flat = b.add(base, b.mul(step, const(inner)))
+            value = x.load(b, flat)
+            if k.attrs.exclusive:
+                y.store(b, total.get(), flat)
+            total.set(ar.add(total.get(), value))
+            if not k.attrs.exclusive:
+                y.store(b, total.get(), flat)
 
 
 def _softmax_axis(k: KernelContext, log: bool) -> None:

@@ -9,6 +9,7 @@ from pegasus.importers.onnx.ops import (  # noqa: F401  (each import registers i
     linear,
     normalization,
     pool,
+    qlinear,
     quantize_linear,
     reduce,
     resize,

@@ -1,4 +1,4 @@
-"""ONNX converters for the reduction family: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax.
+"""ONNX converters for the reduction family: Reduce*, ArgMax/ArgMin, TopK, CumSum, Softmax/LogSoftmax.
 
 Reduce* took ``axes`` as an attribute until opset 13 (ReduceSum) or 18 (the others) and as an input
 afterwards; both become the registry op's ``axes`` attribute. Softmax/LogSoftmax before opset 13
@@ -72,3 +72,26 @@ def arg_reduce(ctx: OnnxContext, node: OnnxNode) -> None:
 
 for _op in ("ArgMax", "ArgMin"):
     converter(_op, since=1)(arg_reduce)
+
+
+@converter("TopK", since=1)
+def top_k_v1(ctx: OnnxContext, node: OnnxNode) -> None:
+    """TopK-1: ``k`` is an attribute; always the largest, sorted."""
+    ctx.emit("TopK", [node.inputs[0]], {"k": node.attrs["k"], "axis": node.attrs.get("axis", -1)}, node=node)
+
+
+@converter("TopK", since=10)
+def top_k(ctx: OnnxContext, node: OnnxNode) -> None:
+    """TopK-10+: K is input 1, read at compile time; ``largest`` and ``sorted`` from opset 11 (an unsorted
+    result may come in any order: pegasus's is sorted)."""
+    attrs = {"k": ints(ctx, node, 1, "K")[0], "axis": node.attrs.get("axis", -1),
+             "largest": bool(node.attrs.get("largest", 1)), "sorted": bool(node.attrs.get("sorted", 1))}
+    ctx.emit("TopK", [node.inputs[0]], attrs, node=node)
+
+
+@converter("CumSum", since=11)
+def cum_sum(ctx: OnnxContext, node: OnnxNode) -> None:
+    """CumSum-11+: the axis is input 1, read at compile time; ``exclusive`` and ``reverse`` attributes."""
+    attrs = {"axis": ints(ctx, node, 1, "axis")[0], "exclusive": bool(node.attrs.get("exclusive", 0)),
+             "reverse": bool(node.attrs.get("reverse", 0))}
+    ctx.emit("CumSum", [node.inputs[0]], attrs, node=node)

@@ -1,11 +1,13 @@
 """Integer rules for ops that move, select or copy values (Reshape, Transpose, Slice, MaxPool...):
 they run unchanged on integer tensors and their output stays on the input's grid (the quantizer gives
 both the same parameters; if a user's edit makes them differ, a Requantize follows). Concat brings
-every input onto the output's grid first; Pad pads with the zero point's level."""
+every input onto the output's grid first; Pad pads with the zero point's level; Resize interpolates levels."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 
 from pegasus.ir.graph import Node
 from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
@@ -13,7 +15,7 @@ from pegasus.quantized.rules.common import requantize_attrs
 
 #: Ops whose outputs are (a selection or rearrangement of) input 0's values.
 PASSTHROUGH_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Slice", "Gather",
-                   "Split", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin")
+                   "Split", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "TopK")
 
 
 def _raw(ctx: LoweringContext, name: str) -> str:
@@ -31,8 +33,9 @@ def passthrough(ctx: LoweringContext, node: Node, attrs=None) -> str | None:
         return "per-channel input"
     inputs = [ctx.as_int(x)] + [_raw(ctx, name) for name in node.inputs[1:]]
     outputs = [o for o in node.outputs]
+    quant = [xq if o and ctx.source.type_of(o).dtype.is_float else None for o in outputs]  # not TopK's indices
     names = ctx.emit(node.op, inputs, attrs or node.attrs, name=node.name,
-                     outputs=[o or "" for o in outputs], quant=[xq] * len(outputs))
+                     outputs=[o or "" for o in outputs], quant=quant)
     for original, produced in zip(outputs, names):
         if not original:
             continue
@@ -70,9 +73,24 @@ def pad(ctx: LoweringContext, node: Node) -> str | None:
 
 @integer_rule("Resize")
 def resize(ctx: LoweringContext, node: Node) -> str | None:
+    """Nearest selects levels; linear and cubic weights sum to one, so interpolating the levels on the input's grid
+    is interpolating the real values (rounded once, where a float Resize's QuantizeLinear would round), and the
+    reference and the bundle compute an integer Resize in float64 in one order, bit for bit. tf_crop_and_resize's
+    extrapolation value becomes its level."""
+    xq = ctx.quant(node.inputs[0])
+    if xq.per_channel:
+        return "per-channel input"
+    level = round(node.attrs.extrapolation_value / float(xq.scale[0])) + int(xq.zero_point[0])
+    info = np.iinfo(xq.numpy_dtype)
+    return passthrough(ctx, node, replace(node.attrs, extrapolation_value=float(min(max(level, info.min), info.max))))
+
+
+@integer_rule("Resize", rounding="tflite")
+def resize_tflite(ctx: LoweringContext, node: Node) -> str | None:
+    """TFLite's RESIZE_BILINEAR has integer arithmetic of its own: interpolating modes stay float there."""
     if node.attrs.mode != "nearest":
         return f"mode {node.attrs.mode} interpolates (only nearest selects values)"
-    return passthrough(ctx, node)
+    return resize(ctx, node)
 
 
 @integer_rule("DtypeConverter")
