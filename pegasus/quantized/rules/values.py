@@ -85,14 +85,6 @@ def resize(ctx: LoweringContext, node: Node) -> str | None:
     return passthrough(ctx, node, replace(node.attrs, extrapolation_value=float(min(max(level, info.min), info.max))))
 
 
-@integer_rule("Resize", rounding="tflite")
-def resize_tflite(ctx: LoweringContext, node: Node) -> str | None:
-    """TFLite's RESIZE_BILINEAR has integer arithmetic of its own: interpolating modes stay float there."""
-    if node.attrs.mode != "nearest":
-        return f"mode {node.attrs.mode} interpolates (only nearest selects values)"
-    return resize(ctx, node)
-
-
 @integer_rule("DtypeConverter")
 def dtype_converter(ctx: LoweringContext, node: Node) -> str | None:
     """A precision boundary of a hybrid graph: Requantize (int → int) or QuantizeLinear (float → int)."""
