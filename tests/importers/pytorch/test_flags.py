@@ -98,3 +98,17 @@ def test_outputs_returned_in_lists(tmp_path):
     assert len(graph.outputs) == 3
     for name, want in zip(graph.outputs, (a, b, c)):
         np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-6)
+
+
+def test_pt2_whose_sample_inputs_carry_dynamo_marks(net, tmp_path):
+    """torch._dynamo.mark_dynamic (or an export attempt that failed) leaves ``_dynamo_*_indices`` sets on the
+    sample inputs, which torch.save pickles through torch._tensor._rebuild_from_type_v2: a plain tensor still."""
+    x, bias = torch.randn(2, 3, 6, 6), torch.randn(1, 4, 1, 1)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.export.save(torch.export.export(net, (x, bias)), tmp_path / "marked.pt2")
+    code, _, stderr = cli_import(tmp_path / "marked.pt2", tmp_path / "m")
+    assert code == 0, stderr
+    graph = _load(tmp_path / "m")
+    got = run(graph, {"x": x[:1].numpy(), "bias": bias.numpy()})
+    for name, want in zip(graph.outputs, net(x[:1], bias)):
+        np.testing.assert_allclose(got[name], want.detach().numpy(), rtol=1e-4, atol=1e-5)
