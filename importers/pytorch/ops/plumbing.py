@@ -275,11 +275,12 @@ def nothing(ctx: TorchContext, node: SourceNode) -> None:
         ctx.values[out] = None
 
 
-@converter("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
+@converter(*[f"aten::{op}{inplace}" for op in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+             for inplace in ("", "_")],
            "aten::contiguous", "aten::detach", "aten::clone", "aten::lift_fresh", "aten::lift_fresh_copy",
            "aten::alias", "aten::type_as")
 def identity(ctx: TorchContext, node: SourceNode) -> None:
-    """Dropout at inference, copies and memory-layout changes: the tensor itself (type_as on a tensor of the
+    """Dropout at inference (``nn.Dropout(inplace=True)`` too), copies and memory-layout changes: the tensor itself (type_as on a tensor of the
     same dtype; another dtype is a Cast)."""
     args = ctx.args(node)
     x = args.get("input", args.get("self"))

@@ -1,0 +1,73 @@
+"""Patterns of real models' code that the model zoo of models.py does not hold, each saved as the user would
+(traced, scripted, exported) and compared with torch's own outputs: ``nn.Dropout(inplace=True)`` (torchvision's
+EfficientNet and MobileNetV3 heads), a stochastic depth whose training branch draws random numbers
+(``if not self.training: return x``, which a scripted model keeps until freezing)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.importers.pytorch.harness import import_and_run
+
+pytestmark = pytest.mark.xdist_group("pytorch")
+
+
+def _save(model: nn.Module, inputs: tuple, fmt: str, path) -> None:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if fmt == "traced":
+            torch.jit.save(torch.jit.trace(model, inputs), str(path))
+        elif fmt == "scripted":
+            torch.jit.save(torch.jit.script(model), str(path))
+        else:
+            torch.export.save(torch.export.export(model, inputs), str(path))
+
+
+def _check(model: nn.Module, inputs: tuple, fmt: str, tmp_path) -> None:
+    torch.manual_seed(0)
+    model.eval()
+    path = tmp_path / ("m.pt2" if fmt == "exported" else "m.pt")
+    _save(model, inputs, fmt, path)
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    _, outputs = import_and_run(path, tmp_path / "m", [x.numpy() for x in inputs])
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _StochasticDepth(nn.Module):
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        keep = torch.rand(x.shape[0], 1, 1, 1) > self.p
+        return x * keep / (1.0 - self.p)
+
+
+class _MBConvHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(6, 6, 3, padding=1, groups=6)
+        self.stochastic_depth = _StochasticDepth(0.2)
+        self.classifier = nn.Sequential(nn.Dropout(0.2, inplace=True), nn.Linear(6, 5))
+
+    def forward(self, x):
+        x = self.stochastic_depth(F.silu(self.conv(x))) + x
+        return self.classifier(x.mean([2, 3]))
+
+
+@pytest.mark.parametrize("fmt", ["traced", "scripted", "exported"])
+def test_training_branches_and_inplace_dropout(tmp_path, fmt):
+    torch.manual_seed(3)
+    _check(_MBConvHead(), (torch.randn(1, 6, 7, 5),), fmt, tmp_path)
