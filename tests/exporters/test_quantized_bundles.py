@@ -77,7 +77,7 @@ def export_for(key: str, graph: Graph, folder) -> None:
 # ---- single ops -----------------------------------------------------------------------------------
 QUANTIZABLE = ["Conv", "ConvDepthwise", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
                "Sigmoid", "Tanh", "Exp", "HardSwish", "LeakyRelu", "Add", "Mul", "Softmax", "Transpose", "Concat",
-               "BatchNormalization"]
+               "BatchNormalization", "Resize"]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """Integer rules for ops that move, select or copy values (Reshape, Transpose, Slice, MaxPool...):
 they run unchanged on integer tensors and their output stays on the input's grid (the quantizer gives
-both the same parameters; if a user's edit makes them differ, a Requantize follows). Concat brings
+both the same parameters; if a user's edit makes them differ, a Requantize follows). A linear Resize
+interpolates levels, rounded onto that grid. Concat brings
 every input onto the output's grid first; Pad pads with the zero point's level."""
 
 from __future__ import annotations
@@ -70,8 +71,16 @@ def pad(ctx: LoweringContext, node: Node) -> str | None:
 
 @integer_rule("Resize")
 def resize(ctx: LoweringContext, node: Node) -> str | None:
-    if node.attrs.mode != "nearest":
-        return f"mode {node.attrs.mode} interpolates (only nearest selects values)"
+    """Nearest selects levels; linear interpolation's weights sum to one, so interpolating the levels (the
+    zero point included) gives the levels of the interpolated values, rounded half to even onto the input's
+    grid (the Resize op computes integers so, in the reference and the bundle alike)."""
+    mode = node.attrs.mode
+    if mode == "cubic":
+        return "mode cubic overshoots its input's range"
+    if mode != "nearest" and ctx.table.rounding == "tflite":
+        return f"mode {mode} has no kernel with TFLite's arithmetic"
+    if mode != "nearest" and node.attrs.coordinate_transformation_mode == "tf_crop_and_resize":
+        return "tf_crop_and_resize interpolates towards an extrapolation value"
     return passthrough(ctx, node)
 
 

@@ -1,7 +1,8 @@
 """Patterns of real models' code that the model zoo of models.py does not hold, each saved as the user would
 (traced, scripted, exported) and compared with torch's own outputs: ``nn.Dropout(inplace=True)`` (torchvision's
 EfficientNet and MobileNetV3 heads), a stochastic depth whose training branch draws random numbers
-(``if not self.training: return x``, which a scripted model keeps until freezing)."""
+(``if not self.training: return x``, which a scripted model keeps until freezing), an FPN's bilinear
+upsampling quantized (its bundle equal to the integer simulation)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.importers.pytorch.harness import import_and_run
+from tests.importers.pytorch.harness import import_and_run, quantize_and_run_bundle
 
 pytestmark = pytest.mark.xdist_group("pytorch")
 
@@ -71,3 +72,31 @@ class _MBConvHead(nn.Module):
 def test_training_branches_and_inplace_dropout(tmp_path, fmt):
     torch.manual_seed(3)
     _check(_MBConvHead(), (torch.randn(1, 6, 7, 5),), fmt, tmp_path)
+
+
+class _FPN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Sequential(nn.Conv2d(3, 10, 3, 2, 1), nn.BatchNorm2d(10), nn.ReLU(inplace=True))
+        self.c2 = nn.Sequential(nn.Conv2d(10, 18, 3, 2, 1), nn.BatchNorm2d(18), nn.ReLU(inplace=True))
+        self.lat1, self.lat2 = nn.Conv2d(10, 16, 1), nn.Conv2d(18, 16, 1)
+        self.head = nn.Conv2d(16, 5, 3, padding=1)
+
+    def forward(self, x):
+        c1 = self.c1(x)
+        p2 = self.lat2(self.c2(c1))
+        p1 = self.lat1(c1) + F.interpolate(p2, size=c1.shape[-2:], mode="bilinear", align_corners=False)
+        return F.interpolate(self.head(p1), scale_factor=2.0, mode="bilinear", align_corners=True)
+
+
+def test_quantized_bilinear_upsampling_bundle_equals_the_simulation(tmp_path):
+    """A bilinear Resize ran in float between converters in a quantized graph, computed in float64 by the
+    simulation and float32 by the bundle: the outputs differed (here in 1 of 4 values)."""
+    torch.manual_seed(5)
+    model, x = _FPN().eval(), torch.randn(1, 3, 21, 17)
+    torch.jit.save(torch.jit.trace(model, (x,)), str(tmp_path / "fpn.pt"))
+    with torch.no_grad():
+        want = model(x).numpy()
+    got, ran = quantize_and_run_bundle(tmp_path / "fpn.pt", tmp_path / "work", [x.numpy()])
+    assert float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want))) < 0.05
+    assert ran.tobytes() == got.astype(np.float32).ravel().tobytes()
