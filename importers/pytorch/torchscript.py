@@ -4,9 +4,10 @@ The archive has passed archive.py's guard. ``torch.jit.load`` compiles its code;
 inlined (submodule calls become their ops, each node keeping the module hierarchy it came from) and every
 op is checked against the converter table *before* anything runs: ``torch.jit.freeze`` (which turns the
 parameters into constants) and constant propagation execute ops whose inputs are constants, so an op
-pegasus does not know (``aten::save``, say) must never reach them. Only the ops that may run are checked: a block
-of an If whose condition freezing will decide (``if self.training:``) and drop is not. After freezing (``optimize_numerics``
-off: BatchNorm is folded by pegasus's own pass), mutation is removed and tuples lowered.
+pegasus does not know (``aten::save``, say) must never reach them. Only the ops that may run are checked:
+those of a block of an If whose condition freezing will decide (``if self.training:``) and drop are not. After
+freezing (``optimize_numerics`` off: BatchNorm is folded by pegasus's own pass), mutation is removed and tuples
+lowered.
 
 Then each node becomes a SourceNode: ``prim::Constant`` values are read with ``toIValue`` (tensors become
 the graph's constants, named after the parameter: ``features.0.0.weight``; other values are inlined as

@@ -280,8 +280,8 @@ def nothing(ctx: TorchContext, node: SourceNode) -> None:
            "aten::contiguous", "aten::detach", "aten::clone", "aten::lift_fresh", "aten::lift_fresh_copy",
            "aten::alias", "aten::type_as")
 def identity(ctx: TorchContext, node: SourceNode) -> None:
-    """Dropout at inference (``nn.Dropout(inplace=True)`` too), copies and memory-layout changes: the tensor itself (type_as on a tensor of the
-    same dtype; another dtype is a Cast)."""
+    """Dropout at inference (``nn.Dropout(inplace=True)`` too), copies and memory-layout changes: the tensor
+    itself (type_as on a tensor of the same dtype; another dtype is a Cast)."""
     args = ctx.args(node)
     x = args.get("input", args.get("self"))
     other = args.get("other")
