@@ -77,3 +77,11 @@ def where(ctx: TorchContext, node: SourceNode) -> None:
     like = a if ctx.is_tensor(a) else b
     ctx.emit("Where", [args["condition"], ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other")],
              node=node)
+
+
+@converter("aten::masked_fill", "aten::masked_fill_")
+def masked_fill(ctx: TorchContext, node: SourceNode) -> None:
+    """mask ? value : self (attention masks: ``scores.masked_fill(mask, float('-inf'))``)."""
+    args = ctx.args(node)
+    x = args["self"]
+    ctx.emit("Where", [args["mask"], ctx.tensor(node, args["value"], x, "value"), x], node=node)

@@ -1,5 +1,5 @@
 """PyTorch converters for the MAC-heavy ops: convolutions (1-D/2-D/3-D, groups, dilation, transposed), linear,
-addmm, matmul/mm/bmm, scaled_dot_product_attention.
+addmm, baddbmm, matmul/mm/bmm, scaled_dot_product_attention.
 
 PyTorch's layouts are the registry's: activations channels first, Conv weights (M, C/group, k...),
 ConvTranspose weights (C, M/group, k...); so weights pass as they are. A padding of ``n`` is ``n`` at both
@@ -79,6 +79,20 @@ def addmm(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     attrs = {"alpha": float(args.get("alpha", 1)), "beta": float(args.get("beta", 1))}
     ctx.emit("Gemm", [args["mat1"], args["mat2"], args["self"]], attrs, node=node)
+
+
+@converter("aten::baddbmm")
+def baddbmm(ctx: TorchContext, node: SourceNode) -> None:
+    """beta * self + alpha * (batch1 @ batch2) (nn.MultiheadAttention's scores plus a float mask)."""
+    args = ctx.args(node)
+    product = ctx.emit("MatMul", [args["batch1"], args["batch2"]], node=node, suffix="/matmul")[0]
+    alpha, beta = (float(ctx.number(node, args.get(k, 1), k)) for k in ("alpha", "beta"))
+    if alpha != 1:
+        product = ctx.emit("Mul", [product, ctx.tensor(node, alpha, product, "alpha")], node=node, suffix="/alpha")[0]
+    added = args["self"]
+    if beta != 1:
+        added = ctx.emit("Mul", [added, ctx.tensor(node, beta, added, "beta")], node=node, suffix="/beta")[0]
+    ctx.emit("Add", [product, added], node=node)
 
 
 @converter("aten::matmul", "aten::mm", "aten::bmm")

@@ -2,7 +2,9 @@
 (traced, scripted, exported) and compared with torch's own outputs: ``nn.Dropout(inplace=True)`` (torchvision's
 EfficientNet and MobileNetV3 heads), a stochastic depth whose training branch draws random numbers
 (``if not self.training: return x``, which a scripted model keeps until freezing), an FPN's bilinear
-upsampling quantized (its bundle equal to the integer simulation)."""
+upsampling quantized (its bundle equal to the integer simulation), ``nn.MultiheadAttention`` and
+``nn.TransformerEncoderLayer`` traced under ``torch.no_grad()`` (their fused fast-path kernels) and with
+``need_weights`` (masked_fill, baddbmm)."""
 
 from __future__ import annotations
 
@@ -100,3 +102,39 @@ def test_quantized_bilinear_upsampling_bundle_equals_the_simulation(tmp_path):
     got, ran = quantize_and_run_bundle(tmp_path / "fpn.pt", tmp_path / "work", [x.numpy()])
     assert float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want))) < 0.05
     assert ran.tobytes() == got.astype(np.float32).ravel().tobytes()
+
+
+class _Transformer(nn.Module):
+    """Self-attention with every mask the fast path merges, the attention weights (the slow path), and an
+    encoder layer, norm first with GELU or post-norm with ReLU."""
+
+    def __init__(self, norm_first: bool, activation: str):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(12, 4, batch_first=True)
+        self.enc = nn.TransformerEncoderLayer(12, 2, 20, batch_first=True, norm_first=norm_first,
+                                              activation=activation)
+        self.register_buffer("padding", torch.tensor([[False] * 5 + [True] * 2, [False] * 6 + [True]]))
+        self.register_buffer("causal", torch.triu(torch.ones(7, 7, dtype=torch.bool), 1))
+
+    def forward(self, x):
+        a = self.attn(x, x, x, key_padding_mask=self.padding, need_weights=False)[0]
+        b = self.attn(x, x, x, attn_mask=self.causal, need_weights=False)[0]
+        c = self.attn(x, x, x, attn_mask=self.causal, key_padding_mask=self.padding, need_weights=False)[0]
+        d, weights = self.attn(x, x, x, key_padding_mask=self.padding)   # need_weights: not the fast path
+        return self.enc(a + b + c + d, src_key_padding_mask=self.padding), self.enc(x), weights
+
+
+@pytest.mark.parametrize("norm_first,activation", [(True, "gelu"), (False, "relu")])
+def test_transformer_fast_path_traced_without_gradients(tmp_path, norm_first, activation):
+    torch.manual_seed(2)
+    model, x = _Transformer(norm_first, activation).eval(), torch.randn(2, 7, 12)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(model, (x,))
+        expected = model(x)
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    assert {"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"} <= kinds
+    torch.jit.save(traced, str(tmp_path / "m.pt"))
+    _, outputs = import_and_run(tmp_path / "m.pt", tmp_path / "m", [x.numpy()])
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
