@@ -305,6 +305,17 @@ def to(ctx: TorchContext, node: SourceNode) -> None:
         ctx.emit("Cast", [x], {"to": str(numpy_dtype(dtype))}, node=node)
 
 
+@converter("aten::arange", plumbing=True)
+def arange(ctx: TorchContext, node: SourceNode) -> None:
+    """A range known at import (a sequence's positions), as a constant: int64 unless a bound is a float, as in
+    PyTorch."""
+    args = ctx.args(node)
+    bounds = [ctx.number(node, args.get(key, default), key) for key, default in (("start", 0), ("end", None),
+                                                                                 ("step", 1))]
+    default = np.float32 if any(isinstance(v, float) for v in bounds) else np.int64
+    ctx.builder.set_constant(node.outputs[0], np.arange(*bounds).astype(numpy_dtype(args.get("dtype"), default)))
+
+
 @converter("aten::zeros", "aten::ones", "aten::full", "aten::zeros_like", "aten::ones_like", "aten::full_like",
            "aten::new_zeros", "aten::new_ones", "aten::empty", "aten::new_full", plumbing=True)
 def filled(ctx: TorchContext, node: SourceNode) -> None:

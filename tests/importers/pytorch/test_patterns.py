@@ -4,7 +4,7 @@ EfficientNet and MobileNetV3 heads), a stochastic depth whose training branch dr
 (``if not self.training: return x``, which a scripted model keeps until freezing), an FPN's bilinear
 upsampling quantized (its bundle equal to the integer simulation), ``nn.MultiheadAttention`` and
 ``nn.TransformerEncoderLayer`` traced under ``torch.no_grad()`` (their fused fast-path kernels) and with
-``need_weights`` (masked_fill, baddbmm)."""
+``need_weights`` (masked_fill, baddbmm), integer tensors added to float ones (type promotion)."""
 
 from __future__ import annotations
 
@@ -138,3 +138,36 @@ def test_transformer_fast_path_traced_without_gradients(tmp_path, norm_first, ac
     _, outputs = import_and_run(tmp_path / "m.pt", tmp_path / "m", [x.numpy()])
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _TCN(nn.Module):
+    """A temporal convolution stack whose first residual is ``+ 0`` (traced: a 0-d int64 tensor constant) and a
+    position term from ``torch.arange`` (int64) added to float activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(6 if d == 1 else 14, 14, 3, dilation=d, padding=d) for d in (1, 2)])
+        self.fc = nn.Linear(14, 3)
+
+    def forward(self, x):
+        x = x.transpose(1, 2)
+        for conv in self.convs:
+            x = F.gelu(conv(x), approximate="tanh") + (x if x.shape[1] == 14 else 0)
+        x = x + torch.arange(x.shape[-1]) * 0.01
+        return self.fc(x.amax(-1))
+
+
+def test_integer_tensors_promoted_to_float(tmp_path):
+    """The Add read an int64 constant: its table had no entry for it and quantized inference stopped."""
+    torch.manual_seed(4)
+    model, x = _TCN().eval(), torch.randn(1, 25, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(model, (x,)), str(tmp_path / "tcn.pt"))
+    with torch.no_grad():
+        want = model(x).numpy()
+    _, (floats,) = import_and_run(tmp_path / "tcn.pt", tmp_path / "float", [x.numpy()])
+    np.testing.assert_allclose(floats, want, rtol=1e-4, atol=1e-5)
+    got, ran = quantize_and_run_bundle(tmp_path / "tcn.pt", tmp_path / "work", [x.numpy()])
+    assert float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want))) < 0.05
+    assert ran.tobytes() == got.astype(np.float32).ravel().tobytes()
