@@ -73,6 +73,16 @@ _STATIC_OPS: dict[str, Callable[..., Any]] = {
 _UNKNOWN = object()
 
 
+def module_attribute(module, name: str) -> Any:
+    """Attribute ``name`` of a scripted module (the Python wrapper, or the C++ module its submodules are read
+    as), _UNKNOWN if it has none."""
+    import torch
+
+    if isinstance(module, torch._C.ScriptModule):
+        return module.getattr(name) if module.hasattr(name) else _UNKNOWN
+    return getattr(module, name, _UNKNOWN)
+
+
 class _StaticConditions:
     """The conditions of an unfrozen graph that freezing will make constants: expressions over module attributes
     that the forward never assigns (``self.training``, ``self.p == 0.0``, ``self.aux_logits``) and constants.
@@ -106,11 +116,11 @@ class _StaticConditions:
         inputs = [self.value(v) for v in node.inputs()]
         if _UNKNOWN in inputs:
             return _UNKNOWN
-        if kind == "prim::GetAttr" and isinstance(inputs[0], torch.jit.ScriptModule):
+        modules = (torch.jit.ScriptModule, torch._C.ScriptModule)
+        if kind == "prim::GetAttr" and isinstance(inputs[0], modules):
             name = node.s("name")
-            found = getattr(inputs[0], name, _UNKNOWN) if name not in self.assigned else _UNKNOWN
-            return found if found is None or isinstance(found, (bool, int, float, str, torch.jit.ScriptModule)) \
-                else _UNKNOWN
+            found = module_attribute(inputs[0], name) if name not in self.assigned else _UNKNOWN
+            return found if found is None or isinstance(found, (bool, int, float, str, *modules)) else _UNKNOWN
         if kind in _STATIC_OPS and all(v is None or isinstance(v, (bool, int, float, str)) for v in inputs):
             return _STATIC_OPS[kind](*inputs)
         if kind == "prim::If" and isinstance(inputs[0], bool):
@@ -167,7 +177,7 @@ def _frozen_graph(module):
     torch._C._jit_pass_lower_all_tuples(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_dce(graph)
-    return graph
+    return frozen, graph
 
 
 def _argument_names(node) -> list[str] | None:
@@ -189,6 +199,8 @@ class _Walker:
         self.namer = Namer(torch_module_names())
         self.names: dict[str, Any] = {}   # debugName -> Ref, or a Python value for constants
         self.constants: dict = {}
+        self.modules: dict[str, tuple[Any, str]] = {}  # debugName -> (frozen module, its path)
+        self.read: dict[tuple[int, str], Ref] = {}       # (module id, attribute) -> the constant read
 
     def ref(self, value) -> Any:
         return self.names[value.debugName()]
@@ -208,6 +220,26 @@ class _Walker:
         else:
             self.names[out.debugName()] = value
 
+    def attribute(self, node) -> None:
+        """An attribute freezing left to be read (``nn.MultiheadAttention``'s ``in_proj_weight``, which its
+        scripted forward may find None): read from the frozen module, a tensor as a constant."""
+        import torch
+
+        owner, path = self.modules[node.input().debugName()]
+        attribute, out = node.s("name"), node.output().debugName()
+        value = module_attribute(owner, attribute)
+        where = f"{path}.{attribute}" if path else attribute
+        if isinstance(value, (torch.jit.ScriptModule, torch._C.ScriptModule)):
+            self.modules[out] = (value, where)
+            self.names[out] = None
+        elif isinstance(value, torch.Tensor):
+            key = (id(owner), attribute)
+            if key not in self.read:
+                self.read[key] = Ref(self._tensor_constant(where, value))
+            self.names[out] = self.read[key]
+        else:
+            self.names[out] = value
+
     def _tensor_constant(self, base: str, tensor) -> str:
         name = self.namer.unique(base if not base.isdigit() else f"constant_{base}")
         self.constants[name] = to_numpy(tensor)
@@ -220,6 +252,8 @@ class _Walker:
         for node in block.nodes():
             if node.kind() == "prim::Constant":
                 self.constant(node)
+            elif node.kind() == "prim::GetAttr" and node.input().debugName() in self.modules:
+                self.attribute(node)
             else:
                 found.append(self.source_node(node, nested))
         return found
@@ -262,11 +296,12 @@ def read_torchscript(path: Path) -> SourceGraph:
     module = _load(path)
     _check_ops(module, path)
     try:
-        graph = _frozen_graph(module)
+        frozen, graph = _frozen_graph(module)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
         raise PegasusError(f"TorchScript could not freeze the model ({first})", where=str(path)) from None
     walker = _Walker()
+    walker.modules[list(graph.inputs())[0].debugName()] = (frozen, "")
     inputs = []
     for value in list(graph.inputs())[1:]:  # the first is the module itself
         if not _is_tensor_type(value.type()):

@@ -262,17 +262,66 @@ def loop(ctx: TorchContext, node: SourceNode) -> None:
 
 @converter("prim::RaiseException", plumbing=True)
 def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
-    message = next((v for v in inputs(ctx, node) if isinstance(v, str)), "")
+    args = ctx.args(node)
+    message = next((v for v in args.get("inputs", list(args.values())) if isinstance(v, str)), "")
     raise PegasusError(f"{node.describe()}: the model raises for these input shapes: {message}".rstrip(": "))
 
 
-@converter("aten::warn", "prim::Uninitialized", "aten::format", "aten::str", "prim::device", "prim::dtype",
+@converter("aten::format", plumbing=True)
+def format_message(ctx: TorchContext, node: SourceNode) -> None:
+    """A message (``why_not_fast_path = "... {}".format(...)``, whose emptiness a module's forward tests): the
+    format string with the values known at import."""
+    args = ctx.args(node)
+    text, *values = args["inputs"] if "inputs" in args else [args["self"]]
+    try:
+        ctx.set_value(node, str(text).format(*values))
+    except (IndexError, KeyError, ValueError):
+        ctx.set_value(node, str(text))
+
+
+@converter("prim::dtype", plumbing=True)
+def dtype_of(ctx: TorchContext, node: SourceNode) -> None:
+    """``tensor.dtype``, as TorchScript holds it: the ScalarType number (``mask.dtype != torch.bool``)."""
+    args = ctx.args(node)
+    x = args["inputs"][0] if "inputs" in args else next(iter(args.values()))
+    numpy = ctx.type_of(x).dtype.numpy
+    ctx.set_value(node, next(code for code, dtype in SCALAR_TYPES.items() if np.dtype(dtype) == numpy))
+
+
+@converter("aten::warn", "prim::Uninitialized", "aten::str", "prim::device",
            "aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
            "prim::requires_grad", "prim::is_cuda", plumbing=True)
 def nothing(ctx: TorchContext, node: SourceNode) -> None:
     """Values only checks and messages use."""
     for out in node.outputs:
         ctx.values[out] = None
+
+
+@converter("aten::is_grad_enabled", "aten::is_autocast_enabled", "prim::is_nested", plumbing=True)
+def inference_state(ctx: TorchContext, node: SourceNode) -> None:
+    """The state a model runs in on a microcontroller: no gradients, no autocast, no nested tensors (the checks
+    before nn.MultiheadAttention's fused fast path, which a scripted model makes at run time)."""
+    ctx.set_value(node, False)
+
+
+@converter("aten::is_floating_point", plumbing=True)
+def is_floating_point(ctx: TorchContext, node: SourceNode) -> None:
+    ctx.set_value(node, ctx.type_of(ctx.args(node)["self"]).dtype.is_float)
+
+
+@converter("prim::type", plumbing=True)
+def device_type(ctx: TorchContext, node: SourceNode) -> None:
+    """``tensor.device.type``: the model runs on the CPU."""
+    ctx.set_value(node, "cpu")
+
+
+@converter("aten::all", "aten::any", plumbing=True)
+def all_any(ctx: TorchContext, node: SourceNode) -> None:
+    """all/any of a list of booleans known at import (checks); of a tensor, refused."""
+    values = ctx.args(node)["self"]
+    if not isinstance(values, (list, tuple)) or any(not isinstance(v, bool) for v in values):
+        raise PegasusError(f"{node.describe()}: {node.op_type[6:]} of a tensor is not supported")
+    ctx.set_value(node, (all if node.op_type == "aten::all" else any)(values))
 
 
 @converter(*[f"aten::{op}{inplace}" for op in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")

@@ -171,3 +171,20 @@ def test_integer_tensors_promoted_to_float(tmp_path):
     got, ran = quantize_and_run_bundle(tmp_path / "tcn.pt", tmp_path / "work", [x.numpy()])
     assert float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want))) < 0.05
     assert ran.tobytes() == got.astype(np.float32).ravel().tobytes()
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_transformer_scripted(tmp_path, freeze):
+    """A scripted nn.MultiheadAttention decides on its fast path at run time (is_grad_enabled, is_nested,
+    device types, the why_not_fast_path message's length) and reads in_proj_weight, which freezing keeps as an
+    attribute; torch.jit.freeze before saving too."""
+    torch.manual_seed(6)
+    model, x = _Transformer(True, "gelu").eval(), torch.randn(2, 7, 12)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(model)
+        torch.jit.save(torch.jit.freeze(scripted) if freeze else scripted, str(tmp_path / "m.pt"))
+        expected = model(x)
+    _, outputs = import_and_run(tmp_path / "m.pt", tmp_path / "m", [x.numpy()])
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
