@@ -4,7 +4,8 @@ EfficientNet and MobileNetV3 heads), a stochastic depth whose training branch dr
 (``if not self.training: return x``, which a scripted model keeps until freezing), an FPN's bilinear
 upsampling quantized (its bundle equal to the integer simulation), ``nn.MultiheadAttention`` and
 ``nn.TransformerEncoderLayer`` traced under ``torch.no_grad()`` (their fused fast-path kernels) and with
-``need_weights`` (masked_fill, baddbmm), integer tensors added to float ones (type promotion)."""
+``need_weights`` (masked_fill, baddbmm), integer tensors added to float ones (type promotion), adaptive
+average pools whose windows differ in length (a VGG head at another input size, a PSPNet pyramid)."""
 
 from __future__ import annotations
 
@@ -188,3 +189,23 @@ def test_transformer_scripted(tmp_path, freeze):
     _, outputs = import_and_run(tmp_path / "m.pt", tmp_path / "m", [x.numpy()])
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _Pyramid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.bins = nn.ModuleList([nn.AdaptiveAvgPool2d(b) for b in (1, 2, 3, 6)])
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d((3, 3)), nn.Flatten(), nn.Linear(54, 4))
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        size = y.shape[-2:]
+        pyramid = [F.interpolate(b(y), size=size, mode="bilinear", align_corners=False) for b in self.bins]
+        return self.head(torch.cat([y] + pyramid, 1)[:, :6]), F.adaptive_avg_pool1d(y.flatten(2), 5)
+
+
+@pytest.mark.parametrize("fmt", ["traced", "exported"])
+def test_adaptive_pools_with_uneven_windows(tmp_path, fmt):
+    torch.manual_seed(7)
+    _check(_Pyramid(), (torch.randn(1, 3, 7, 11),), fmt, tmp_path)
