@@ -326,8 +326,8 @@ def all_any(ctx: TorchContext, node: SourceNode) -> None:
 
 @converter(*[f"aten::{op}{inplace}" for op in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
              for inplace in ("", "_")],
-           "aten::contiguous", "aten::detach", "aten::clone", "aten::lift_fresh", "aten::lift_fresh_copy",
-           "aten::alias", "aten::type_as")
+           "aten::contiguous", "aten::detach", "aten::detach_", "aten::clone", "aten::lift_fresh",
+           "aten::lift_fresh_copy", "aten::alias", "aten::type_as")
 def identity(ctx: TorchContext, node: SourceNode) -> None:
     """Dropout at inference (``nn.Dropout(inplace=True)`` too), copies and memory-layout changes: the tensor
     itself (type_as on a tensor of the same dtype; another dtype is a Cast)."""

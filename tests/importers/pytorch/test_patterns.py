@@ -5,7 +5,8 @@ EfficientNet and MobileNetV3 heads), a stochastic depth whose training branch dr
 upsampling quantized (its bundle equal to the integer simulation), ``nn.MultiheadAttention`` and
 ``nn.TransformerEncoderLayer`` traced under ``torch.no_grad()`` (their fused fast-path kernels) and with
 ``need_weights`` (masked_fill, baddbmm), integer tensors added to float ones (type promotion), adaptive
-average pools whose windows differ in length (a VGG head at another input size, a PSPNet pyramid)."""
+average pools whose windows differ in length (a VGG head at another input size, a PSPNet pyramid), the
+heads of embedding and segmentation models (F.normalize, argmax) and a hand-written LayerNorm (std, var)."""
 
 from __future__ import annotations
 
@@ -209,3 +210,23 @@ class _Pyramid(nn.Module):
 def test_adaptive_pools_with_uneven_windows(tmp_path, fmt):
     torch.manual_seed(7)
     _check(_Pyramid(), (torch.randn(1, 3, 7, 11),), fmt, tmp_path)
+
+
+class _Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3, padding=1)
+        self.embed = nn.Linear(5 * 6 * 7, 16)
+
+    def forward(self, x):
+        y = self.conv(x)
+        z = self.embed(y.flatten(1))
+        norm = (z - z.mean(-1, keepdim=True)) / (z.std(-1, keepdim=True) + 1e-6)   # the Annotated Transformer's
+        return (F.normalize(z, dim=1), y.argmax(1), y.argmin(), norm, torch.var(y, (2, 3), correction=0),
+                torch.norm(y, p=1, dim=1), torch.linalg.vector_norm(y, ord=float("inf"), dim=(2, 3), keepdim=True))
+
+
+@pytest.mark.parametrize("fmt", ["traced", "exported"])
+def test_embedding_and_segmentation_heads(tmp_path, fmt):
+    torch.manual_seed(8)
+    _check(_Heads(), (torch.randn(2, 3, 6, 7),), fmt, tmp_path)
