@@ -214,7 +214,8 @@ class _Walker:
         if isinstance(value, torch.Tensor):
             self.names[out.debugName()] = Ref(self._tensor_constant(base, value))
         elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
-            self.names[out.debugName()] = [Ref(self._tensor_constant(f"{base}.{i}", v)) for i, v in enumerate(value)]
+            self.names[out.debugName()] = [Ref(self._tensor_constant(f"{base}.{i}", v)) if v is not None else None
+                                           for i, v in enumerate(value)]  # x[:, idx]'s indices: [None, idx]
         elif isinstance(value, torch.device):
             self.names[out.debugName()] = str(value)
         else:

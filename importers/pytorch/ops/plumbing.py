@@ -138,6 +138,23 @@ _PYTHON_OPS = {"aten::gt": operator.gt, "aten::lt": operator.lt, "aten::ge": ope
                "aten::__derive_index": lambda index, start, step: start + index * step}
 
 
+#: a torch.export program's arithmetic on symbolic sizes (Python's operator functions and torch's sym_* ones, named
+#: by their __name__): the sizes are numbers at import
+_SYMBOLIC = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+             "truediv": operator.truediv, "mod": operator.mod, "pow": operator.pow, "neg": operator.neg,
+             "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+             "ge": operator.ge, "and_": operator.and_, "or_": operator.or_, "not_": operator.not_,
+             "sym_not": operator.not_, "sym_max": max, "sym_min": min, "sym_int": int, "sym_float": float}
+
+
+@converter(*_SYMBOLIC, plumbing=True)
+def symbolic(ctx: TorchContext, node: SourceNode) -> None:
+    operands = ctx.args(node)["inputs"]
+    if any(ctx.is_tensor(v) or not isinstance(v, (bool, int, float)) for v in operands):
+        raise PegasusError(f"{node.describe()}: {node.op_type} of {operands!r}: only sizes known at import")
+    ctx.set_value(node, _SYMBOLIC[node.op_type](*operands))
+
+
 #: comparisons of tensors (a core-ATen program's prelu is where(x > 0, ...)): registry op, negated
 _COMPARISONS = {"aten::gt": ("Greater", False), "aten::lt": ("Less", False), "aten::ge": ("GreaterOrEqual", False),
                 "aten::le": ("LessOrEqual", False), "aten::eq": ("Equal", False), "aten::ne": ("Equal", True)}
@@ -363,6 +380,19 @@ def arange(ctx: TorchContext, node: SourceNode) -> None:
                                                                                  ("step", 1))]
     default = np.float32 if any(isinstance(v, float) for v in bounds) else np.int64
     ctx.builder.set_constant(node.outputs[0], np.arange(*bounds).astype(numpy_dtype(args.get("dtype"), default)))
+
+
+@converter("aten::tensor", "aten::as_tensor", plumbing=True)
+def tensor_of(ctx: TorchContext, node: SourceNode) -> None:
+    """``torch.tensor([0, 2])`` of numbers known at import, as a constant (int64 for integers, as PyTorch)."""
+    args = ctx.args(node)
+    data = args.get("data", args.get("t"))
+    if ctx.is_tensor(data):
+        ctx.alias(node, data)
+        return
+    array = np.asarray(data)
+    default = np.float32 if array.dtype.kind == "f" else array.dtype
+    ctx.builder.set_constant(node.outputs[0], array.astype(numpy_dtype(args.get("dtype"), default)))
 
 
 @converter("aten::zeros", "aten::ones", "aten::full", "aten::zeros_like", "aten::ones_like", "aten::full_like",

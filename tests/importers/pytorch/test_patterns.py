@@ -6,7 +6,8 @@ upsampling quantized (its bundle equal to the integer simulation), ``nn.Multihea
 ``nn.TransformerEncoderLayer`` traced under ``torch.no_grad()`` (their fused fast-path kernels) and with
 ``need_weights`` (masked_fill, baddbmm), integer tensors added to float ones (type promotion), adaptive
 average pools whose windows differ in length (a VGG head at another input size, a PSPNet pyramid), the
-heads of embedding and segmentation models (F.normalize, argmax) and a hand-written LayerNorm (std, var)."""
+heads of embedding and segmentation models (F.normalize, argmax) and a hand-written LayerNorm (std, var),
+indexing with constant integers or masks (a BGR/RGB swap, index_select, torch.tensor, mT)."""
 
 from __future__ import annotations
 
@@ -230,3 +231,19 @@ class _Heads(nn.Module):
 def test_embedding_and_segmentation_heads(tmp_path, fmt):
     torch.manual_seed(8)
     _check(_Heads(), (torch.randn(2, 3, 6, 7),), fmt, tmp_path)
+
+
+class _Index(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keep", torch.tensor([True, False, True, True, False, True, True, False, True]))
+
+    def forward(self, x):
+        bgr = x[:, [2, 1, 0]]
+        return (bgr, torch.index_select(x, 1, torch.tensor([0, 2])), x[:, :, :, self.keep], x[:, None, 0] * 2,
+                bgr.mT, x[:, :, 1:-1:2, ::3])
+
+
+@pytest.mark.parametrize("fmt", ["traced", "scripted", "exported"])
+def test_indexing_with_constants(tmp_path, fmt):
+    _check(_Index(), (torch.randn(1, 3, 7, 9),), fmt, tmp_path)
