@@ -260,3 +260,22 @@ def index(ctx: TorchContext, node: SourceNode) -> None:
         value = np.flatnonzero(value)
     positions = ctx.add_constant(f"{node.name}/indices", value.astype(np.int64))
     ctx.emit("Gather", [x, positions], {"axis": axis}, node=node)
+
+
+@converter("aten::roll")
+def roll(ctx: TorchContext, node: SourceNode) -> None:
+    """Shifted along each dim, wrapping around: the last ``shift`` elements, then the others (Slice, Concat)."""
+    args = ctx.args(node)
+    x = args["self"]
+    shifts, dims = (list(v) if isinstance(v, (list, tuple)) else [v] for v in (args["shifts"], args.get("dims", [])))
+    if len(dims) != len(shifts):
+        raise PegasusError(f"{node.describe()}: roll of the flattened tensor (no dims) is not supported")
+    for index, (shift, axis) in enumerate(zip(shifts, dims)):
+        axis = dim(int(axis), ctx.rank(x))
+        length = ctx.shape(x)[axis]
+        cut = length - int(shift) % length
+        pieces = ((cut, length, "tail"), (0, cut, "head"))
+        parts = [ctx.emit("Slice", [x], {"starts": (start,), "ends": (end,), "axes": (axis,)}, node=node,
+                          suffix=f"/roll{index}_{part}")[0] for start, end, part in pieces if end > start]
+        last = index == len(dims) - 1
+        x = ctx.emit("Concat", parts, {"axis": axis}, node=node, suffix="" if last else f"/roll{index}")[0]

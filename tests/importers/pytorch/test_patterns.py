@@ -7,7 +7,8 @@ upsampling quantized (its bundle equal to the integer simulation), ``nn.Multihea
 ``need_weights`` (masked_fill, baddbmm), integer tensors added to float ones (type promotion), adaptive
 average pools whose windows differ in length (a VGG head at another input size, a PSPNet pyramid), the
 heads of embedding and segmentation models (F.normalize, argmax) and a hand-written LayerNorm (std, var),
-indexing with constant integers or masks (a BGR/RGB swap, index_select, torch.tensor, mT)."""
+indexing with constant integers or masks (a BGR/RGB swap, index_select, torch.tensor, mT), GLU, Threshold,
+roll and PixelUnshuffle."""
 
 from __future__ import annotations
 
@@ -247,3 +248,20 @@ class _Index(nn.Module):
 @pytest.mark.parametrize("fmt", ["traced", "scripted", "exported"])
 def test_indexing_with_constants(tmp_path, fmt):
     _check(_Index(), (torch.randn(1, 3, 7, 9),), fmt, tmp_path)
+
+
+class _Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.unshuffle, self.glu, self.threshold = nn.PixelUnshuffle(2), nn.GLU(1), nn.Threshold(0.1, 20.0)
+        self.conv = nn.Conv2d(16, 6, 1)
+
+    def forward(self, x):
+        y = self.glu(self.conv(self.unshuffle(x)))
+        return self.threshold(y), torch.roll(y, (-2, 1), (1, 3)), torch.roll(x, 3, -1)
+
+
+@pytest.mark.parametrize("fmt", ["traced", "scripted", "exported"])
+def test_gated_and_rolled(tmp_path, fmt):
+    torch.manual_seed(9)
+    _check(_Gated(), (torch.randn(1, 4, 6, 10),), fmt, tmp_path)
