@@ -8,7 +8,7 @@ upsampling quantized (its bundle equal to the integer simulation), ``nn.Multihea
 average pools whose windows differ in length (a VGG head at another input size, a PSPNet pyramid), the
 heads of embedding and segmentation models (F.normalize, argmax) and a hand-written LayerNorm (std, var),
 indexing with constant integers or masks (a BGR/RGB swap, index_select, torch.tensor, mT), GLU, Threshold,
-roll and PixelUnshuffle."""
+roll and PixelUnshuffle, attention written with einsum."""
 
 from __future__ import annotations
 
@@ -265,3 +265,22 @@ class _Gated(nn.Module):
 def test_gated_and_rolled(tmp_path, fmt):
     torch.manual_seed(9)
     _check(_Gated(), (torch.randn(1, 4, 6, 10),), fmt, tmp_path)
+
+
+class _EinsumAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.mix = nn.Parameter(torch.randn(5, 7))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).reshape(2, 7, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        attention = torch.einsum("bhqd,bhkd->bhqk", q, k).softmax(-1)
+        return (torch.einsum("bhqk,bhkd->bqhd", attention, v), torch.einsum("ij,bjc->bic", self.mix, x),
+                torch.einsum("bnc->bcn", x), torch.einsum("bnc->b", x), torch.einsum("bn,bm->bnm", x[:, 0], x[:, 1]))
+
+
+@pytest.mark.parametrize("fmt", ["traced", "exported"])
+def test_einsum(tmp_path, fmt):
+    torch.manual_seed(10)
+    _check(_EinsumAttention(), (torch.randn(2, 7, 8),), fmt, tmp_path)
