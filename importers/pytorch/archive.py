@@ -45,8 +45,14 @@ HOW_TO_SAVE = ("save the model as TorchScript (torch.jit.save(torch.jit.trace(mo
                "torch.export program (torch.export.save(torch.export.export(model, (example,)), 'm.pt2'))")
 
 #: globals a weights-only pickle may name: tensor and storage rebuilding, containers, dtypes
+#: (``_rebuild_from_type_v2`` rebuilds a tensor that carries Python attributes, such as the ``_dynamo_*_indices``
+#: sets and ``_DimRange`` records, a frozen dataclass of three ints, that ``torch._dynamo.mark_dynamic`` or an export
+#: attempt leave on a sample input: it calls the rebuild function and the type it is given, both globals checked
+#: here too, then sets the attributes)
 _TENSOR_GLOBALS = re.compile(
     r"(collections\.OrderedDict|torch\._utils\._rebuild_(tensor|tensor_v2|tensor_v3|parameter|parameter_with_state)"
+    r"|torch\._tensor\._rebuild_from_type_v2|torch\.Tensor|torch\.nn\.parameter\.Parameter"
+    r"|torch\._dynamo\.decorators\._DimRange"
     r"|torch\.(storage\.)?\w*Storage|torch\.Size|torch\.device|(__builtin__|builtins)\.(set|frozenset|complex)"
     r"|torch\.(u?int(8|16|32|64)|float(16|32|64)|bfloat16|half|double|long|short|bool|complex(64|128)))")
 #: and in a TorchScript archive also its own classes and the TorchScript unpickler's helpers

@@ -10,7 +10,8 @@ table (constants and the shape plumbing fold as they go); cut at ``--outputs``; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pegasus.errors import PegasusError
@@ -103,6 +104,24 @@ def import_pytorch(model: str | Path | tuple[ModelFile, SourceGraph], *, inputs:
     the forward's order); ``outputs`` cuts the graph at those tensors (layer names as the import gives them).
     """
     model_file, source = read_model(model) if isinstance(model, (str, Path)) else model
+    with _naming(model_file.path):
+        return _convert(model_file, source, inputs, outputs, input_shapes, input_dtypes, name, optimize, note)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An error that names no file (a converter's, a shape conflict) names the model's."""
+    try:
+        yield
+    except PegasusError as exc:
+        if exc.where is None:
+            exc.where = str(path)
+            exc.args = (f"{path}: {exc.message}",)
+        raise
+
+
+def _convert(model_file: ModelFile, source: SourceGraph, inputs, outputs, input_shapes, input_dtypes, name, optimize,
+             note) -> Graph:
     name = name or model_file.path.stem
     declared = {n: (shape, dtype) for n, shape, dtype in source.inputs}
     order = list(inputs) if inputs else list(declared)

@@ -4,8 +4,10 @@ The archive has passed archive.py's guard. ``torch.jit.load`` compiles its code;
 inlined (submodule calls become their ops, each node keeping the module hierarchy it came from) and every
 op is checked against the converter table *before* anything runs: ``torch.jit.freeze`` (which turns the
 parameters into constants) and constant propagation execute ops whose inputs are constants, so an op
-pegasus does not know (``aten::save``, say) must never reach them. After freezing (``optimize_numerics``
-off: BatchNorm is folded by pegasus's own pass), mutation is removed and tuples lowered.
+pegasus does not know (``aten::save``, say) must never reach them. Only the ops that may run are checked:
+those of a block of an If whose condition freezing will decide (``if self.training:``) and drop are not. After
+freezing (``optimize_numerics`` off: BatchNorm is folded by pegasus's own pass), mutation is removed and tuples
+lowered.
 
 Then each node becomes a SourceNode: ``prim::Constant`` values are read with ``toIValue`` (tensors become
 the graph's constants, named after the parameter: ``features.0.0.weight``; other values are inlined as
@@ -16,8 +18,10 @@ not). TorchScript keeps no input shapes: ``--input-size-list`` gives them.
 
 from __future__ import annotations
 
+import operator
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,23 +65,97 @@ def _load(path: Path):
     return module.eval()
 
 
-def _all_nodes(block) -> list:
+#: ops on Python numbers and booleans that a condition known before freezing may use, as Python computes them
+_STATIC_OPS: dict[str, Callable[..., Any]] = {
+    "aten::__not__": operator.not_, "aten::eq": operator.eq, "aten::ne": operator.ne, "aten::lt": operator.lt,
+    "aten::le": operator.le, "aten::gt": operator.gt, "aten::ge": operator.ge, "aten::__and__": operator.and_,
+    "aten::__or__": operator.or_, "aten::__is__": operator.is_, "aten::__isnot__": operator.is_not}
+_UNKNOWN = object()
+
+
+def module_attribute(module, name: str) -> Any:
+    """Attribute ``name`` of a scripted module (the Python wrapper, or the C++ module its submodules are read
+    as), _UNKNOWN if it has none."""
+    import torch
+
+    if isinstance(module, torch._C.ScriptModule):
+        return module.getattr(name) if module.hasattr(name) else _UNKNOWN
+    return getattr(module, name, _UNKNOWN)
+
+
+class _StaticConditions:
+    """The conditions of an unfrozen graph that freezing will make constants: expressions over module attributes
+    that the forward never assigns (``self.training``, ``self.p == 0.0``, ``self.aux_logits``) and constants.
+    An If on such a condition keeps one block after freezing, so the other block's ops (a stochastic depth's
+    ``aten::rand`` under ``if self.training``) are never run and need no converter."""
+
+    def __init__(self, module, graph):
+        self.self_value = list(graph.inputs())[0]
+        self.module = module
+        self.assigned = {n.s("name") for n in _all_nodes(graph) if n.kind() == "prim::SetAttr"}
+        self.memo: dict[str, Any] = {}
+
+    def value(self, value) -> Any:
+        """The Python value of ``value`` known before freezing, or _UNKNOWN."""
+        key = value.debugName()
+        if key not in self.memo:
+            self.memo[key] = _UNKNOWN  # a cycle (a loop's carried value) stays unknown
+            self.memo[key] = self._compute(value)
+        return self.memo[key]
+
+    def _compute(self, value) -> Any:
+        import torch
+
+        if value is self.self_value:
+            return self.module
+        node = value.node()
+        kind = node.kind()
+        if kind == "prim::Constant":
+            found = value.toIValue()
+            return found if found is None or isinstance(found, (bool, int, float, str)) else _UNKNOWN
+        inputs = [self.value(v) for v in node.inputs()]
+        if _UNKNOWN in inputs:
+            return _UNKNOWN
+        modules = (torch.jit.ScriptModule, torch._C.ScriptModule)
+        if kind == "prim::GetAttr" and isinstance(inputs[0], modules):
+            name = node.s("name")
+            found = module_attribute(inputs[0], name) if name not in self.assigned else _UNKNOWN
+            return found if found is None or isinstance(found, (bool, int, float, str, *modules)) else _UNKNOWN
+        if kind in _STATIC_OPS and all(v is None or isinstance(v, (bool, int, float, str)) for v in inputs):
+            return _STATIC_OPS[kind](*inputs)
+        if kind == "prim::If" and isinstance(inputs[0], bool):
+            taken = list(node.blocks())[0 if inputs[0] else 1]
+            return self.value(list(taken.outputs())[value.offset()])
+        return _UNKNOWN
+
+    def blocks(self, node) -> list:
+        """The blocks of ``node`` that may run after freezing."""
+        blocks = list(node.blocks())
+        if node.kind() == "prim::If":
+            condition = self.value(node.input())
+            if isinstance(condition, bool):
+                return [blocks[0 if condition else 1]]
+        return blocks
+
+
+def _all_nodes(block, conditions: _StaticConditions | None = None) -> list:
+    """Every node of ``block`` and its inner blocks (only those that may run, given ``conditions``)."""
     found = []
     for node in block.nodes():
         found.append(node)
-        for inner in node.blocks():
-            found.extend(_all_nodes(inner))
+        for inner in conditions.blocks(node) if conditions else node.blocks():
+            found.extend(_all_nodes(inner, conditions))
     return found
 
 
 def _check_ops(module, path: Path) -> None:
-    """Every op of the inlined forward graph has a converter, before freezing runs any of them."""
+    """Every op of the inlined forward graph that may run has a converter, before freezing runs any of them."""
     import torch
 
     graph = module.forward.graph.copy()
     torch._C._jit_pass_inline(graph)
     problems: dict[str, str] = {}
-    for node in _all_nodes(graph):
+    for node in _all_nodes(graph, _StaticConditions(module, graph)):
         kind = node.kind()
         if kind in _FROZEN_AWAY or kind in problems or TABLE.find(kind) is not None:
             continue
@@ -99,7 +177,7 @@ def _frozen_graph(module):
     torch._C._jit_pass_lower_all_tuples(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_dce(graph)
-    return graph
+    return frozen, graph
 
 
 def _argument_names(node) -> list[str] | None:
@@ -121,6 +199,8 @@ class _Walker:
         self.namer = Namer(torch_module_names())
         self.names: dict[str, Any] = {}   # debugName -> Ref, or a Python value for constants
         self.constants: dict = {}
+        self.modules: dict[str, tuple[Any, str]] = {}  # debugName -> (frozen module, its path)
+        self.read: dict[tuple[int, str], Ref] = {}       # (module id, attribute) -> the constant read
 
     def ref(self, value) -> Any:
         return self.names[value.debugName()]
@@ -134,11 +214,32 @@ class _Walker:
         if isinstance(value, torch.Tensor):
             self.names[out.debugName()] = Ref(self._tensor_constant(base, value))
         elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
-            self.names[out.debugName()] = [Ref(self._tensor_constant(f"{base}.{i}", v)) for i, v in enumerate(value)]
+            self.names[out.debugName()] = [Ref(self._tensor_constant(f"{base}.{i}", v)) if v is not None else None
+                                           for i, v in enumerate(value)]  # x[:, idx]'s indices: [None, idx]
         elif isinstance(value, torch.device):
             self.names[out.debugName()] = str(value)
         else:
             self.names[out.debugName()] = value
+
+    def attribute(self, node) -> None:
+        """An attribute freezing left to be read (``nn.MultiheadAttention``'s ``in_proj_weight``, which its
+        scripted forward may find None): read from the frozen module, a tensor as a constant."""
+        import torch
+
+        owner, path = self.modules[node.input().debugName()]
+        attribute, out = node.s("name"), node.output().debugName()
+        value = module_attribute(owner, attribute)
+        where = f"{path}.{attribute}" if path else attribute
+        if isinstance(value, (torch.jit.ScriptModule, torch._C.ScriptModule)):
+            self.modules[out] = (value, where)
+            self.names[out] = None
+        elif isinstance(value, torch.Tensor):
+            key = (id(owner), attribute)
+            if key not in self.read:
+                self.read[key] = Ref(self._tensor_constant(where, value))
+            self.names[out] = self.read[key]
+        else:
+            self.names[out] = value
 
     def _tensor_constant(self, base: str, tensor) -> str:
         name = self.namer.unique(base if not base.isdigit() else f"constant_{base}")
@@ -152,6 +253,8 @@ class _Walker:
         for node in block.nodes():
             if node.kind() == "prim::Constant":
                 self.constant(node)
+            elif node.kind() == "prim::GetAttr" and node.input().debugName() in self.modules:
+                self.attribute(node)
             else:
                 found.append(self.source_node(node, nested))
         return found
@@ -194,11 +297,12 @@ def read_torchscript(path: Path) -> SourceGraph:
     module = _load(path)
     _check_ops(module, path)
     try:
-        graph = _frozen_graph(module)
+        frozen, graph = _frozen_graph(module)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
         raise PegasusError(f"TorchScript could not freeze the model ({first})", where=str(path)) from None
     walker = _Walker()
+    walker.modules[list(graph.inputs())[0].debugName()] = (frozen, "")
     inputs = []
     for value in list(graph.inputs())[1:]:  # the first is the module itself
         if not _is_tensor_type(value.type()):

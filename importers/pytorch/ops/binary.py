@@ -3,17 +3,20 @@ minimum, with broadcasting and with a Python number for either operand.
 
 ``add``/``sub`` scale the second operand by ``alpha`` (a Mul by a constant, folded when the operand is a
 constant). A Python number takes the tensor operand's dtype, as PyTorch's type promotion does for a float
-tensor. When no operand is a tensor the op is shape arithmetic (``x.size(0) * 2``) and is computed at
-import.
+tensor; two tensors of different dtypes are promoted as PyTorch promotes them. When no operand is a tensor
+the op is shape arithmetic (``x.size(0) * 2``) and is computed at import.
 """
 
 from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from pegasus.importers.common.converters import SourceNode
 from pegasus.importers.pytorch.context import TorchContext, converter
 from pegasus.importers.pytorch.ops.plumbing import fold_python
+from pegasus.ir.dtypes import DType
 
 #: aten op -> (registry op, Python operator for shape arithmetic, operands swapped)
 BINARY = {"add": ("Add", operator.add, False), "sub": ("Sub", operator.sub, False), "mul": ("Mul", operator.mul, False),
@@ -34,7 +37,9 @@ def binary(ctx: TorchContext, node: SourceNode) -> None:
     if fold_python(ctx, node, lambda *_: _python(python, a, b, alpha, mode, swapped)):
         return
     like = a if ctx.is_tensor(a) else b
-    a, b = ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other")
+    if isinstance(a if like is b else b, float) and not ctx.type_of(like).dtype.is_float:
+        like = None  # an integer tensor times 0.01 is float32
+    a, b = promote(ctx, node, ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other"))
     if alpha not in (1, 1.0, None):
         b = ctx.emit("Mul", [b, ctx.tensor(node, alpha, b, "alpha")], node=node, suffix="/alpha")[0]
     if swapped:
@@ -47,6 +52,33 @@ def binary(ctx: TorchContext, node: SourceNode) -> None:
         ctx.emit("Floor", [quotient], node=node)
     else:
         _trunc(ctx, node, quotient)
+
+
+def promote(ctx: TorchContext, node: SourceNode, a: str, b: str) -> tuple[str, str]:
+    """Two tensors on one dtype as PyTorch's type promotion puts them: a float operand makes an integer or
+    boolean one float (``x + 0`` traced holds a 0-d int64 tensor constant; ``positions * 0.01`` a 0-d float64
+    one, which gives float32), else a 0-d operand takes the other's dtype, else the wider one wins. A constant
+    is converted at import, a computed tensor by a Cast."""
+    ta, tb = ctx.type_of(a).dtype, ctx.type_of(b).dtype
+    if ta == tb:
+        return a, b
+    if ta.is_float != tb.is_float:  # a 0-d float with a larger integer tensor: the default dtype, float32
+        real, integer = (a, b) if ta.is_float else (b, a)
+        target = DType.FLOAT32 if ctx.rank(real) == 0 and ctx.rank(integer) > 0 else ctx.type_of(real).dtype
+    elif (ctx.rank(a) == 0) != (ctx.rank(b) == 0):
+        target = tb if ctx.rank(a) == 0 else ta
+    else:
+        target = ta if np.result_type(ta.numpy, tb.numpy) == ta.numpy else tb
+
+    def cast(name: str, dtype) -> str:
+        if dtype == target:
+            return name
+        value = ctx.value(name)
+        if value is not None:
+            return ctx.add_constant(f"{node.name}/{name}_as_{target.value}", value.astype(target.numpy))
+        return ctx.emit("Cast", [name], {"to": target.value}, node=node, suffix=f"/cast_{name}")[0]
+
+    return cast(a, ta), cast(b, tb)
 
 
 def _trunc(ctx: TorchContext, node: SourceNode, quotient: str) -> None:
@@ -77,3 +109,11 @@ def where(ctx: TorchContext, node: SourceNode) -> None:
     like = a if ctx.is_tensor(a) else b
     ctx.emit("Where", [args["condition"], ctx.tensor(node, a, like, "self"), ctx.tensor(node, b, like, "other")],
              node=node)
+
+
+@converter("aten::masked_fill", "aten::masked_fill_")
+def masked_fill(ctx: TorchContext, node: SourceNode) -> None:
+    """mask ? value : self (attention masks: ``scores.masked_fill(mask, float('-inf'))``)."""
+    args = ctx.args(node)
+    x = args["self"]
+    ctx.emit("Where", [args["mask"], ctx.tensor(node, args["value"], x, "value"), x], node=node)

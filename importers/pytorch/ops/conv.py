@@ -1,5 +1,5 @@
 """PyTorch converters for the MAC-heavy ops: convolutions (1-D/2-D/3-D, groups, dilation, transposed), linear,
-addmm, matmul/mm/bmm, scaled_dot_product_attention.
+addmm, baddbmm, matmul/mm/bmm, einsum (one or two operands), scaled_dot_product_attention.
 
 PyTorch's layouts are the registry's: activations channels first, Conv weights (M, C/group, k...),
 ConvTranspose weights (C, M/group, k...); so weights pass as they are. A padding of ``n`` is ``n`` at both
@@ -10,6 +10,8 @@ scaled_dot_product_attention is written out: softmax(q k^T * scale + mask) v, a 
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -81,6 +83,20 @@ def addmm(ctx: TorchContext, node: SourceNode) -> None:
     ctx.emit("Gemm", [args["mat1"], args["mat2"], args["self"]], attrs, node=node)
 
 
+@converter("aten::baddbmm")
+def baddbmm(ctx: TorchContext, node: SourceNode) -> None:
+    """beta * self + alpha * (batch1 @ batch2) (nn.MultiheadAttention's scores plus a float mask)."""
+    args = ctx.args(node)
+    product = ctx.emit("MatMul", [args["batch1"], args["batch2"]], node=node, suffix="/matmul")[0]
+    alpha, beta = (float(ctx.number(node, args.get(k, 1), k)) for k in ("alpha", "beta"))
+    if alpha != 1:
+        product = ctx.emit("Mul", [product, ctx.tensor(node, alpha, product, "alpha")], node=node, suffix="/alpha")[0]
+    added = args["self"]
+    if beta != 1:
+        added = ctx.emit("Mul", [added, ctx.tensor(node, beta, added, "beta")], node=node, suffix="/beta")[0]
+    ctx.emit("Add", [product, added], node=node)
+
+
 @converter("aten::matmul", "aten::mm", "aten::bmm")
 def matmul(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
@@ -115,3 +131,52 @@ def attention(ctx: TorchContext, node: SourceNode) -> None:
         scores = ctx.emit("Add", [scores, additive], node=node, suffix="/masked")[0]
     weights = ctx.emit("Softmax", [scores], {"axis": rank - 1}, node=node, suffix="/softmax")[0]
     ctx.emit("MatMul", [weights, v], node=node)
+
+
+@converter("aten::einsum")
+def einsum(ctx: TorchContext, node: SourceNode) -> None:
+    """A product of two operands written as einsum (``bhqd,bhkd->bhqk``): letters only one operand has and the
+    output lacks are summed first; then the operands are put in (batch, free, summed) and (batch, summed, free)
+    order, flattened to three axes, multiplied (MatMul) and put in the output's order. One operand (a
+    transpose, a sum) is a ReduceSum and a Transpose."""
+    args = ctx.args(node)
+    equation, tensors = str(args["equation"]).replace(" ", ""), list(args["tensors"])
+    if "..." in equation or "->" not in equation or len(tensors) not in (1, 2):
+        raise PegasusError(f"{node.describe()}: einsum '{equation}' is not supported (one or two operands with "
+                           "explicit letters and '->')")
+    inputs, output = equation.split("->")
+    terms = inputs.split(",")
+    if any(len(set(t)) != len(t) for t in terms + [output]):
+        raise PegasusError(f"{node.describe()}: einsum '{equation}' repeats a letter in one operand (a diagonal)")
+    operands = []
+    for index, (term, x) in enumerate(zip(terms, tensors)):
+        elsewhere = set(output).union(*[t for i, t in enumerate(terms) if i != index])
+        alone = [i for i, letter in enumerate(term) if letter not in elsewhere]
+        if alone:
+            x = ctx.emit("ReduceSum", [x], {"axes": tuple(alone), "keepdims": False}, node=node,
+                         suffix=f"/sum{index}")[0]
+            term = "".join(letter for letter in term if letter in elsewhere)
+        operands.append((term, x))
+    if len(operands) == 1:
+        term, x = operands[0]
+        ctx.emit("Transpose", [x], {"perm": tuple(term.index(letter) for letter in output)}, node=node)
+        return
+    (ta, a), (tb, b) = operands
+    batch = [c for c in output if c in ta and c in tb]
+    summed = [c for c in ta if c in tb and c not in output]
+    left, right = [c for c in ta if c not in tb], [c for c in tb if c not in ta]
+    sizes = {c: ctx.shape(a)[ta.index(c)] for c in ta} | {c: ctx.shape(b)[tb.index(c)] for c in tb}
+
+    def arrange(x: str, term: str, order: list[str], shape: tuple[int, ...], tag: str) -> str:
+        x = ctx.emit("Transpose", [x], {"perm": tuple(term.index(c) for c in order)}, node=node,
+                     suffix=f"/{tag}_t")[0]
+        return ctx.emit("Reshape", [x], {"shape": shape}, node=node, suffix=f"/{tag}_3d")[0]
+
+    count = [math.prod(sizes[c] for c in group) for group in (batch, left, summed, right)]
+    a = arrange(a, ta, batch + left + summed, (count[0], count[1], count[2]), "a")
+    b = arrange(b, tb, batch + summed + right, (count[0], count[2], count[3]), "b")
+    product = ctx.emit("MatMul", [a, b], node=node, suffix="/matmul")[0]
+    grouped = batch + left + right
+    product = ctx.emit("Reshape", [product], {"shape": tuple(sizes[c] for c in grouped)}, node=node,
+                       suffix="/unflatten")[0]
+    ctx.emit("Transpose", [product], {"perm": tuple(grouped.index(c) for c in output)}, node=node)

@@ -4,7 +4,8 @@ The ops that map one to one are a table (the in-place forms, ``relu_``, are the 
 TorchScript's mutation removal has run); those with arguments read them: ``hardtanh``/``relu6``/``clamp``
 become a Clip, ``leaky_relu`` its slope, ``elu`` its alpha (and a ``scale``; an ``input_scale`` other than 1
 is refused), ``gelu`` its approximation, ``softplus`` its beta and threshold (beta 1 only), ``prelu`` its
-weight broadcast over the channel axis (axis 1), ``rsqrt`` is 1 / sqrt(x).
+weight broadcast over the channel axis (axis 1), ``rsqrt`` is 1 / sqrt(x); ``glu`` halves its dim, ``threshold``
+is a Where.
 """
 
 from __future__ import annotations
@@ -124,3 +125,26 @@ def log1p(ctx: TorchContext, node: SourceNode) -> None:
     x = ctx.args(node)["self"]
     shifted = ctx.emit("Add", [x, ctx.tensor(node, 1.0, x, "one")], node=node, suffix="/plus_one")[0]
     ctx.emit("Log", [shifted], node=node)
+
+
+@converter("aten::glu")
+def glu(ctx: TorchContext, node: SourceNode) -> None:
+    """a * sigmoid(b), a and b the halves of ``dim``."""
+    args = ctx.args(node)
+    x = args["self"]
+    axis = int(args.get("dim", -1)) % ctx.rank(x)
+    half = ctx.shape(x)[axis] // 2
+    a, b = (ctx.emit("Slice", [x], {"starts": (start,), "ends": (start + half,), "axes": (axis,)}, node=node,
+                     suffix=f"/{part}")[0] for start, part in ((0, "a"), (half, "b")))
+    gate = ctx.emit("Sigmoid", [b], node=node, suffix="/gate")[0]
+    ctx.emit("Mul", [a, gate], node=node)
+
+
+@converter("aten::threshold", "aten::threshold_")
+def threshold(ctx: TorchContext, node: SourceNode) -> None:
+    """x where x > threshold, else value."""
+    args = ctx.args(node)
+    x = args["self"]
+    above = ctx.emit("Greater", [x, ctx.tensor(node, args["threshold"], x, "threshold")], node=node,
+                     suffix="/above")[0]
+    ctx.emit("Where", [above, x, ctx.tensor(node, args["value"], x, "value")], node=node)

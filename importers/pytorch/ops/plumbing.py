@@ -138,6 +138,23 @@ _PYTHON_OPS = {"aten::gt": operator.gt, "aten::lt": operator.lt, "aten::ge": ope
                "aten::__derive_index": lambda index, start, step: start + index * step}
 
 
+#: a torch.export program's arithmetic on symbolic sizes (Python's operator functions and torch's sym_* ones, named
+#: by their __name__): the sizes are numbers at import
+_SYMBOLIC = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+             "truediv": operator.truediv, "mod": operator.mod, "pow": operator.pow, "neg": operator.neg,
+             "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+             "ge": operator.ge, "and_": operator.and_, "or_": operator.or_, "not_": operator.not_,
+             "sym_not": operator.not_, "sym_max": max, "sym_min": min, "sym_int": int, "sym_float": float}
+
+
+@converter(*_SYMBOLIC, plumbing=True)
+def symbolic(ctx: TorchContext, node: SourceNode) -> None:
+    operands = ctx.args(node)["inputs"]
+    if any(ctx.is_tensor(v) or not isinstance(v, (bool, int, float)) for v in operands):
+        raise PegasusError(f"{node.describe()}: {node.op_type} of {operands!r}: only sizes known at import")
+    ctx.set_value(node, _SYMBOLIC[node.op_type](*operands))
+
+
 #: comparisons of tensors (a core-ATen program's prelu is where(x > 0, ...)): registry op, negated
 _COMPARISONS = {"aten::gt": ("Greater", False), "aten::lt": ("Less", False), "aten::ge": ("GreaterOrEqual", False),
                 "aten::le": ("LessOrEqual", False), "aten::eq": ("Equal", False), "aten::ne": ("Equal", True)}
@@ -262,11 +279,33 @@ def loop(ctx: TorchContext, node: SourceNode) -> None:
 
 @converter("prim::RaiseException", plumbing=True)
 def raise_exception(ctx: TorchContext, node: SourceNode) -> None:
-    message = next((v for v in inputs(ctx, node) if isinstance(v, str)), "")
+    args = ctx.args(node)
+    message = next((v for v in args.get("inputs", list(args.values())) if isinstance(v, str)), "")
     raise PegasusError(f"{node.describe()}: the model raises for these input shapes: {message}".rstrip(": "))
 
 
-@converter("aten::warn", "prim::Uninitialized", "aten::format", "aten::str", "prim::device", "prim::dtype",
+@converter("aten::format", plumbing=True)
+def format_message(ctx: TorchContext, node: SourceNode) -> None:
+    """A message (``why_not_fast_path = "... {}".format(...)``, whose emptiness a module's forward tests): the
+    format string with the values known at import."""
+    args = ctx.args(node)
+    text, *values = args["inputs"] if "inputs" in args else [args["self"]]
+    try:
+        ctx.set_value(node, str(text).format(*values))
+    except (IndexError, KeyError, ValueError):
+        ctx.set_value(node, str(text))
+
+
+@converter("prim::dtype", plumbing=True)
+def dtype_of(ctx: TorchContext, node: SourceNode) -> None:
+    """``tensor.dtype``, as TorchScript holds it: the ScalarType number (``mask.dtype != torch.bool``)."""
+    args = ctx.args(node)
+    x = args["inputs"][0] if "inputs" in args else next(iter(args.values()))
+    numpy = ctx.type_of(x).dtype.numpy
+    ctx.set_value(node, next(code for code, dtype in SCALAR_TYPES.items() if np.dtype(dtype) == numpy))
+
+
+@converter("aten::warn", "prim::Uninitialized", "aten::str", "prim::device",
            "aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
            "prim::requires_grad", "prim::is_cuda", plumbing=True)
 def nothing(ctx: TorchContext, node: SourceNode) -> None:
@@ -275,12 +314,40 @@ def nothing(ctx: TorchContext, node: SourceNode) -> None:
         ctx.values[out] = None
 
 
-@converter("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
-           "aten::contiguous", "aten::detach", "aten::clone", "aten::lift_fresh", "aten::lift_fresh_copy",
-           "aten::alias", "aten::type_as")
+@converter("aten::is_grad_enabled", "aten::is_autocast_enabled", "prim::is_nested", plumbing=True)
+def inference_state(ctx: TorchContext, node: SourceNode) -> None:
+    """The state a model runs in on a microcontroller: no gradients, no autocast, no nested tensors (the checks
+    before nn.MultiheadAttention's fused fast path, which a scripted model makes at run time)."""
+    ctx.set_value(node, False)
+
+
+@converter("aten::is_floating_point", plumbing=True)
+def is_floating_point(ctx: TorchContext, node: SourceNode) -> None:
+    ctx.set_value(node, ctx.type_of(ctx.args(node)["self"]).dtype.is_float)
+
+
+@converter("prim::type", plumbing=True)
+def device_type(ctx: TorchContext, node: SourceNode) -> None:
+    """``tensor.device.type``: the model runs on the CPU."""
+    ctx.set_value(node, "cpu")
+
+
+@converter("aten::all", "aten::any", plumbing=True)
+def all_any(ctx: TorchContext, node: SourceNode) -> None:
+    """all/any of a list of booleans known at import (checks); of a tensor, refused."""
+    values = ctx.args(node)["self"]
+    if not isinstance(values, (list, tuple)) or any(not isinstance(v, bool) for v in values):
+        raise PegasusError(f"{node.describe()}: {node.op_type[6:]} of a tensor is not supported")
+    ctx.set_value(node, (all if node.op_type == "aten::all" else any)(values))
+
+
+@converter(*[f"aten::{op}{inplace}" for op in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+             for inplace in ("", "_")],
+           "aten::contiguous", "aten::detach", "aten::detach_", "aten::clone", "aten::lift_fresh",
+           "aten::lift_fresh_copy", "aten::alias", "aten::type_as")
 def identity(ctx: TorchContext, node: SourceNode) -> None:
-    """Dropout at inference, copies and memory-layout changes: the tensor itself (type_as on a tensor of the
-    same dtype; another dtype is a Cast)."""
+    """Dropout at inference (``nn.Dropout(inplace=True)`` too), copies and memory-layout changes: the tensor
+    itself (type_as on a tensor of the same dtype; another dtype is a Cast)."""
     args = ctx.args(node)
     x = args.get("input", args.get("self"))
     other = args.get("other")
@@ -302,6 +369,30 @@ def to(ctx: TorchContext, node: SourceNode) -> None:
         ctx.alias(node, x)
     else:
         ctx.emit("Cast", [x], {"to": str(numpy_dtype(dtype))}, node=node)
+
+
+@converter("aten::arange", plumbing=True)
+def arange(ctx: TorchContext, node: SourceNode) -> None:
+    """A range known at import (a sequence's positions), as a constant: int64 unless a bound is a float, as in
+    PyTorch."""
+    args = ctx.args(node)
+    bounds = [ctx.number(node, args.get(key, default), key) for key, default in (("start", 0), ("end", None),
+                                                                                 ("step", 1))]
+    default = np.float32 if any(isinstance(v, float) for v in bounds) else np.int64
+    ctx.builder.set_constant(node.outputs[0], np.arange(*bounds).astype(numpy_dtype(args.get("dtype"), default)))
+
+
+@converter("aten::tensor", "aten::as_tensor", plumbing=True)
+def tensor_of(ctx: TorchContext, node: SourceNode) -> None:
+    """``torch.tensor([0, 2])`` of numbers known at import, as a constant (int64 for integers, as PyTorch)."""
+    args = ctx.args(node)
+    data = args.get("data", args.get("t"))
+    if ctx.is_tensor(data):
+        ctx.alias(node, data)
+        return
+    array = np.asarray(data)
+    default = np.float32 if array.dtype.kind == "f" else array.dtype
+    ctx.builder.set_constant(node.outputs[0], array.astype(numpy_dtype(args.get("dtype"), default)))
 
 
 @converter("aten::zeros", "aten::ones", "aten::full", "aten::zeros_like", "aten::ones_like", "aten::full_like",

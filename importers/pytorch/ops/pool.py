@@ -3,9 +3,9 @@ count_include_pad) and the adaptive pools.
 
 A stride left empty is the kernel size. An adaptive pool is a GlobalAveragePool/GlobalMaxPool when every
 output size is 1, and a plain pool of kernel = stride = in / out when each input size is a multiple of its
-output size (PyTorch's windows are then exactly those); other sizes have overlapping windows of unequal
-length, which no registry op expresses, and are refused naming the sizes. ``*_with_indices`` forms give
-only the values (indices are refused if a layer reads them).
+output size (PyTorch's windows are then exactly those); other sizes (overlapping windows of unequal length)
+are pooled one axis at a time, each window a Slice and a ReduceMean/ReduceMax, the windows concatenated.
+``*_with_indices`` forms give only the values (indices are refused if a layer reads them).
 """
 
 from __future__ import annotations
@@ -65,8 +65,29 @@ def adaptive_pool(ctx: TorchContext, node: SourceNode) -> None:
         ctx.emit("GlobalMaxPool" if maximum else "GlobalAveragePool", [x], node=node, outputs=outputs)
         return
     if any(s % o for s, o in zip(sizes, wanted)):
-        raise PegasusError(f"{node.describe()}: adaptive pool from {list(sizes)} to {wanted}: only output sizes "
-                           "that divide the input sizes (equal windows) can be expressed")
+        _uneven_windows(ctx, node, x, sizes, wanted, "ReduceMax" if maximum else "ReduceMean", outputs)
+        return
     kernel = tuple(s // o for s, o in zip(sizes, wanted))
     ctx.emit("MaxPool" if maximum else "AveragePool", [x], {"kernel_shape": kernel, "strides": kernel}, node=node,
              outputs=outputs)
+
+
+def _uneven_windows(ctx: TorchContext, node: SourceNode, x: str, sizes, wanted: list[int], reduce: str,
+                    outputs: list[str] | None) -> None:
+    """An adaptive pool whose windows differ in length (PyTorch's window i of an axis spans
+    [floor(i * in / out), ceil((i + 1) * in / out))): a window is a product of one interval per axis, and its
+    mean (or max) is the mean (max) over one axis of the means over the next, so the axes are pooled one after
+    another, each window a Slice reduced and the windows concatenated."""
+    changed = [axis for axis, (s, o) in enumerate(zip(sizes, wanted)) if s != o]
+    for axis in changed:
+        s, o, dim = sizes[axis], wanted[axis], axis + 2
+        windows = []
+        for i in range(o):
+            start, end = i * s // o, -(-(i + 1) * s // o)
+            part = ctx.emit("Slice", [x], {"starts": (start,), "ends": (end,), "axes": (dim,)}, node=node,
+                            suffix=f"/axis{dim}_window{i}")[0]
+            windows.append(ctx.emit(reduce, [part], {"axes": (dim,), "keepdims": 1}, node=node,
+                                    suffix=f"/axis{dim}_{reduce[6:].lower()}{i}")[0])
+        last = axis == changed[-1]
+        x = ctx.emit("Concat", windows, {"axis": dim}, node=node, outputs=outputs if last else None,
+                     suffix="" if last else f"/axis{dim}")[0]

@@ -6,7 +6,8 @@ Resize coordinate modes as PyTorch computes its source index: nearest is ``floor
 ``(dst + 0.5) * in / out - 0.5`` (pytorch_half_pixel) or, with align_corners, ``dst * (in - 1) / (out - 1)``.
 With ``scale_factor`` given PyTorch uses 1 / scale_factor as the ratio, so the scales are passed as they
 are; with a size, the sizes. PyTorch's pad list runs from the last dim backwards, (left, right, top, bottom,
-...); the registry's is every begin then every end. pixel_shuffle is DepthToSpace in CRD order.
+...); the registry's is every begin then every end. pixel_shuffle is DepthToSpace in CRD order,
+pixel_unshuffle a Reshape, Transpose and Reshape.
 """
 
 from __future__ import annotations
@@ -91,3 +92,17 @@ def pixel_shuffle(ctx: TorchContext, node: SourceNode) -> None:
     if ctx.rank(x) != 4:
         raise PegasusError(f"{node.describe()}: pixel_shuffle of a {ctx.rank(x)}-D tensor (4-D only)")
     ctx.emit("DepthToSpace", [x], {"blocksize": int(args["upscale_factor"]), "mode": "CRD"}, node=node)
+
+
+@converter("aten::pixel_unshuffle")
+def pixel_unshuffle(ctx: TorchContext, node: SourceNode) -> None:
+    """(N, C, H r, W r) -> (N, C r r, H, W), output channel c r r + i r + j (not SpaceToDepth's order): a Reshape
+    to (N, C, H, r, W, r), a Transpose to (N, C, r, r, H, W), a Reshape."""
+    args = ctx.args(node)
+    x, r = args["self"], int(args["downscale_factor"])
+    if ctx.rank(x) != 4:
+        raise PegasusError(f"{node.describe()}: pixel_unshuffle of a rank-{ctx.rank(x)} tensor is not supported")
+    n, c, h, w = ctx.shape(x)
+    blocks = ctx.emit("Reshape", [x], {"shape": (n, c, h // r, r, w // r, r)}, node=node, suffix="/blocks")[0]
+    moved = ctx.emit("Transpose", [blocks], {"perm": (0, 1, 3, 5, 2, 4)}, node=node, suffix="/transpose")[0]
+    ctx.emit("Reshape", [moved], {"shape": (n, c * r * r, h // r, w // r)}, node=node)

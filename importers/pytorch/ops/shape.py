@@ -68,13 +68,15 @@ def permute(ctx: TorchContext, node: SourceNode) -> None:
     ctx.emit("Transpose", [x], {"perm": tuple(dim(int(d), ctx.rank(x)) for d in args["dims"])}, node=node)
 
 
-@converter("aten::transpose", "aten::t", "aten::numpy_T", "aten::swapaxes")
+@converter("aten::transpose", "aten::t", "aten::numpy_T", "aten::swapaxes", "aten::mT", "aten::mH")
 def transpose(ctx: TorchContext, node: SourceNode) -> None:
     args = ctx.args(node)
     x = args["self"]
     rank = ctx.rank(x)
     perm = list(range(rank))[::-1] if node.op_type in ("aten::t", "aten::numpy_T") else list(range(rank))
-    if node.op_type not in ("aten::t", "aten::numpy_T"):
+    if node.op_type in ("aten::mT", "aten::mH"):  # the last two axes (real tensors: mH is mT)
+        perm[-2:] = perm[-1], perm[-2]
+    elif node.op_type not in ("aten::t", "aten::numpy_T"):
         a, b = (dim(int(args[k]), rank) for k in (("dim0", "dim1") if "dim0" in args else ("axis0", "axis1")))
         perm[a], perm[b] = perm[b], perm[a]
     ctx.emit("Transpose", [x], {"perm": tuple(perm)}, node=node)
@@ -228,3 +230,52 @@ def flip(ctx: TorchContext, node: SourceNode) -> None:
     attrs = {"starts": tuple(shape[a] - 1 for a in axes), "ends": tuple(-shape[a] - 1 for a in axes), "axes": axes,
              "steps": (-1,) * len(axes)}
     ctx.emit("Slice", [x], attrs, node=node)
+
+
+@converter("aten::index_select")
+def index_select(ctx: TorchContext, node: SourceNode) -> None:
+    args = ctx.args(node)
+    x = args["self"]
+    ctx.emit("Gather", [x, args["index"]], {"axis": dim(int(args["dim"]), ctx.rank(x))}, node=node)
+
+
+@converter("aten::index", "aten::_unsafe_index")
+def index(ctx: TorchContext, node: SourceNode) -> None:
+    """``x[:, [2, 1, 0]]`` (a channel swap), ``x[..., mask]``: one axis indexed by integers or a boolean mask known
+    at import (after any number of full slices, None in ``indices``) is a Gather along it; indices computed at
+    run time, or on several axes at once, are refused."""
+    args = ctx.args(node)
+    x, indices = args["self"], list(args["indices"])
+    given = [i for i, v in enumerate(indices) if v is not None]
+    if len(given) != 1:
+        raise PegasusError(f"{node.describe()}: indexing {len(given)} axes at once with tensors is not supported")
+    axis = given[0]
+    value = ctx.value(indices[axis]) if ctx.is_tensor(indices[axis]) else None
+    if value is None:
+        raise PegasusError(f"{node.describe()}: an index computed at run time is not supported (only indices known "
+                           "at import)")
+    if value.dtype == np.bool_:
+        if value.ndim != 1:
+            raise PegasusError(f"{node.describe()}: a boolean mask over several axes is not supported")
+        value = np.flatnonzero(value)
+    positions = ctx.add_constant(f"{node.name}/indices", value.astype(np.int64))
+    ctx.emit("Gather", [x, positions], {"axis": axis}, node=node)
+
+
+@converter("aten::roll")
+def roll(ctx: TorchContext, node: SourceNode) -> None:
+    """Shifted along each dim, wrapping around: the last ``shift`` elements, then the others (Slice, Concat)."""
+    args = ctx.args(node)
+    x = args["self"]
+    shifts, dims = (list(v) if isinstance(v, (list, tuple)) else [v] for v in (args["shifts"], args.get("dims", [])))
+    if len(dims) != len(shifts):
+        raise PegasusError(f"{node.describe()}: roll of the flattened tensor (no dims) is not supported")
+    for index, (shift, axis) in enumerate(zip(shifts, dims)):
+        axis = dim(int(axis), ctx.rank(x))
+        length = ctx.shape(x)[axis]
+        cut = length - int(shift) % length
+        pieces = ((cut, length, "tail"), (0, cut, "head"))
+        parts = [ctx.emit("Slice", [x], {"starts": (start,), "ends": (end,), "axes": (axis,)}, node=node,
+                          suffix=f"/roll{index}_{part}")[0] for start, end, part in pieces if end > start]
+        last = index == len(dims) - 1
+        x = ctx.emit("Concat", parts, {"axis": axis}, node=node, suffix="" if last else f"/roll{index}")[0]

@@ -16,6 +16,7 @@ import inspect
 import io
 import os
 import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -113,3 +114,43 @@ def import_and_run(model: Path, out: Path, inputs: list[np.ndarray]) -> tuple[ob
     graph = serialize.load(out.with_suffix(".json"), out.with_suffix(".data"))
     results = run(graph, dict(zip(graph.inputs, inputs)))
     return graph, [results[n] for n in graph.outputs]
+
+
+def _run_cli(*args) -> None:
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+        code = cli.main([str(a) for a in args])
+    assert code == 0, (args[:2], stderr.getvalue())
+
+
+def quantize_and_run_bundle(model: Path, work: Path, inputs: list[np.ndarray], samples: int = 3,
+                            scheme: tuple[str, ...] = ("--quantizer", "asymmetric_affine", "--qtype", "uint8")
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """The whole flow through the CLI for a one-input model: import, generate inputmeta over ``inputs[0]`` and
+    random samples, quantize, ``inference --dtype quantized`` on ``inputs[0]``, ``export glow`` for the host,
+    make and run the bundle's example program on it: (the integer simulation's first output, the bundle's
+    outputs as written, every output's float32 values one after another)."""
+    rng = np.random.default_rng(0)
+    work.mkdir(parents=True, exist_ok=True)
+    code, _, stderr = cli_import(model, work / "m", *size_flags(inputs))
+    assert code == 0, stderr
+    data = [inputs[0]] + [rng.standard_normal(inputs[0].shape).astype(np.float32) for _ in range(samples - 1)]
+    for i, sample in enumerate(data):
+        np.save(work / f"s{i}.npy", sample)
+    (work / "dataset.txt").write_text("".join(f"s{i}.npy\n" for i in range(samples)))
+    _run_cli("generate", "inputmeta", "--model", work / "m.json", "--source-file", work / "dataset.txt",
+             "--input-meta-output", work / "meta.yml")
+    _run_cli("quantize", "--model", work / "m.json", "--model-data", work / "m.data", "--with-input-meta",
+             work / "meta.yml", *scheme, "--model-quantize", work / "m.quantize", "--batch-size", samples)
+    _run_cli("inference", "--model", work / "m.json", "--model-data", work / "m.data", "--dtype", "quantized",
+             "--model-quantize", work / "m.quantize", "--input", work / "s0.npy", "--postprocess", "dump_result",
+             "--output-dir", work / "q")
+    with np.load(work / "q" / "outputs.npz") as npz:
+        got = npz[npz.files[0]]
+    _run_cli("export", "glow", "--model", work / "m.json", "--model-data", work / "m.data", "--dtype", "quantized",
+             "--model-quantize", work / "m.quantize", "--output-path", work / "bundle", "--network-name", "net",
+             "--target", "x86_64")
+    subprocess.run(["make", "-s", "-C", str(work / "bundle")], check=True, capture_output=True)
+    subprocess.run([str(work / "bundle" / "net_run"), "-o", str(work / "out.bin"), str(work / "s0.npy")], check=True,
+                   capture_output=True, timeout=120)
+    return got, np.fromfile(work / "out.bin", dtype=np.float32)

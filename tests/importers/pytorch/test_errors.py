@@ -170,6 +170,17 @@ def test_unsupported_ops_are_listed_with_module_paths(tmp_path):
     assert "unsupported operators (3)" in line and "aten::cumsum at node 'body.1/cumsum', body.1" in line
 
 
+def test_errors_while_converting_name_the_file(tmp_path):
+    """A shape conflict (sizes that do not fit the model) and an unsupported op of a .pt2 name the model file."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 2)).eval()
+    torch.jit.save(torch.jit.trace(model, torch.randn(1, 3, 8, 8)), tmp_path / "m.pt")
+    line = _refused(tmp_path, tmp_path / "m.pt", "--input-size-list", "3,9,9")
+    assert line.startswith(f"pegasus: error: {tmp_path / 'm.pt'}: shape conflict at layer '2' (Gemm)"), line
+    torch.export.save(torch.export.export(_Cumsum().eval(), (torch.randn(1, 4),)), tmp_path / "c.pt2")
+    line = _refused(tmp_path, tmp_path / "c.pt2")
+    assert line.startswith(f"pegasus: error: {tmp_path / 'c.pt2'}: unsupported operators (3)"), line
+
+
 def test_guard_helpers():
     assert pickle_globals(pickle.dumps(_Payload(Path("x")))) == ["posix.system"]
     assert pickle_globals(b"cos\nsystem\n(S'true'\ntR.") == ["os.system"]

@@ -1,6 +1,6 @@
 """``pegasus import pytorch``'s flags: a .pt2 with symbolic dims (batch 1 by default with a note, other dims from
 --input-size-list, static dims kept), --outputs cutting at a layer, --inputs naming the inputs in the order of
-the size list, an adaptive pool no registry op can express refused by name."""
+the size list, an adaptive pool whose windows differ in length."""
 
 from __future__ import annotations
 
@@ -74,11 +74,17 @@ def test_outputs_cut_and_inputs_order(net, tmp_path):
     assert code == 2 and "--inputs must name each of the model's inputs once: x bias ('y' is not one)" in stderr
 
 
-def test_adaptive_pool_that_no_op_expresses(net, tmp_path):
+def test_adaptive_pool_with_uneven_windows(net, tmp_path):
+    """Traced at 6 x 6, imported at 5 x 6: the adaptive max pool to (2, 3) has windows [0, 3) and [2, 5) on the
+    first axis (once refused: no registry op pools windows of unequal length)."""
     torch.jit.save(torch.jit.trace(net, (torch.randn(1, 3, 6, 6), torch.randn(1, 4, 1, 1))), tmp_path / "m.pt")
     code, _, stderr = cli_import(tmp_path / "m.pt", tmp_path / "m", "--input-size-list", "3,5,6#4,1,1")
-    assert code == 2 and len(stderr.strip().splitlines()) == 1
-    assert "adaptive pool from [5, 6] to [2, 3]: only output sizes that divide the input sizes" in stderr
+    assert code == 0, stderr
+    graph = _load(tmp_path / "m")
+    x, bias = torch.randn(1, 3, 5, 6), torch.randn(1, 4, 1, 1)
+    got = run(graph, {"x": x.numpy(), "bias": bias.numpy()})
+    for name, want in zip(graph.outputs, net(x, bias)):
+        np.testing.assert_allclose(got[name], want.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 class _ListOut(nn.Module):
@@ -98,3 +104,17 @@ def test_outputs_returned_in_lists(tmp_path):
     assert len(graph.outputs) == 3
     for name, want in zip(graph.outputs, (a, b, c)):
         np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-6)
+
+
+def test_pt2_whose_sample_inputs_carry_dynamo_marks(net, tmp_path):
+    """torch._dynamo.mark_dynamic (or an export attempt that failed) leaves ``_dynamo_*_indices`` sets on the
+    sample inputs, which torch.save pickles through torch._tensor._rebuild_from_type_v2: a plain tensor still."""
+    x, bias = torch.randn(2, 3, 6, 6), torch.randn(1, 4, 1, 1)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.export.save(torch.export.export(net, (x, bias)), tmp_path / "marked.pt2")
+    code, _, stderr = cli_import(tmp_path / "marked.pt2", tmp_path / "m")
+    assert code == 0, stderr
+    graph = _load(tmp_path / "m")
+    got = run(graph, {"x": x[:1].numpy(), "bias": bias.numpy()})
+    for name, want in zip(graph.outputs, net(x[:1], bias)):
+        np.testing.assert_allclose(got[name], want.detach().numpy(), rtol=1e-4, atol=1e-5)
