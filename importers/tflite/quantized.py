@@ -38,7 +38,8 @@ from pegasus.quantized.params import QuantTable, TensorQuant
 _INTEGER = ("int8", "uint8", "int16")
 _EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
 #: ops whose output holds (a rearrangement of) input 0's values: an invented output takes its input's grid
-_CARRY_FORWARD = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
+#: (an invented Pad pads with 0, on every grid)
+_CARRY_FORWARD = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Pad")
 #: ops whose input holds their output's grid before a clamp: an invented input takes the output's
 _CARRY_BACKWARD = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 #: weighted operators: (registry input, file input, output-channel axis in the registry's layout) of the weights

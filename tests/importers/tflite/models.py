@@ -148,6 +148,18 @@ def conv_ops() -> bytes:
 
 
 # ---- ops written as flatbuffers --------------------------------------------------------------------
+def dilated_conv1d() -> bytes:
+    """Keras Conv1D with dilation_rate > 1 (a TCN / keyword-spotting layer): the converter leaves it as
+    SPACE_TO_BATCH_ND (padding 1 step when the length is odd) -> CONV_2D -> BATCH_TO_SPACE_ND (cropping it),
+    and SeparableConv1D's depthwise part likewise."""
+    tf = seeded(3)
+    layers = tf.keras.layers
+    x = tf.keras.Input((49, 6))
+    y = layers.Conv1D(7, 3, dilation_rate=2, activation="relu")(x)
+    y = layers.SeparableConv1D(5, 3, dilation_rate=3, padding="same")(y)
+    return from_keras(tf.keras.Model(x, layers.Conv1D(4, 2, dilation_rate=4, padding="causal")(y)))
+
+
 def handmade_ops() -> bytes:
     """RELU_0_TO_1, SOFTMAX with beta, L2_POOL_2D (with its fused RELU), and EXPAND_DIMS / SQUEEZE (which
     the converter turns into RESHAPE when shapes are static): ops the converter does not emit."""

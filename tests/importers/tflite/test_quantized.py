@@ -85,6 +85,15 @@ def int8_float_io() -> bytes:
     return _int8(tf, tf.keras.Model(x, y), [(8, 8, 2)], 3, float_io=True)
 
 
+def int8_dilated_conv1d() -> bytes:
+    """Dilated Conv1D (SPACE_TO_BATCH_ND with padding -> CONV_2D -> BATCH_TO_SPACE_ND with crops) on int8."""
+    tf = seeded(14)
+    layers = tf.keras.layers
+    x = tf.keras.Input((49, 6), batch_size=1)
+    y = layers.Conv1D(7, 3, dilation_rate=2, activation="relu")(x)
+    return _int8(tf, tf.keras.Model(x, layers.Conv1D(4, 2, dilation_rate=4, padding="causal")(y)), [(49, 6)], 4)
+
+
 def int8_requantize() -> bytes:
     """A QUANTIZE int8 -> int8 onto another grid (TFLite's Requantize), then MAX_POOL_2D and RESHAPE."""
     m = ModelBuilder()
@@ -290,7 +299,8 @@ def int8_autoencoder() -> bytes:
     return _int8(tf, model, [(640,)], 17)
 
 
-OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize, int8_activations, uint8_model, int16x8_model)
+OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize, int8_activations, uint8_model, int16x8_model,
+             int8_dilated_conv1d)
 MCU_MODELS = (int8_ds_cnn, int8_mobilenet_v1, int8_resnet8, int8_autoencoder)
 
 
