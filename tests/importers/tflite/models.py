@@ -160,6 +160,21 @@ def dilated_conv1d() -> bytes:
     return from_keras(tf.keras.Model(x, layers.Conv1D(4, 2, dilation_rate=4, padding="causal")(y)))
 
 
+def attention_ops() -> bytes:
+    """BATCH_MATMUL (attention's Q.K^T with adj_y, scores.V, and adj_x) and FILL (a batch-sized constant, as
+    tf_keras' LayerNormalization makes its ones), with a dynamic batch."""
+    tf = seeded(4)
+
+    def fn(q, k):
+        scores = tf.matmul(q, k, transpose_b=True)
+        context = tf.matmul(tf.nn.softmax(scores), k)
+        gram = tf.matmul(q, context, transpose_a=True)
+        ones = tf.fill(tf.shape(q)[:1], 2.0)
+        return [scores, context * ones[:, None, None], gram]
+
+    return from_function(fn, [spec(None, 6, 8), spec(None, 5, 8)])
+
+
 def handmade_ops() -> bytes:
     """RELU_0_TO_1, SOFTMAX with beta, L2_POOL_2D (with its fused RELU), and EXPAND_DIMS / SQUEEZE (which
     the converter turns into RESHAPE when shapes are static): ops the converter does not emit."""
