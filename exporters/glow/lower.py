@@ -90,9 +90,9 @@ def channels_first_packing(graph: Graph, target=None) -> bool:
     return changed
 
 
-def channels_last_layers(graph: Graph, target=None) -> bool:
-    """Channels-last layers with a channels-last kernel get their weights re-laid for it; each other one
-    runs channels first, between transposes."""
+def channels_last_layers(graph: Graph, target=None, pack_weights: bool = True) -> bool:
+    """Channels-last layers with a channels-last kernel get their weights re-laid for it (``pack_weights``);
+    each other one runs channels first, between transposes."""
     changed = False
     nodes: list[Node] = []
     for node in graph.nodes:
@@ -101,7 +101,8 @@ def channels_last_layers(graph: Graph, target=None) -> bool:
             continue
         changed = True
         if supports_channels_last(node, graph):
-            _pack_weights(graph, node, target)
+            if pack_weights:
+                _pack_weights(graph, node, target)
             nodes.append(node)
             continue
         x, y = node.inputs[0], node.outputs[0]
@@ -146,10 +147,11 @@ def _dense_as_conv(graph: Graph, node: Node) -> list[Node] | None:
     shape = (graph.add_constant(f"{node.name}_shape", np.array(s, np.int32)) for s in ((1, rows, 1, depth),
                                                                                         (rows, columns)))
     x_shape, y_shape = shape
-    return [Node(graph.unique_node_name(f"{node.name}_rows"), "Reshape", make_attrs("Reshape"),
+    return [Node(graph.unique_node_name(f"{node.name}_rows"), "Reshape", make_attrs("Reshape", shape=(1, rows, 1, depth)),
                  [node.inputs[0], x_shape], [x4]),
             Node(node.name, "QConv", conv, [x4, weights, *node.inputs[2:]], [y4]),
-            Node(graph.unique_node_name(f"{node.name}_columns"), "Reshape", make_attrs("Reshape"), [y4, y_shape], [y])]
+            Node(graph.unique_node_name(f"{node.name}_columns"), "Reshape", make_attrs("Reshape", shape=(rows, columns)),
+                 [y4, y_shape], [y])]
 
 
 def dense_layers_as_convs(graph: Graph) -> bool:
@@ -305,15 +307,17 @@ def float_rewrites(graph: Graph) -> bool:
     return folded or moved
 
 
-def lower_for_export(graph: Graph, target=None) -> Graph:
+def lower_for_export(graph: Graph, target=None, pack_weights: bool = True) -> Graph:
     """The graph code is generated from; ``target`` (exporters.glow.target.Target) lets packers lay weights
-    out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension)."""
+    out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension). Without ``pack_weights`` the
+    same graph with the registry's weight layouts, which the reference interpreter runs (--compare-layers)."""
     lowered = copy.deepcopy(graph)
     float_rewrites(lowered)
     eliminate_common_subexpressions(lowered)     # the import's merge ran before its BN folding; this one after
     # the float rewrites (which can make two layers equal), and for graphs imported without the passes
     dense_layers_as_convs(lowered)
-    channels_last_layers(lowered, target)
-    channels_first_packing(lowered, target)
+    channels_last_layers(lowered, target, pack_weights)
+    if pack_weights:
+        channels_first_packing(lowered, target)
     materialize_outputs(lowered)
     return lowered

@@ -51,6 +51,7 @@ class InstrumentedBundle:
     probes: int
     graph: Graph           # the graph as compiled (tensor names as in the plan)
     dumps: list[tuple[int, str, str, int, int]]   # (probe, tensor, region, offset, size) of each layer output
+    reference: Graph       # the same graph with the registry's weight layouts (what the interpreter runs)
 
 
 def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
@@ -58,6 +59,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
     """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
     planned as export_bundle plans it (Concat built in place on hosted targets too)."""
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
+    reference = lower_for_export(graph, target, pack_weights=False)
     graph = lower_for_export(graph, target)
     check_emitters(graph)
     layers = chain_rows(graph, fuse_layers(graph))
@@ -80,7 +82,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
              for index, layer in enumerate(units) for tensor in layer.outputs
              if tensor and plan.locations[tensor].region in (MUTABLE, ACTIVATIONS)]
     macs = [sum(macs_of.get(node.name, 0) for node in layer.nodes) for layer in units]
-    return InstrumentedBundle(names, macs, probes, graph, dumps)
+    return InstrumentedBundle(names, macs, probes, graph, dumps, reference)
 
 
 def node_macs(graph: Graph, node) -> int:
