@@ -175,6 +175,25 @@ def attention_ops() -> bytes:
     return from_function(fn, [spec(None, 6, 8), spec(None, 5, 8)])
 
 
+def math_ops() -> bytes:
+    """What box decoders, masks and positional encodings use: FLOOR, CEIL, ROUND, SIGN, SIN, COS, SQUARE, POW,
+    FLOOR_DIV, FLOOR_MOD, ADD_N, the comparisons, LOGICAL_AND/NOT, SELECT and SELECT_V2 (on the inputs
+    themselves, so no rounding difference upstream moves a value across a step)."""
+    tf = seeded()
+
+    def fn(x, y):
+        steps = [tf.floor(x * 2.0), tf.math.ceil(x), tf.round(x * 3.0), tf.sign(x), tf.sin(x) * tf.cos(y),
+                 tf.square(x), tf.pow(tf.abs(x) + 0.5, 1.7), tf.math.floordiv(x * 4.0, 1.5),
+                 tf.math.floormod(x * 3.0, -1.25), tf.math.floordiv(tf.cast(x * 9.0, tf.int32), 4),
+                 tf.math.floormod(tf.cast(x * 9.0, tf.int32), -4), tf.add_n([x, y, x * y])]
+        masks = [tf.where(x > 0.1, x, y), tf.where(tf.logical_and(x < 0.5, tf.not_equal(y, 0.0)), x, y * 2.0),
+                 tf.where(y[:, :1] >= x[:1], x, -y), tf.cast(tf.logical_not(tf.less_equal(x, y)), tf.float32),
+                 tf.cast(tf.equal(tf.round(x), tf.round(y)), tf.float32)]
+        return steps + masks
+
+    return from_function(fn, [spec(3, 4, 5), spec(3, 4, 5)])
+
+
 def handmade_ops() -> bytes:
     """RELU_0_TO_1, SOFTMAX with beta, L2_POOL_2D (with its fused RELU), and EXPAND_DIMS / SQUEEZE (which
     the converter turns into RESHAPE when shapes are static): ops the converter does not emit."""
