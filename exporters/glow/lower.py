@@ -147,11 +147,11 @@ def _dense_as_conv(graph: Graph, node: Node) -> list[Node] | None:
     shape = (graph.add_constant(f"{node.name}_shape", np.array(s, np.int32)) for s in ((1, rows, 1, depth),
                                                                                         (rows, columns)))
     x_shape, y_shape = shape
-    return [Node(graph.unique_node_name(f"{node.name}_rows"), "Reshape", make_attrs("Reshape", shape=(1, rows, 1, depth)),
-                 [node.inputs[0], x_shape], [x4]),
+    rows_attrs = make_attrs("Reshape", shape=(1, rows, 1, depth))
+    columns_attrs = make_attrs("Reshape", shape=(rows, columns))
+    return [Node(graph.unique_node_name(f"{node.name}_rows"), "Reshape", rows_attrs, [node.inputs[0], x_shape], [x4]),
             Node(node.name, "QConv", conv, [x4, weights, *node.inputs[2:]], [y4]),
-            Node(graph.unique_node_name(f"{node.name}_columns"), "Reshape", make_attrs("Reshape", shape=(rows, columns)),
-                 [y4, y_shape], [y])]
+            Node(graph.unique_node_name(f"{node.name}_columns"), "Reshape", columns_attrs, [y4, y_shape], [y])]
 
 
 def dense_layers_as_convs(graph: Graph) -> bool:
