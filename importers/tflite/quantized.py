@@ -34,11 +34,13 @@ from pegasus.importers.tflite.reader import TfliteSubgraph, TfliteTensor
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.quantized.params import QuantTable, TensorQuant
+from pegasus.quantizers.assign import float_entry
 
 _INTEGER = ("int8", "uint8", "int16")
 _EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
 #: ops whose output holds (a rearrangement of) input 0's values: an invented output takes its input's grid
-_CARRY_FORWARD = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
+#: (an invented Pad pads with 0, on every grid)
+_CARRY_FORWARD = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Pad")
 #: ops whose input holds their output's grid before a clamp: an invented input takes the output's
 _CARRY_BACKWARD = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 #: weighted operators: (registry input, file input, output-channel axis in the registry's layout) of the weights
@@ -214,10 +216,27 @@ def quantize_table(model: TfliteSubgraph, graph: Graph, inputs: Sequence[str] | 
             tensors[name] = _entry(source, source.axis if graph.value_of(name) is not None else None)
     _weights(view.nodes, files, graph, tensors)
     _carry(graph, tensors)
+    _float_rest(graph, tensors, note)
     quantizer, qtype = _scheme(model)
     digest = serialize.graph_digest(graph)
     return QuantTable(quantizer=quantizer, qtype=qtype, algorithm="tflite", graph_digest=digest, tensors=tensors,
                       layer_digests=serialize.layer_digests(graph), float_graph_digest=digest, rounding="tflite")
+
+
+def _float_rest(graph: Graph, tensors: dict[str, TensorQuant], note: Callable[[str], None] | None) -> None:
+    """Float tensors a converter invented whose values no file grid holds (SQUARED_DIFFERENCE's difference)
+    stay float32: their layers run in float between converters, as the export lists them."""
+    producers = graph.producers()
+    edges = set(graph.inputs) | set(graph.outputs)
+    rest = [name for name, tensor in graph.tensors.items()
+            if name not in tensors and name not in edges and tensor.type.dtype.is_float
+            and graph.value_of(name) is None and name in producers
+            and producers[name].op not in ("QuantizeLinear", "DequantizeLinear")]
+    for name in rest:
+        tensors[name] = float_entry(0.0, 0.0)
+    if rest and note:
+        note(f"{len(rest)} tensor(s) the model does not quantize stay float ({', '.join(rest[:3])}"
+             f"{', ...' if len(rest) > 3 else ''}): the layers writing them run in float")
 
 
 def _weights(nodes: Sequence[SourceNode], files: dict[str, TfliteTensor], graph: Graph,

@@ -233,12 +233,16 @@ class GRU(Recurrent):
 @dataclass(frozen=True)
 class LSTMAttrs(RecurrentAttrs):
     input_forget: int = 0
+    #: TFLite's cell_clip: the new cell state C_t clipped to [-cell_clip, cell_clip] before the output gate
+    #: reads it (None: not clipped); ONNX has no such attribute (its ``clip`` is on the gates' inputs)
+    cell_clip: float | None = None
 
 
 @register
 class LSTM(Recurrent):
     """i, f = f(X W^T + H R^T + P*C_{t-1} + b); c~ = g(...); C_t = f*C_{t-1} + i*c~;
-    o = f(... + P_o*C_t); H_t = o*h(C_t); input_forget couples f = 1 - i (ONNX LSTM-22, gates i, o, f, c)."""
+    o = f(... + P_o*C_t); H_t = o*h(C_t); input_forget couples f = 1 - i (ONNX LSTM-22, gates i, o, f, c);
+    cell_clip clips C_t (TFLite's LSTMs)."""
 
     name = "LSTM"
     Attrs = LSTMAttrs
@@ -256,5 +260,7 @@ class LSTM(Recurrent):
         i = fns[0](_clip(attrs, gate_i + p_i * c))
         f = 1 - i if attrs.input_forget else fns[0](_clip(attrs, gate_f + p_f * c))
         c = f * c + i * fns[1](_clip(attrs, gate_c))
+        if attrs.cell_clip is not None:
+            c = np.clip(c, -attrs.cell_clip, attrs.cell_clip)
         o = fns[0](_clip(attrs, gate_o + p_o * c))
         return o * fns[2](c), c

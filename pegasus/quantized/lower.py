@@ -258,6 +258,14 @@ def layer_precision(node: Node, table: QuantTable) -> str | None:
     return None
 
 
+def _reads_float(node: Node, table: QuantTable) -> bool:
+    """Whether ``node`` reads a tensor whose table entry is float32 (an imported pre-quantized model's tensor
+    no file grid holds); the rules take integer operands, and a DtypeConverter is the one that converts."""
+    if node.op == "DtypeConverter":
+        return False
+    return any(name and table.get(name) is not None and not table.get(name).is_integer for name in node.inputs)
+
+
 def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
     """The integer graph of ``graph`` under ``table``: float inputs and outputs, integer inside."""
     ctx = LoweringContext(graph, table)
@@ -278,7 +286,8 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
             ctx.run_in_float(node, None)  # nothing to quantize: the layer runs as it is
             continue
         rule = rule_for(node.op, table.rounding)
-        reason = rule(ctx, node) if rule is not None else f"no integer kernel for {node.op}"
+        reason = rule(ctx, node) if rule is not None and not _reads_float(node, table) else \
+            f"no integer kernel for {node.op}" if rule is None else "it reads a tensor the table keeps float"
         if reason is not None:
             ctx.run_in_float(node, reason)
     ctx.graph.inputs = list(graph.inputs)

@@ -70,3 +70,20 @@ def test_compare_layers_names_the_layer_with_a_perturbed_weight(demo_model, tmp_
     table, first = compare_layers(bundle, tmp_path, "lenet", "cortex-m7", feeds, spec)
     assert first == "/fc2/Gemm", table
     assert "ok    /fc1/Gemm" in table and "DIFF  /fc2/Gemm" in table
+
+
+def test_compare_layers_on_a_channels_last_integer_model(tmp_path):
+    """A pre-quantized TFLite model on Cortex-M7: its channels-last QConvs' weights are re-laid for the DSP kernels
+    and its dense layer compiled as a 1x1 QConv between Reshapes, yet the reference interpreter runs the same
+    graph with the registry's layouts, and every layer matches."""
+    from pegasus.commands.quantized_model import lower_model
+    from tests.importers.tflite import test_quantized as tq
+    from tests.importers.tflite.harness import cached_model
+
+    json_path, data_path, table_path = tq.import_cli(cached_model(tq.int8_cnn), tmp_path / "model")
+    graph = lower_model(serialize.load(json_path, data_path), str(table_path), show=False).graph
+    bundle = export_instrumented(graph, tmp_path, "cnn", resolve_target("arm", "cortex-m7"))
+    x = graph.type_of(graph.inputs[0])
+    feeds = {graph.inputs[0]: np.random.default_rng(6).integers(-128, 128, x.shape).astype(np.int8)}
+    table, first = compare_layers(bundle, tmp_path, "cnn", "cortex-m7", feeds, output_spec(bundle.graph))
+    assert first is None and "every layer matches" in table, table

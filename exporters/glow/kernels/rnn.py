@@ -225,7 +225,8 @@ def _gru_reset_after(s: Step) -> Callable[[ir.Value], ir.Value]:
 
 
 def lstm_cell(s: Step) -> None:
-    """Gates i, o, f, c: C = f * C + i * g(c~); H = o * h(C), peepholes on C (o's on the new C)."""
+    """Gates i, o, f, c: C = f * C + i * g(c~) (clipped to ±cell_clip when set); H = o * h(C), peepholes on C
+    (o's on the new C)."""
     ar = s.ar
     s.recurrent(s.gates, s.h, 0, 4 * s.hidden)
     with s.units() as j:
@@ -233,6 +234,8 @@ def lstm_cell(s: Step) -> None:
         i = s.act(0, s.pre(0, j, *s.peephole(0, j, c)))
         f = ar.sub(1, i) if s.attrs.input_forget else s.act(0, s.pre(2, j, *s.peephole(2, j, c)))
         c = ar.add(ar.mul(f, c), ar.mul(i, s.act(1, s.pre(3, j))))
+        if s.attrs.cell_clip is not None:
+            c = ar.min(ar.max(c, -s.attrs.cell_clip), s.attrs.cell_clip)
         o = s.act(0, s.pre(1, j, *s.peephole(1, j, c)))
         s.c.store(s.b, c, j)
         s.h.store(s.b, ar.mul(o, s.act(2, c, clip=False)), j)

@@ -1,9 +1,12 @@
-"""TFLite converters for the MAC-heavy ops: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV and FULLY_CONNECTED.
+"""TFLite converters for the MAC-heavy ops: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED and
+BATCH_MATMUL.
 
 Activations stay NHWC (``channels_last`` on Conv/ConvTranspose); kernels are turned into the registry's
 (M, C/group, kh, kw) once, at import (importers/common/channels_last.py). FULLY_CONNECTED flattens its input
 to (rows, K) as TFLite does (a Reshape, which costs nothing) and becomes a Gemm with the (N, K) weights,
-then takes the input's leading shape back when ``keep_num_dims``.
+then takes the input's leading shape back when ``keep_num_dims``. BATCH_MATMUL (attention's Q·K^T and
+scores·V) is the registry MatMul (NumPy's batch broadcasting, TFLite's too), adj_x/adj_y a Transpose of the
+last two axes before it.
 """
 
 from __future__ import annotations
@@ -88,3 +91,18 @@ def fully_connected(ctx: TfliteContext, node: SourceNode) -> None:
     if keep:
         ctx.emit("Reshape", [y], {"shape": tuple(x_shape[:-1]) + (w.shape[0],)}, node=node, outputs=node.outputs[:1],
                  suffix="/unflatten")
+
+
+@converter("BATCH_MATMUL")
+def batch_matmul(ctx: TfliteContext, node: SourceNode) -> None:
+    """BATCH_MATMUL: x (..., M, K) @ y (..., K, N), either operand transposed first when adj_x / adj_y."""
+    operands = []
+    for index, flag in ((0, "adj_x"), (1, "adj_y")):
+        name, rank = node.inputs[index], len(ctx.type_of(node.inputs[index]).shape)
+        if rank < 2:
+            raise PegasusError(f"{node.describe()}: operand {index} of rank {rank} (BATCH_MATMUL needs rank 2 or more)")
+        if node.attrs.get(flag, False):
+            perm = (*range(rank - 2), rank - 1, rank - 2)
+            name = ctx.emit("Transpose", [name], {"perm": perm}, node=node, suffix=f"/{flag}")[0]
+        operands.append(name)
+    ctx.emit("MatMul", operands, node=node)

@@ -1,6 +1,7 @@
 """TFLite converters for the one-input element-wise ops: the activations (RELU, RELU6, RELU_N1_TO_1,
 RELU_0_TO_1, LOGISTIC, TANH, HARD_SWISH, ELU, LEAKY_RELU, GELU, PRELU), the math functions (EXP, LOG,
-SQRT, RSQRT, ABS, NEG) and CAST.
+SQRT, RSQRT, ABS, NEG, SQUARE, FLOOR, CEIL, ROUND (half to even, as TFLite's), SIGN, SIN, COS), LOGICAL_NOT
+and CAST.
 
 The ops that map one to one are a table; the activations take their registry form from the table the
 channels-last frameworks share (importers/common/channels_last.py), so a fused RELU6 and a RELU6 layer
@@ -19,7 +20,9 @@ _ACTIVATION_OPS = {"RELU": "relu", "RELU6": "relu6", "RELU_N1_TO_1": "relu_n1_to
 
 #: TFLite builtin -> (registry op, attributes) for the ops that map one to one
 UNARY = {**{op: ACTIVATIONS[name] for op, name in _ACTIVATION_OPS.items()},
-         "EXP": ("Exp", {}), "LOG": ("Log", {}), "SQRT": ("Sqrt", {}), "ABS": ("Abs", {}), "NEG": ("Neg", {})}
+         "EXP": ("Exp", {}), "LOG": ("Log", {}), "SQRT": ("Sqrt", {}), "ABS": ("Abs", {}), "NEG": ("Neg", {}),
+         "FLOOR": ("Floor", {}), "CEIL": ("Ceil", {}), "ROUND": ("Round", {}), "SIGN": ("Sign", {}), "SIN": ("Sin", {}),
+         "COS": ("Cos", {}), "LOGICAL_NOT": ("Not", {})}
 
 
 @converter(*UNARY)
@@ -44,6 +47,11 @@ def prelu(ctx: TfliteContext, node: SourceNode) -> None:
     """PRELU: y = x where x >= 0, else alpha * x; alpha (float16 or int8 weights too) broadcasts to x."""
     alpha = ctx.weights(node, 1, "alpha")
     ctx.emit("PRelu", [node.inputs[0], ctx.add_constant(f"{node.name}/alpha", alpha)], node=node)
+
+
+@converter("SQUARE")
+def square(ctx: TfliteContext, node: SourceNode) -> None:
+    ctx.emit("Mul", [node.inputs[0], node.inputs[0]], node=node)
 
 
 @converter("RSQRT")

@@ -4,10 +4,11 @@ The TFLite op takes 24 inputs: x; the input and recurrent weights of the gates i
 weights (i, f, o); the gate biases; projection weights and bias; the h and c state variables; layer-norm
 coefficients. ONNX stacks the gates as i, o, f, c, so the blocks are reordered once at import; the
 recurrent bias is zero (TFLite has one bias per gate). Peepholes map (ONNX's P is i, o, f and applies
-the output gate's to the new cell state, as TFLite does). Variants the registry LSTM cannot express
-are refused by name: CIFG (no input gate: TFLite couples i = 1 - f, ONNX's input_forget couples
-f = 1 - i), projection, layer normalization, diagonal recurrent weights, and cell clipping (TFLite
-clips the cell state; ONNX's ``clip`` clips the gates' inputs, which is a different function).
+the output gate's to the new cell state, as TFLite does). TFLite's cell clipping (``cell_clip``, 10.0 in
+every Keras LSTM the converter writes) is the registry LSTM's ``cell_clip``, not ONNX's ``clip`` (which
+clips the gates' inputs, a different function). Variants the registry LSTM cannot express are refused by
+name: CIFG (no input gate: TFLite couples i = 1 - f, ONNX's input_forget couples f = 1 - i), projection,
+layer normalization and diagonal recurrent weights.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ def _refuse_variants(node: SourceNode) -> None:
     found = [what for index, what in _UNSUPPORTED_INPUTS.items() if node.input(index)]
     if not node.input(_INPUT_WEIGHTS[0]):
         found.append("CIFG (no input gate)")
-    if float(node.attrs.get("cell_clip", 0.0)) > 0:
-        found.append(f"cell_clip {node.attrs['cell_clip']}")
     if node.attrs.get("diagonal_recurrent_tensors", False):
         found.append("diagonal recurrent weights")
     activation = str(node.attrs.get("fused_activation_function", "TANH"))
@@ -70,6 +69,8 @@ def unidirectional_sequence_lstm(ctx: TfliteContext, node: SourceNode) -> None:
         inputs.append(ctx.add_constant(f"{node.name}/P", np.concatenate([p[k] for k in _ONNX_PEEPHOLES])[None]))
     cell = _CELL_ACTIVATIONS[str(node.attrs.get("fused_activation_function", "TANH"))]
     attrs = {"hidden_size": hidden, "layout": 0 if time_major else 1, "activations": ("Sigmoid", cell, cell)}
+    if float(node.attrs.get("cell_clip", 0.0)) > 0:   # the TFLite converter writes 10.0 for every Keras LSTM
+        attrs["cell_clip"] = float(node.attrs["cell_clip"])
     sequence = ctx.graph.unique_tensor_name(f"{node.name}/sequence")
     ctx.builder.emit("LSTM", inputs, attrs, name=node.name, outputs=[sequence])
     # Y is (T, 1, B, H) time major, else (B, T, 1, H): drop the direction axis

@@ -1,5 +1,6 @@
 """TFLite converters for the data-movement ops: SHAPE, RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE,
-CONCATENATION, PACK, UNPACK, STRIDED_SLICE, SLICE.
+CONCATENATION, PACK, UNPACK, STRIDED_SLICE, SLICE, and FILL (a constant of a shape known at compile time:
+tf_keras' LayerNormalization fills its ones and zeros that way).
 
 Parameters that TFLite passes as tensors (a reshape's target, a slice's bounds) must be known at compile
 time; the shape chains Keras leaves in a model (SHAPE → STRIDED_SLICE → PACK → RESHAPE) fold as they are
@@ -9,6 +10,8 @@ worked out the way NumPy indexes, which is TF's definition.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
@@ -97,3 +100,13 @@ def slice_(ctx: TfliteContext, node: SourceNode) -> None:
     index = tuple(slice(b, None if s == -1 else b + s) for b, s in zip(begin, size))
     emit_index(ctx, node, index)
 
+
+
+@converter("FILL")
+def fill(ctx: TfliteContext, node: SourceNode) -> None:
+    """FILL: a tensor of shape ``dims`` (input 0) holding the scalar ``value`` (input 1), both known at compile time."""
+    dims = ctx.ints(node, 0, "dims")
+    value = ctx.constant(node, 1, "value")
+    if dims is None or value is None or value.size != 1 or min(dims, default=0) < 0:
+        raise PegasusError(f"{node.describe()}: dims {dims} and value {value} are not a shape and a scalar")
+    ctx.builder.set_constant(node.outputs[0], np.full(dims, value.reshape(()), dtype=value.dtype))

@@ -6,7 +6,7 @@ scale ``s_x * s_w[c]``, and the output requantisation factor ``s_x * s_w[c] / s_
 fixed-point multiplier per channel, derived as the table's rounding says (TFLite: s_x * s_w[c] / s_y in
 double for per-channel weights, its FULLY_CONNECTED's float32 product s_x * s_w for per-tensor ones; and its
 FULLY_CONNECTED applies the Q31 multiplier with one rounding, half up, for int8 and 16x8 alike, where CONV_2D
-rounds twice and its 16x8 form scales the int64 accumulator by a 16-bit multiplier, ``tflite_wide`` --
+and BATCH_MATMUL round twice and its 16x8 form scales the int64 accumulator by a 16-bit multiplier, ``tflite_wide`` --
 measured against TF 2.21's reference kernels). A ReLU/Clip that is the only reader is fused into the clamp.
 
 The integer bias stays within ``bias_limit`` (2**30 beside 8-bit operands, half the int32 range as TFLite
@@ -237,8 +237,8 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
         acc_bits = _accumulator_bits(aq, np.array([span]), 0, ctx.source.type_of(a).shape[-1], bias)
     attrs = {**requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": b_zero}
-    if ctx.table.rounding == "tflite":   # TFLite's FULLY_CONNECTED rounds once: (acc * M + 2**(S-1)) >> S
-        attrs["rounding"] = "half_up"
+    if ctx.table.rounding == "tflite" and node.op == "Gemm":   # FULLY_CONNECTED rounds once: (acc * M + 2**(S-1)) >> S
+        attrs["rounding"] = "half_up"                              # (BATCH_MATMUL, a MatMul, rounds twice)
     inputs = [ctx.as_int(a), b_int_name] + _bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QMatMul", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)

@@ -148,6 +148,52 @@ def conv_ops() -> bytes:
 
 
 # ---- ops written as flatbuffers --------------------------------------------------------------------
+def dilated_conv1d() -> bytes:
+    """Keras Conv1D with dilation_rate > 1 (a TCN / keyword-spotting layer): the converter leaves it as
+    SPACE_TO_BATCH_ND (padding 1 step when the length is odd) -> CONV_2D -> BATCH_TO_SPACE_ND (cropping it),
+    and SeparableConv1D's depthwise part likewise."""
+    tf = seeded(3)
+    layers = tf.keras.layers
+    x = tf.keras.Input((49, 6))
+    y = layers.Conv1D(7, 3, dilation_rate=2, activation="relu")(x)
+    y = layers.SeparableConv1D(5, 3, dilation_rate=3, padding="same")(y)
+    return from_keras(tf.keras.Model(x, layers.Conv1D(4, 2, dilation_rate=4, padding="causal")(y)))
+
+
+def attention_ops() -> bytes:
+    """BATCH_MATMUL (attention's Q.K^T with adj_y, scores.V, and adj_x) and FILL (a batch-sized constant, as
+    tf_keras' LayerNormalization makes its ones), with a dynamic batch."""
+    tf = seeded(4)
+
+    def fn(q, k):
+        scores = tf.matmul(q, k, transpose_b=True)
+        context = tf.matmul(tf.nn.softmax(scores), k)
+        gram = tf.matmul(q, context, transpose_a=True)
+        ones = tf.fill(tf.shape(q)[:1], 2.0)
+        return [scores, context * ones[:, None, None], gram]
+
+    return from_function(fn, [spec(None, 6, 8), spec(None, 5, 8)])
+
+
+def math_ops() -> bytes:
+    """What box decoders, masks and positional encodings use: FLOOR, CEIL, ROUND, SIGN, SIN, COS, SQUARE, POW,
+    FLOOR_DIV, FLOOR_MOD, ADD_N, the comparisons, LOGICAL_AND/NOT, SELECT and SELECT_V2 (on the inputs
+    themselves, so no rounding difference upstream moves a value across a step)."""
+    tf = seeded()
+
+    def fn(x, y):
+        steps = [tf.floor(x * 2.0), tf.math.ceil(x), tf.round(x * 3.0), tf.sign(x), tf.sin(x) * tf.cos(y),
+                 tf.square(x), tf.pow(tf.abs(x) + 0.5, 1.7), tf.math.floordiv(x * 4.0, 1.5),
+                 tf.math.floormod(x * 3.0, -1.25), tf.math.floordiv(tf.cast(x * 9.0, tf.int32), 4),
+                 tf.math.floormod(tf.cast(x * 9.0, tf.int32), -4), tf.add_n([x, y, x * y])]
+        masks = [tf.where(x > 0.1, x, y), tf.where(tf.logical_and(x < 0.5, tf.not_equal(y, 0.0)), x, y * 2.0),
+                 tf.where(y[:, :1] >= x[:1], x, -y), tf.cast(tf.logical_not(tf.less_equal(x, y)), tf.float32),
+                 tf.cast(tf.equal(tf.round(x), tf.round(y)), tf.float32)]
+        return steps + masks
+
+    return from_function(fn, [spec(3, 4, 5), spec(3, 4, 5)])
+
+
 def handmade_ops() -> bytes:
     """RELU_0_TO_1, SOFTMAX with beta, L2_POOL_2D (with its fused RELU), and EXPAND_DIMS / SQUEEZE (which
     the converter turns into RESHAPE when shapes are static): ops the converter does not emit."""

@@ -1,7 +1,8 @@
 """Every bad input to ``pegasus import tflite`` gives one line on stderr naming what is wrong and where, exit
 code 2, and writes nothing: files that are not TFLite models, unsupported and custom ops (each listed with
 its layer and operator position), a cut at a tensor the model lacks, variants of ops the float import
-cannot reproduce; and the float converters' refusal of integer activations."""
+cannot reproduce (and TFLite's LSTM cell clipping, which it does); and the float converters' refusal of
+integer activations."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.tflite import models
 from tests.importers.tflite.flatbuffer import ModelBuilder, options, pack, unpack
+from tests.importers.tflite.harness import check_against_interpreter
 
 
 def import_cli(tmp_path, model, *extra):
@@ -118,11 +120,20 @@ def _options(**fields):
     (_add_input(16), "projection weights"),
     (_add_input(20), "input layer-norm coefficients"),
     (lambda op, model: op.inputs.__setitem__(1, -1), "CIFG (no input gate)"),
-    (_options(cellClip=3.0), "cell_clip 3.0"),
     (_options(fusedActivationFunction=3), "cell activation RELU6"),
-], ids=["projection", "layer_norm", "cifg", "cell_clip", "relu6"])
+], ids=["projection", "layer_norm", "cifg", "relu6"])
 def test_lstm_variants_refused(tmp_path, edit, named):
     path = write(tmp_path, "lstm.tflite", _lstm_model(edit))
     with pytest.raises(PegasusError, match="LSTM variant not supported") as error:
         import_tflite(path)
     assert named in str(error.value) and "UNIDIRECTIONAL_SEQUENCE_LSTM node 'lstm'" in str(error.value)
+
+
+def test_lstm_cell_clip_matches_interpreter(tmp_path):
+    """cell_clip (10.0 in every Keras LSTM the converter writes; 0.3 here, so it binds) clips the new cell state
+    before the output gate reads it: pegasus equals the interpreter, which differs from the unclipped model."""
+    clipped = write(tmp_path, "clipped.tflite", _lstm_model(_options(cellClip=0.3)))
+    plain = write(tmp_path, "plain.tflite", models.lstm())
+    check_against_interpreter(clipped)
+    with pytest.raises(AssertionError):
+        check_against_interpreter(plain, reference=clipped, runs=1)

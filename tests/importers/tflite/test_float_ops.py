@@ -14,7 +14,8 @@ pytestmark = pytest.mark.xdist_group("tflite")
 
 FAMILIES = (models.unary_ops, models.prelu, models.binary_ops, models.reduce_ops, models.movement_ops,
             models.resize_ops, models.normalization_ops, models.conv_ops, models.handmade_ops,
-            models.fused_activations, models.lstm, models.quantize_edges)
+            models.fused_activations, models.lstm, models.quantize_edges, models.dilated_conv1d,
+            models.attention_ops, models.math_ops)
 
 #: the builtins issue 11 lists for the float path
 ISSUE_OPS = set("""CONV_2D DEPTHWISE_CONV_2D TRANSPOSE_CONV FULLY_CONNECTED ADD SUB MUL DIV MAXIMUM MINIMUM

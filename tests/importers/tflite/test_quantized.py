@@ -85,6 +85,35 @@ def int8_float_io() -> bytes:
     return _int8(tf, tf.keras.Model(x, y), [(8, 8, 2)], 3, float_io=True)
 
 
+def int8_dilated_conv1d() -> bytes:
+    """Dilated Conv1D (SPACE_TO_BATCH_ND with padding -> CONV_2D -> BATCH_TO_SPACE_ND with crops) on int8."""
+    tf = seeded(14)
+    layers = tf.keras.layers
+    x = tf.keras.Input((49, 6), batch_size=1)
+    y = layers.Conv1D(7, 3, dilation_rate=2, activation="relu")(x)
+    return _int8(tf, tf.keras.Model(x, layers.Conv1D(4, 2, dilation_rate=4, padding="causal")(y)), [(49, 6)], 4)
+
+
+def int8_attention() -> bytes:
+    """BATCH_MATMUL of two activations (Q.K^T with adj_y, scores.V): requantised twice, as CONV_2D is."""
+    tf = seeded(15)
+    layers = tf.keras.layers
+    x = tf.keras.Input((7, 12), batch_size=1)
+    q, k, v = layers.Dense(12)(x), layers.Dense(12)(x), layers.Dense(12)(x)
+    scores = layers.Softmax()(layers.Lambda(lambda t: tf.matmul(t[0], t[1], transpose_b=True))([q, k]))
+    return _int8(tf, tf.keras.Model(x, layers.Lambda(lambda t: tf.matmul(t[0], t[1]))([scores, v])), [(7, 12)], 5)
+
+
+def int8_squared_difference() -> bytes:
+    """SQUARED_DIFFERENCE (a LayerNormalization's variance), which has no integer kernel here."""
+    tf = seeded(16)
+    layers = tf.keras.layers
+    x = tf.keras.Input((6, 10), batch_size=1)
+    mean = layers.Lambda(lambda t: tf.reduce_mean(t, -1, keepdims=True))(x)
+    variance = layers.Lambda(lambda t: tf.math.squared_difference(t[0], t[1]))([x, mean])
+    return _int8(tf, tf.keras.Model(x, layers.Dense(4)(variance)), [(6, 10)], 6)
+
+
 def int8_requantize() -> bytes:
     """A QUANTIZE int8 -> int8 onto another grid (TFLite's Requantize), then MAX_POOL_2D and RESHAPE."""
     m = ModelBuilder()
@@ -290,7 +319,8 @@ def int8_autoencoder() -> bytes:
     return _int8(tf, model, [(640,)], 17)
 
 
-OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize, int8_activations, uint8_model, int16x8_model)
+OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize, int8_activations, uint8_model, int16x8_model,
+             int8_dilated_conv1d, int8_attention)
 MCU_MODELS = (int8_ds_cnn, int8_mobilenet_v1, int8_resnet8, int8_autoencoder)
 
 
@@ -402,6 +432,17 @@ def test_int16_functions_every_input(imported, builder):
     got = run(lowered.graph, dict.fromkeys(graph.inputs, every))
     for name in graph.outputs:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def test_squared_difference_runs_in_float(imported):
+    """The difference SQUARED_DIFFERENCE's Sub invents has no grid in the file: it stays float32 in the table,
+    the Sub and the Mul reading it run in float between converters (within a step of TFLite), the rest in
+    integer."""
+    model = imported(int8_squared_difference)
+    lowered = lower_model(serialize.load(model[1], model[2]), str(model[3]), show=False)
+    assert [op for _, op, _ in lowered.float_layers] == ["Mul"], lowered.float_layers   # the Sub: float in the table
+    worst, _ = compare_with_reference(model, samples=5, integer=False)
+    assert worst <= 1
 
 
 def test_table_holds_the_models_parameters(imported):
