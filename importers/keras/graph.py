@@ -68,14 +68,16 @@ class _Call:
     refs: list[list]
     keywords: list[str]
     args: list | None = None
+    #: Keras 2's TFOpLambda: every argument by its name (TensorFlow's own), tensors as ``{"input": k}``
+    kwargs: dict | None = None
 
 
 def domain(layer: dict) -> str:
     """'ops' for a Keras 3 operation (``x + 3.0``, ``keras.ops.relu``) recorded in a functional model: its
     module is keras.src.ops.*, or, in a legacy .h5 config without modules, its config has neither the
-    ``trainable`` flag nor the dtype a layer's has. 'tf' for Keras 2's TFOpLambda (a TensorFlow function
-    called on a Keras tensor, ``x + 3.0`` in tf.keras)."""
-    if layer.get("class_name") == "TFOpLambda":
+    ``trainable`` flag nor the dtype a layer's has. 'tf' for Keras 2's TFOpLambda and SlicingOpLambda (a
+    TensorFlow function called on a Keras tensor, ``x + 3.0``, ``x[:, 0]`` in tf.keras)."""
+    if layer.get("class_name") in ("TFOpLambda", "SlicingOpLambda"):
         return "tf"
     module = layer.get("module")
     if module is not None:
@@ -187,6 +189,8 @@ class _Flattener:
         attrs = dict(layer.get("config", {}))
         if domain(layer) and info is not None and info.args is not None:
             attrs["args"] = info.args
+        if domain(layer) and info is not None and info.kwargs is not None:
+            attrs["kwargs"] = info.kwargs
         node = KerasNode(node_name, op_type(layer), list(inputs), list(outputs), attrs,
                          domain=domain(layer), where=where,
                          weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full,
@@ -345,7 +349,7 @@ class _Flattener:
             return _Call(_tensors_in(args), keywords, _template(args, [0]))
         if data and isinstance(data[0], str):   # a TFOpLambda's call: [first argument, kwargs]
             return _tf_op_call(data)
-        refs, keywords = [], []
+        refs, keywords, named = [], [], None
         for item in data:
             if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
                 full = "/".join(path + (layer_name(layer),))
@@ -353,7 +357,9 @@ class _Flattener:
             kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
             keywords += [k for k, v in kwargs.items() if _is_ref(v)]
             refs.append(item[:3])
-        return _Call(refs, keywords)
+            if domain(layer) == "tf":   # a TensorFlow function of a list of tensors (tf.concat): its keywords
+                named = {k: v for k, v in kwargs.items() if k != "name"}
+        return _Call(refs, keywords, None, named)
 
 
 def _is_ref(value: Any) -> bool:
@@ -364,7 +370,9 @@ def _is_ref(value: Any) -> bool:
 def _tf_op_call(data: list) -> _Call:
     """Keras 2 writes a TFOpLambda call as [layer, node, tensor, kwargs] (or ["_CONSTANT_VALUE", -1, value,
     kwargs] when the first argument is a number): the positional template is the first argument then the
-    keyword arguments but ``name``, each tensor becoming ``{"input": k}``."""
+    keyword arguments but ``name``, each tensor becoming ``{"input": k}``; ``kwargs`` keeps the keyword
+    arguments by name (Keras 2 records a positional argument under its name too: ``reduce_sum(x, -1)`` is
+    ``{"axis": -1}``)."""
     kwargs = data[3] if len(data) > 3 and isinstance(data[3], dict) else {}
     refs: list[list] = []
 
@@ -374,5 +382,6 @@ def _tf_op_call(data: list) -> _Call:
             return {"input": len(refs) - 1}
         return value[2] if _is_ref(value) else value
 
-    args = [slot(list(data[:3]))] + [slot(v) for k, v in kwargs.items() if k != "name"]
-    return _Call(refs, [], args)
+    args = [slot(list(data[:3]))]
+    named = {k: slot(v) for k, v in kwargs.items() if k != "name"}
+    return _Call(refs, [], args + list(named.values()), named)

@@ -10,4 +10,5 @@ from pegasus.importers.keras.layers import (  # noqa: F401  (each import registe
     preprocessing,
     reshaping,
     rnn,
+    tensor_ops,
 )

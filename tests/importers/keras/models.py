@@ -315,8 +315,51 @@ def tf_ops(K):
 
 tf_ops.libraries = ("tf_keras",)
 
+def keras_tensor_ops(K):
+    """Keras 3 tensor operations between layers: an SE block squeezing with ops.mean(keepdims), reductions,
+    reshape/transpose/expand_dims/squeeze/concatenate/softmax/matmul and slicing (indices, steps, None, ...)."""
+    ops, L = K.ops, K.layers
+    x = K.Input((6, 5, 7), name="x")
+    y = L.Conv2D(7, 1, name="conv")(x)
+    se = L.Dense(7, activation="sigmoid", name="excite")(ops.mean(y, axis=[1, 2], keepdims=True))
+    y = y * se
+    outs = [ops.sum(y, axis=-1), ops.max(y, axis=(1,)), ops.min(y), ops.reshape(y, (-1, 30, 7)),
+            ops.transpose(y, (0, 3, 1, 2)), ops.concatenate([y, y * 2.0], axis=-1),
+            ops.expand_dims(ops.sum(y, axis=-1), 1), ops.squeeze(ops.max(y, axis=[1, 2], keepdims=True), axis=(1, 2)),
+            ops.softmax(y, axis=1), y[:, 1:5, :, ::2], y[:, 0], y[..., 3], y[:, None, ::-1, 1:],
+            ops.matmul(y, ops.transpose(y, (0, 1, 3, 2)))]
+    model = K.Model(x, outs)
+    _randomize(model)
+    return model
+
+
+keras_tensor_ops.libraries = ("keras",)
+
+
+def tf_tensor_ops(K):
+    """The same with TensorFlow functions on Keras 2 tensors (TFOpLambda, SlicingOpLambda), arguments given by
+    position and by keyword."""
+    import tensorflow as tf
+
+    L = K.layers
+    x = K.Input((6, 5, 7), name="x")
+    y = L.Conv2D(7, 1, name="conv")(x)
+    se = L.Dense(7, activation="sigmoid", name="excite")(tf.reduce_mean(y, axis=[1, 2], keepdims=True))
+    y = y * se
+    outs = [tf.reduce_mean(y, [1, 2]), tf.reduce_sum(y, -1), tf.reduce_max(y, axis=1), tf.reduce_min(y),
+            tf.reshape(y, (-1, 30, 7)), tf.transpose(y, (0, 3, 1, 2)), tf.concat([y, y * 2.0], axis=-1),
+            tf.expand_dims(tf.reduce_sum(y, -1), 1), tf.squeeze(tf.reduce_max(y, [1, 2], keepdims=True), axis=(1, 2)),
+            tf.nn.softmax(y, axis=1), y[:, 1:5, :, ::2], y[:, 0], y[..., 3], y[:, tf.newaxis, ::-1, 1:],
+            tf.matmul(y, y, transpose_b=True)]
+    model = K.Model(x, outs)
+    _randomize(model)
+    return model
+
+
+tf_tensor_ops.libraries = ("tf_keras",)
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
-            sequential, mobilenet, keras_ops, tf_ops]
+            sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
