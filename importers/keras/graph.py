@@ -27,7 +27,7 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
-from pegasus.importers.keras.reader import KerasFile, LayerPath, is_model, layer_name, model_layers
+from pegasus.importers.keras.reader import KerasFile, LayerPath, is_model, is_operation, layer_name, model_layers
 
 Ref = tuple[str, int, int]   # (layer, call, output index)
 
@@ -79,13 +79,7 @@ def domain(layer: dict) -> str:
     TensorFlow function called on a Keras tensor, ``x + 3.0``, ``x[:, 0]`` in tf.keras)."""
     if layer.get("class_name") in ("TFOpLambda", "SlicingOpLambda"):
         return "tf"
-    module = layer.get("module")
-    if module is not None:
-        return "ops" if str(module).startswith(("keras.src.ops", "keras.ops")) else ""
-    config, calls = layer.get("config"), layer.get("inbound_nodes")
-    legacy_op = isinstance(config, dict) and "trainable" not in config and config.get("dtype") is None and \
-        bool(calls) and isinstance(calls[0], dict)
-    return "ops" if legacy_op else ""
+    return "ops" if is_operation(layer) else ""
 
 
 def op_type(layer: dict) -> str:

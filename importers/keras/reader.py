@@ -69,6 +69,18 @@ def is_model(layer: dict[str, Any]) -> bool:
     return layer.get("class_name") in MODEL_CLASSES and isinstance(layer.get("config", {}).get("layers"), list)
 
 
+def is_operation(layer: dict[str, Any]) -> bool:
+    """A Keras 3 operation (``x + 3.0``, ``keras.ops.mean``) recorded in a functional model, not a layer: its
+    module is keras.src.ops.*, or, in a legacy .h5 config without modules, its config has neither the
+    ``trainable`` flag nor the dtype a layer's has. It owns no weights and is no layer of the weights file."""
+    module = layer.get("module")
+    if module is not None:
+        return str(module).startswith(("keras.src.ops", "keras.ops"))
+    config, calls = layer.get("config"), layer.get("inbound_nodes")
+    return isinstance(config, dict) and "trainable" not in config and config.get("dtype") is None and \
+        bool(calls) and isinstance(calls[0], dict)
+
+
 def layer_name(layer: dict[str, Any]) -> str:
     return str(layer.get("name") or layer.get("config", {}).get("name", ""))
 
@@ -233,8 +245,9 @@ def snake_case(name: str) -> str:
 
 def _container_keys(model: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(group name, layer config) for a model's layers in the order Keras saves them: Sequential leaves out its
-    InputLayer; repeated class names get _1, _2 ..."""
-    layers = model_layers(model)
+    InputLayer, and the operations a functional model records (``x + 3.0``: keras.ops classes such as ``Add``,
+    not layers) are not saved; repeated class names get _1, _2 ..."""
+    layers = [layer for layer in model_layers(model) if not is_operation(layer)]
     if model.get("class_name") == "Sequential":
         layers = [layer for layer in layers if layer.get("class_name") != "InputLayer"]
     used: dict[str, int] = {}

@@ -358,8 +358,29 @@ def tf_tensor_ops(K):
 
 tf_tensor_ops.libraries = ("tf_keras",)
 
+def hard_swish_blocks(K):
+    """MobileNetV3's blocks as keras.applications writes them: hard swish as ``x * ReLU(6)(x + 3) * (1/6)`` (Keras 3
+    operations Add and Multiply between layers) before residual Add and Multiply *layers*, and BatchNormalization
+    after them: the .keras weights file saves layers, not operations, so its ``add``, ``multiply`` groups are the
+    layers'."""
+    L = K.layers
+    x = K.Input((9, 9, 6), name="image")
+
+    def hard_swish(t):
+        return L.Multiply()([t, L.ReLU(6.0)(t + 3.0) * (1.0 / 6.0)])
+
+    y = hard_swish(L.BatchNormalization(name="stem_bn")(L.Conv2D(6, 3, padding="same", name="stem")(x)))
+    y = L.Add(name="block_add")([x, L.BatchNormalization(name="project_bn")(L.Conv2D(6, 1, name="project")(y))])
+    y = hard_swish(L.BatchNormalization(name="head_bn")(L.DepthwiseConv2D(3, name="head_dw")(y)))
+    model = K.Model(x, L.Dense(3, name="logits")(L.GlobalAveragePooling2D(name="pool")(y)))
+    _randomize(model)
+    return model
+
+
+hard_swish_blocks.libraries = ("keras",)
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
-            sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops]
+            sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
