@@ -1,6 +1,7 @@
 """Keras converters, one module per layer family; importing registers them."""
 
 from pegasus.importers.keras.layers import (  # noqa: F401  (each import registers its converters)
+    applications,
     conv,
     core,
     merge,

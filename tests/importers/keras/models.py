@@ -379,8 +379,29 @@ def hard_swish_blocks(K):
 
 hard_swish_blocks.libraries = ("keras",)
 
+def applications_layers(K):
+    """The layers keras.applications defines for its models: a ConvNeXt block (LayerScale, StochasticDepth) and
+    an InceptionResNetV2 residual (CustomScaleLayer), 12 channels."""
+    if _keras3(K):
+        from keras.src.applications import convnext, inception_resnet_v2
+    else:
+        from tf_keras.src.applications import convnext, inception_resnet_v2
+    L = K.layers
+    x = K.Input((7, 7, 12), name="image")
+    y = L.DepthwiseConv2D(7, padding="same", name="block_depthwise_conv")(x)
+    y = L.LayerNormalization(epsilon=1e-6, name="block_layernorm")(y)
+    y = L.Dense(24, activation="gelu", name="block_pointwise_conv_1")(y)
+    y = L.Dense(12, name="block_pointwise_conv_2")(y)
+    y = convnext.LayerScale(1e-6, 12, name="block_layer_scale")(y)
+    y = L.Add(name="block_add")([x, convnext.StochasticDepth(0.1, name="block_stochastic_depth")(y)])
+    z = inception_resnet_v2.CustomScaleLayer(0.17, name="block35_1")([y, L.Conv2D(12, 1, name="block35_1_conv")(y)])
+    model = K.Model(x, L.GlobalAveragePooling2D(name="pool")(z))
+    _randomize(model)
+    return model
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
-            sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks]
+            sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks,
+            applications_layers]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
