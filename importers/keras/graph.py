@@ -70,6 +70,8 @@ class _Call:
     args: list | None = None
     #: Keras 2's TFOpLambda: every argument by its name (TensorFlow's own), tensors as ``{"input": k}``
     kwargs: dict | None = None
+    #: the call's keyword arguments that are not tensors (``use_causal_mask=True``), for the converter
+    options: dict = field(default_factory=dict)
 
 
 def domain(layer: dict) -> str:
@@ -96,6 +98,11 @@ def flatten(file: KerasFile) -> KerasGraph:
     flat = _Flattener(file)
     outputs = flat.model(file.config, "", (), None, None)
     return KerasGraph(flat.inputs, outputs, flat.nodes, flat.layers)
+
+
+#: layer class -> the keyword arguments of its call that are further inputs, in the order the converter
+#: reads them after the positional ones (Keras 2 passes MultiHeadAttention's value as ``value=``)
+KEYWORD_INPUTS = {"MultiHeadAttention": ("value", "key")}
 
 
 def _is_tensor(value: Any) -> bool:
@@ -185,6 +192,8 @@ class _Flattener:
             attrs["args"] = info.args
         if domain(layer) and info is not None and info.kwargs is not None:
             attrs["kwargs"] = info.kwargs
+        if info is not None and info.options:
+            attrs["call_options"] = info.options
         node = KerasNode(node_name, op_type(layer), list(inputs), list(outputs), attrs,
                          domain=domain(layer), where=where,
                          weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full,
@@ -337,23 +346,29 @@ class _Flattener:
 
     def _call_refs(self, data: Any, layer: dict, path: LayerPath) -> _Call:
         """One call's inputs (either format), the keywords it gives tensors and its argument template."""
+        inputs = KEYWORD_INPUTS.get(str(layer.get("class_name")), ())
         if isinstance(data, dict):
-            keywords = [k for k, v in (data.get("kwargs") or {}).items() if _tensors_in(v)]
+            kwargs = data.get("kwargs") or {}
+            keywords = [k for k, v in kwargs.items() if _tensors_in(v) and k not in inputs]
             args = data.get("args", [])
-            return _Call(_tensors_in(args), keywords, _template(args, [0]))
+            extra = [h for k in inputs if k in kwargs for h in _tensors_in(kwargs[k])]
+            options = {k: v for k, v in kwargs.items() if not _tensors_in(v)}
+            return _Call(_tensors_in(args) + extra, keywords, _template(args, [0]), options=options)
         if data and isinstance(data[0], str):   # a TFOpLambda's call: [first argument, kwargs]
             return _tf_op_call(data)
-        refs, keywords, named = [], [], None
+        refs, keywords, named, options = [], [], None, {}
         for item in data:
             if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
                 full = "/".join(path + (layer_name(layer),))
                 raise PegasusError(f"cannot read a call of layer '{full}' in the model config: {item!r}")
             kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
-            keywords += [k for k, v in kwargs.items() if _is_ref(v)]
+            keywords += [k for k, v in kwargs.items() if _is_ref(v) and k not in inputs]
             refs.append(item[:3])
+            refs += [kwargs[k][:3] for k in inputs if _is_ref(kwargs.get(k))]
+            options.update({k: v for k, v in kwargs.items() if not _is_ref(v)})
             if domain(layer) == "tf":   # a TensorFlow function of a list of tensors (tf.concat): its keywords
                 named = {k: v for k, v in kwargs.items() if k != "name"}
-        return _Call(refs, keywords, None, named)
+        return _Call(refs, keywords, None, named, options)
 
 
 def _is_ref(value: Any) -> bool:

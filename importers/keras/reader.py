@@ -282,7 +282,8 @@ def _walk_model(group, model: dict[str, Any], path: LayerPath, out: dict[LayerPa
 
 
 #: classes whose sub-objects Keras saves in an order other than sorted by attribute name
-_CHILD_ORDER = {"Bidirectional": ("forward_layer", "backward_layer")}
+_CHILD_ORDER = {"Bidirectional": ("forward_layer", "backward_layer"),
+                "MultiHeadAttention": ("query_dense", "key_dense", "value_dense", "output_dense")}
 
 
 def _saveable(group, class_name: str = "") -> list[np.ndarray]:

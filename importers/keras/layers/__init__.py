@@ -2,6 +2,7 @@
 
 from pegasus.importers.keras.layers import (  # noqa: F401  (each import registers its converters)
     applications,
+    attention,
     conv,
     core,
     merge,

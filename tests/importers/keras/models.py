@@ -399,9 +399,28 @@ def applications_layers(K):
     _randomize(model)
     return model
 
+def vision_transformer(K):
+    """A small ViT: patches by a strided Conv2D, a pre-norm encoder block (MultiHeadAttention self-attention
+    with 3 heads of 5, called as Keras 2 records it with ``value=``), a cross-attention block with its own key
+    and value_dim and no biases, the MLP, and a classification head."""
+    L = K.layers
+    image = K.Input((12, 12, 3), name="image")
+    memory = K.Input((4, 10), name="memory")
+    x = L.Reshape((9, 14), name="patches")(L.Conv2D(14, 4, strides=4, name="patch_embedding")(image))
+    h = L.LayerNormalization(epsilon=1e-6, name="encoder_ln_1")(x)
+    x = L.Add(name="encoder_add_1")([x, L.MultiHeadAttention(3, 5, name="encoder_attention")(h, h)])
+    h = L.LayerNormalization(epsilon=1e-6, name="encoder_ln_2")(x)
+    h = L.Dense(9, activation="gelu", name="encoder_mlp_1")(h)
+    x = L.Add(name="encoder_add_2")([x, L.Dense(14, name="encoder_mlp_2")(h)])
+    keys = L.Dense(10, name="keys")(memory)
+    y = L.MultiHeadAttention(2, 6, value_dim=4, use_bias=False, name="cross")(x, memory, keys)
+    model = K.Model([image, memory], L.Dense(5, name="head")(L.GlobalAveragePooling1D(name="pool")(y)))
+    _randomize(model)
+    return model
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
             sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks,
-            applications_layers]
+            applications_layers, vision_transformer]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
@@ -461,3 +480,9 @@ def variable_length(K):
     model = K.Model(x, K.layers.GRU(3, name="gru")(K.layers.Dense(4, activation="tanh", name="dense")(x)))
     _randomize(model)
     return model
+
+
+def causal_attention(K):
+    """A decoder's self-attention with a causal mask, which pegasus refuses naming the layer."""
+    x = K.Input((5, 8), name="x")
+    return K.Model(x, K.layers.MultiHeadAttention(2, 4, name="decoder_attention")(x, x, use_causal_mask=True))

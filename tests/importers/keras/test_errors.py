@@ -129,6 +129,13 @@ def test_unsupported_tensorflow_function_listed(tmp_path, keras_model):
                           "math.cumsum (domain tf) at node 'tf.math.cumsum'")
 
 
+@pytest.mark.parametrize("library, suffix", [("keras", ".keras"), ("tf_keras", ".h5")])
+def test_causal_attention_refused(tmp_path, keras_model, library, suffix):
+    path = keras_model(models.causal_attention, library).files[suffix]
+    assert_one_line_error(import_cli(tmp_path, path), path.name, "'decoder_attention'", "a causal mask",
+                          "not supported")
+
+
 def test_unknown_cut_names(tmp_path, keras_model):
     path = keras_model(models.sequential, "keras").files[".keras"]
     assert_one_line_error(import_cli(tmp_path, path, "--outputs", "nope"), "--outputs", "'nope' is not a tensor")
