@@ -418,9 +418,26 @@ def vision_transformer(K):
     _randomize(model)
     return model
 
+def keras3_activations(K):
+    """Keras 3's newer activations, on Dense (activation=), Conv1D and as Activation layers, over [-2, 2) and
+    scaled up so every piece of the piecewise ones is hit."""
+    x = K.Input((6,), name="x")
+    seq = K.Input((5, 3), name="seq")
+    names = ["hard_tanh", "hard_shrink", "soft_shrink", "log_sigmoid", "tanh_shrink", "squareplus", "sparse_plus"]
+    wide = K.layers.Rescaling(3.0, name="wide")(x)
+    outs = [K.layers.Dense(4, activation=name, name=f"dense_{name}")(x) for name in names]
+    outs += [K.layers.Activation(name, name=f"act_{name}")(wide) for name in names]
+    outs += [K.layers.Flatten()(K.layers.Conv1D(3, 2, activation=name, name=f"conv_{name}")(seq)) for name in names]
+    model = K.Model([x, seq], K.layers.Concatenate(name="all")(outs))
+    _randomize(model)
+    return model
+
+
+keras3_activations.libraries = ("keras",)
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
             sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks,
-            applications_layers, vision_transformer]
+            applications_layers, vision_transformer, keras3_activations]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
