@@ -140,7 +140,7 @@ def _read_h5(path: Path) -> KerasFile:
                     "no Keras model config"
                 raise PegasusError(f"this HDF5 file holds {what}: save the whole model with model.save('m.h5') "
                                    "or model.save('m.keras')", where=str(path))
-            config = _json(f.attrs["model_config"], "model_config", path)
+            config = _sequential_lists(_json(f.attrs["model_config"], "model_config", path))
             version = _text(f.attrs.get("keras_version", ""))
             group = f["model_weights"] if "model_weights" in f else f
             version = version or _text(group.attrs.get("keras_version", ""))
@@ -154,6 +154,19 @@ def _read_h5(path: Path) -> KerasFile:
     except (OSError, KeyError, ValueError) as exc:
         raise PegasusError(f"cannot read the HDF5 file ({exc}); is it truncated?", where=str(path)) from None
     return KerasFile(path, config, version or _guess_version(config), weights, "h5")
+
+
+def _sequential_lists(layer: Any) -> Any:
+    """Keras up to 2.1 wrote a Sequential's config as the bare list of its layers (the first one holding
+    ``batch_input_shape``), later ones as ``{"name", "layers"}``: the later form, at every depth."""
+    if isinstance(layer, dict):
+        config = layer.get("config")
+        if layer.get("class_name") == "Sequential" and isinstance(config, list):
+            config = {"name": layer.get("name") or "sequential", "layers": config}
+        if isinstance(config, dict) and isinstance(config.get("layers"), list):
+            config = {**config, "layers": [_sequential_lists(inner) for inner in config["layers"]]}
+        return {**layer, "config": config} if "config" in layer else layer
+    return layer
 
 
 def _top_layers(config: dict[str, Any]) -> list[dict[str, Any]]:
