@@ -28,6 +28,7 @@ import numpy as np
 from pegasus.errors import PegasusError
 from pegasus.importers.keras.context import TABLE, KerasContext, converter
 from pegasus.importers.keras.graph import KerasNode
+from pegasus.importers.keras.reader import is_model, layer_name
 
 #: Keras class -> (registry op, gate blocks, ONNX gate order as positions in Keras' order, states)
 CELLS = {"SimpleRNN": ("RNN", 1, (0,), 1), "LSTM": ("LSTM", 4, (0, 3, 1, 2), 2), "GRU": ("GRU", 3, (0, 1, 2), 1)}
@@ -185,6 +186,9 @@ def bidirectional(ctx: KerasContext, node: KerasNode) -> None:
 def time_distributed(ctx: KerasContext, node: KerasNode) -> None:
     """The wrapped layer applied to every step: batch and time merged into one axis around it."""
     inner = node.attrs["layer"]
+    if is_model(inner):
+        raise PegasusError(f"{node.describe()}: TimeDistributed over a nested model ({inner.get('class_name')} "
+                           f"'{layer_name(inner)}') is not supported; wrap each of its layers instead")
     x = node.inputs[0]
     shape = ctx.type_of(x).shape
     if len(shape) < 3:

@@ -503,3 +503,12 @@ def causal_attention(K):
     """A decoder's self-attention with a causal mask, which pegasus refuses naming the layer."""
     x = K.Input((5, 8), name="x")
     return K.Model(x, K.layers.MultiHeadAttention(2, 4, name="decoder_attention")(x, x, use_causal_mask=True))
+
+
+def time_distributed_model(K):
+    """A per-frame CNN model wrapped in TimeDistributed (video classifiers), which pegasus refuses naming it."""
+    frame = K.Input((8, 8, 3), name="frame")
+    cnn = K.Model(frame, K.layers.GlobalAveragePooling2D()(K.layers.Conv2D(4, 3, name="frame_conv")(frame)),
+                  name="frame_cnn")
+    clip = K.Input((3, 8, 8, 3), name="clip")
+    return K.Model(clip, K.layers.LSTM(2, name="lstm")(K.layers.TimeDistributed(cnn, name="per_frame")(clip)))
