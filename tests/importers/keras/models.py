@@ -435,9 +435,19 @@ def keras3_activations(K):
 
 keras3_activations.libraries = ("keras",)
 
+def center_crop(K):
+    """CenterCrop at a model's front (odd margins: 9x8 -> 5x4 and 10x7 -> 3x6) before a convolution."""
+    x = K.Input((10, 8, 3), name="image")
+    L = K.layers
+    a = L.Conv2D(2, 1, name="conv_a")(L.CenterCrop(5, 4, name="crop_a")(x))
+    b = L.Conv2D(2, 1, name="conv_b")(L.CenterCrop(3, 7, name="crop_b")(L.Cropping2D(((0, 0), (0, 1)))(x)))
+    model = K.Model(x, [a, b])
+    _randomize(model)
+    return model
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
             sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks,
-            applications_layers, vision_transformer, keras3_activations]
+            applications_layers, vision_transformer, keras3_activations, center_crop]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
