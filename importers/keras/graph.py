@@ -27,7 +27,15 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
-from pegasus.importers.keras.reader import KerasFile, LayerPath, is_model, is_operation, layer_name, model_layers
+from pegasus.importers.keras.reader import (
+    KerasFile,
+    LayerPath,
+    is_model,
+    is_operation,
+    layer_name,
+    model_layers,
+    wrapped_model,
+)
 
 Ref = tuple[str, int, int]   # (layer, call, output index)
 
@@ -217,9 +225,32 @@ class _Flattener:
         if is_model(layer):
             self.layers.append(("/".join(path + (layer_name(layer),)), layer))
             return self.model(layer, node_name + "/", path + (layer_name(layer),), inputs, names)
+        inner = wrapped_model(layer)
+        if inner is not None:
+            return self.time_distributed_model(layer, inner, node_name, path, inputs, names)
         self.note_layer(layer, path)
         self.layer_node(layer, path, call, inputs, names, info, node_name)
         return names
+
+    def time_distributed_model(self, layer: dict, inner: dict, node_name: str, path: LayerPath, inputs: list[str],
+                               names: list[str]) -> list[str]:
+        """A TimeDistributed over a model: batch and time merged into one axis (``TimeDistributedMerge``), the
+        model inlined under ``<node_name>/`` on that, and the axes split again (``TimeDistributedSplit``, which
+        reads the wrapper's input for the sizes), each node taking the wrapper's name and path."""
+        full = "/".join(path + (layer_name(layer),))
+        self.layers.append((full, layer))
+        self.layers.append((full + "/" + layer_name(inner), inner))
+        if len(inputs) != 1:
+            raise PegasusError(f"TimeDistributed layer '{full}' is called on {len(inputs)} tensors")
+        merged = self.fresh(f"{node_name}/merge", set())
+        self.nodes.append(KerasNode(merged, "TimeDistributedMerge", list(inputs), [merged], {}, layer=full,
+                                    where=f"Keras layer '{full}'"))
+        stepped = self.model(inner, node_name + "/", path + (layer_name(layer),), [merged], None)
+        if len(stepped) != 1:
+            raise PegasusError(f"TimeDistributed layer '{full}' wraps a model with {len(stepped)} outputs")
+        self.nodes.append(KerasNode(node_name, "TimeDistributedSplit", [stepped[0], inputs[0]], list(names[:1]), {},
+                                    layer=full, where=f"Keras layer '{full}'"))
+        return names[:1]
 
     def alias(self, source: str, name: str, path: LayerPath) -> str:
         """An Identity writing ``name`` (a nested model output that is its input, or an output listed twice)."""

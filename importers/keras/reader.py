@@ -81,6 +81,12 @@ def is_operation(layer: dict[str, Any]) -> bool:
         bool(calls) and isinstance(calls[0], dict)
 
 
+def wrapped_model(layer: dict[str, Any]) -> dict[str, Any] | None:
+    """The model a TimeDistributed wraps (a per-frame CNN), else None."""
+    inner = layer.get("config", {}).get("layer") if layer.get("class_name") == "TimeDistributed" else None
+    return inner if isinstance(inner, dict) and is_model(inner) else None
+
+
 def layer_name(layer: dict[str, Any]) -> str:
     return str(layer.get("name") or layer.get("config", {}).get("name", ""))
 
@@ -148,7 +154,7 @@ def _read_h5(path: Path) -> KerasFile:
             for layer in _top_layers(config):
                 name = layer_name(layer)
                 if name in group:
-                    _route(weights, (name,), layer, _h5_named(group[name], path))
+                    _route(weights, (name,), wrapped_model(layer) or layer, _h5_named(group[name], path))
     except PegasusError:
         raise
     except (OSError, KeyError, ValueError) as exc:
@@ -284,6 +290,11 @@ def _walk_model(group, model: dict[str, Any], path: LayerPath, out: dict[LayerPa
         name = layer_name(layer)
         if is_model(layer):
             _walk_model(child, layer, path + (name,), out, file)
+            continue
+        inner = wrapped_model(layer)
+        if inner is not None:   # its layers' weights under the wrapper's path, as graph.py inlines them
+            _walk_model(child["layer"] if child is not None and "layer" in child else None, inner, path + (name,),
+                        out, file)
             continue
         if child is not None and "vars" in child:
             stored = _text(child["vars"].attrs.get("name", name))

@@ -445,9 +445,25 @@ def center_crop(K):
     _randomize(model)
     return model
 
+def time_distributed_model(K):
+    """Video classifiers' per-frame CNNs wrapped in TimeDistributed: a functional one (Conv2D, BatchNormalization,
+    ReLU, pooling) and a Sequential one (Dense), then an LSTM over the frames' features."""
+    L = K.layers
+    frame = K.Input((8, 7, 3), name="frame")
+    f = L.ReLU(name="frame_relu")(L.BatchNormalization(name="frame_bn")(L.Conv2D(5, 3, name="frame_conv")(frame)))
+    cnn = K.Model(frame, L.GlobalAveragePooling2D(name="frame_pool")(f), name="frame_cnn")
+    head = K.Sequential([K.Input((5,))] if _keras3(K) else [], name="frame_head")
+    head.add(L.Dense(4, activation="tanh", name="frame_dense", input_shape=(5,)) if not _keras3(K)
+             else L.Dense(4, activation="tanh", name="frame_dense"))
+    clip = K.Input((3, 8, 7, 3), name="clip")
+    x = L.TimeDistributed(head, name="per_frame_head")(L.TimeDistributed(cnn, name="per_frame")(clip))
+    model = K.Model(clip, L.LSTM(2, name="lstm")(x))
+    _randomize(model)
+    return model
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
             sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks,
-            applications_layers, vision_transformer, keras3_activations, center_crop]
+            applications_layers, vision_transformer, keras3_activations, center_crop, time_distributed_model]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
@@ -513,12 +529,3 @@ def causal_attention(K):
     """A decoder's self-attention with a causal mask, which pegasus refuses naming the layer."""
     x = K.Input((5, 8), name="x")
     return K.Model(x, K.layers.MultiHeadAttention(2, 4, name="decoder_attention")(x, x, use_causal_mask=True))
-
-
-def time_distributed_model(K):
-    """A per-frame CNN model wrapped in TimeDistributed (video classifiers), which pegasus refuses naming it."""
-    frame = K.Input((8, 8, 3), name="frame")
-    cnn = K.Model(frame, K.layers.GlobalAveragePooling2D()(K.layers.Conv2D(4, 3, name="frame_conv")(frame)),
-                  name="frame_cnn")
-    clip = K.Input((3, 8, 8, 3), name="clip")
-    return K.Model(clip, K.layers.LSTM(2, name="lstm")(K.layers.TimeDistributed(cnn, name="per_frame")(clip)))

@@ -136,12 +136,6 @@ def test_causal_attention_refused(tmp_path, keras_model, library, suffix):
                           "not supported")
 
 
-@pytest.mark.parametrize("library, suffix", [("keras", ".keras"), ("tf_keras", ".h5")])
-def test_time_distributed_model_refused(tmp_path, keras_model, library, suffix):
-    path = keras_model(models.time_distributed_model, library).files[suffix]
-    assert_one_line_error(import_cli(tmp_path, path), path.name, "'per_frame'", "nested model", "'frame_cnn'")
-
-
 def test_unknown_cut_names(tmp_path, keras_model):
     path = keras_model(models.sequential, "keras").files[".keras"]
     assert_one_line_error(import_cli(tmp_path, path, "--outputs", "nope"), "--outputs", "'nope' is not a tensor")
