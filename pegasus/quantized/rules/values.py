@@ -1,4 +1,4 @@
-"""Integer rules for ops that move, select or copy values (Reshape, Transpose, Slice, MaxPool...):
+"""Integer rules for ops that move, select or copy values (Reshape, Transpose, Slice, MaxPool, Resize...):
 they run unchanged on integer tensors and their output stays on the input's grid (the quantizer gives
 both the same parameters; if a user's edit makes them differ, a Requantize follows). Concat brings
 every input onto the output's grid first; Pad pads with the zero point's level."""
@@ -70,8 +70,12 @@ def pad(ctx: LoweringContext, node: Node) -> str | None:
 
 @integer_rule("Resize")
 def resize(ctx: LoweringContext, node: Node) -> str | None:
-    if node.attrs.mode != "nearest":
-        return f"mode {node.attrs.mode} interpolates (only nearest selects values)"
+    """Nearest selects values; linear and cubic weights sum to 1, so on the input's grid (which the quantizer
+    gives the output) they interpolate the levels directly, zero point included: the op's integer form
+    (round half to even of its float64 sum, the bundle's order of operations) on both sides. A float island
+    here would not be bit-exact: interpolated levels land on exact .5 ties, decided by float32 rounding."""
+    if node.attrs.mode != "nearest" and node.attrs.coordinate_transformation_mode == "tf_crop_and_resize":
+        return "tf_crop_and_resize extrapolates a float value"
     return passthrough(ctx, node)
 
 

@@ -529,3 +529,18 @@ def causal_attention(K):
     """A decoder's self-attention with a causal mask, which pegasus refuses naming the layer."""
     x = K.Input((5, 8), name="x")
     return K.Model(x, K.layers.MultiHeadAttention(2, 4, name="decoder_attention")(x, x, use_causal_mask=True))
+
+
+def unet_decoder(K):
+    """A segmentation decoder: UpSampling2D bilinear and nearest joined with skip connections (Concatenate),
+    then convolutions; the bilinear upsampling's outputs land on .5 ties of the quantized grid."""
+    L = K.layers
+    x = K.Input((12, 10, 3), name="image")
+    skip = L.Conv2D(6, 3, padding="same", activation="relu", name="enc_conv")(x)
+    deep = L.Conv2D(8, 3, strides=2, padding="same", activation="relu", name="bottleneck")(skip)
+    up = L.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(deep)
+    y = L.Conv2D(6, 3, padding="same", activation="relu", name="dec_conv")(L.Concatenate(name="cat")([up, skip]))
+    near = L.UpSampling2D(2, name="up_nearest")(L.MaxPooling2D(2, name="pool")(y))
+    model = K.Model(x, L.Conv2D(2, 1, name="mask")(L.Concatenate(name="cat_2")([near, y])))
+    _randomize(model)
+    return model
