@@ -27,7 +27,15 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
-from pegasus.importers.keras.reader import KerasFile, LayerPath, is_model, layer_name, model_layers
+from pegasus.importers.keras.reader import (
+    KerasFile,
+    LayerPath,
+    is_model,
+    is_operation,
+    layer_name,
+    model_layers,
+    wrapped_model,
+)
 
 Ref = tuple[str, int, int]   # (layer, call, output index)
 
@@ -68,22 +76,20 @@ class _Call:
     refs: list[list]
     keywords: list[str]
     args: list | None = None
+    #: Keras 2's TFOpLambda: every argument by its name (TensorFlow's own), tensors as ``{"input": k}``
+    kwargs: dict | None = None
+    #: the call's keyword arguments that are not tensors (``use_causal_mask=True``), for the converter
+    options: dict = field(default_factory=dict)
 
 
 def domain(layer: dict) -> str:
     """'ops' for a Keras 3 operation (``x + 3.0``, ``keras.ops.relu``) recorded in a functional model: its
     module is keras.src.ops.*, or, in a legacy .h5 config without modules, its config has neither the
-    ``trainable`` flag nor the dtype a layer's has. 'tf' for Keras 2's TFOpLambda (a TensorFlow function
-    called on a Keras tensor, ``x + 3.0`` in tf.keras)."""
-    if layer.get("class_name") == "TFOpLambda":
+    ``trainable`` flag nor the dtype a layer's has. 'tf' for Keras 2's TFOpLambda and SlicingOpLambda (a
+    TensorFlow function called on a Keras tensor, ``x + 3.0``, ``x[:, 0]`` in tf.keras)."""
+    if layer.get("class_name") in ("TFOpLambda", "SlicingOpLambda"):
         return "tf"
-    module = layer.get("module")
-    if module is not None:
-        return "ops" if str(module).startswith(("keras.src.ops", "keras.ops")) else ""
-    config, calls = layer.get("config"), layer.get("inbound_nodes")
-    legacy_op = isinstance(config, dict) and "trainable" not in config and config.get("dtype") is None and \
-        bool(calls) and isinstance(calls[0], dict)
-    return "ops" if legacy_op else ""
+    return "ops" if is_operation(layer) else ""
 
 
 def op_type(layer: dict) -> str:
@@ -100,6 +106,11 @@ def flatten(file: KerasFile) -> KerasGraph:
     flat = _Flattener(file)
     outputs = flat.model(file.config, "", (), None, None)
     return KerasGraph(flat.inputs, outputs, flat.nodes, flat.layers)
+
+
+#: layer class -> the keyword arguments of its call that are further inputs, in the order the converter
+#: reads them after the positional ones (Keras 2 passes MultiHeadAttention's value as ``value=``)
+KEYWORD_INPUTS = {"MultiHeadAttention": ("value", "key")}
 
 
 def _is_tensor(value: Any) -> bool:
@@ -187,6 +198,10 @@ class _Flattener:
         attrs = dict(layer.get("config", {}))
         if domain(layer) and info is not None and info.args is not None:
             attrs["args"] = info.args
+        if domain(layer) and info is not None and info.kwargs is not None:
+            attrs["kwargs"] = info.kwargs
+        if info is not None and info.options:
+            attrs["call_options"] = info.options
         node = KerasNode(node_name, op_type(layer), list(inputs), list(outputs), attrs,
                          domain=domain(layer), where=where,
                          weights=self.file.weights.get(path + (layer_name(layer),), []), layer=full,
@@ -210,9 +225,32 @@ class _Flattener:
         if is_model(layer):
             self.layers.append(("/".join(path + (layer_name(layer),)), layer))
             return self.model(layer, node_name + "/", path + (layer_name(layer),), inputs, names)
+        inner = wrapped_model(layer)
+        if inner is not None:
+            return self.time_distributed_model(layer, inner, node_name, path, inputs, names)
         self.note_layer(layer, path)
         self.layer_node(layer, path, call, inputs, names, info, node_name)
         return names
+
+    def time_distributed_model(self, layer: dict, inner: dict, node_name: str, path: LayerPath, inputs: list[str],
+                               names: list[str]) -> list[str]:
+        """A TimeDistributed over a model: batch and time merged into one axis (``TimeDistributedMerge``), the
+        model inlined under ``<node_name>/`` on that, and the axes split again (``TimeDistributedSplit``, which
+        reads the wrapper's input for the sizes), each node taking the wrapper's name and path."""
+        full = "/".join(path + (layer_name(layer),))
+        self.layers.append((full, layer))
+        self.layers.append((full + "/" + layer_name(inner), inner))
+        if len(inputs) != 1:
+            raise PegasusError(f"TimeDistributed layer '{full}' is called on {len(inputs)} tensors")
+        merged = self.fresh(f"{node_name}/merge", set())
+        self.nodes.append(KerasNode(merged, "TimeDistributedMerge", list(inputs), [merged], {}, layer=full,
+                                    where=f"Keras layer '{full}'"))
+        stepped = self.model(inner, node_name + "/", path + (layer_name(layer),), [merged], None)
+        if len(stepped) != 1:
+            raise PegasusError(f"TimeDistributed layer '{full}' wraps a model with {len(stepped)} outputs")
+        self.nodes.append(KerasNode(node_name, "TimeDistributedSplit", [stepped[0], inputs[0]], list(names[:1]), {},
+                                    layer=full, where=f"Keras layer '{full}'"))
+        return names[:1]
 
     def alias(self, source: str, name: str, path: LayerPath) -> str:
         """An Identity writing ``name`` (a nested model output that is its input, or an output listed twice)."""
@@ -339,21 +377,29 @@ class _Flattener:
 
     def _call_refs(self, data: Any, layer: dict, path: LayerPath) -> _Call:
         """One call's inputs (either format), the keywords it gives tensors and its argument template."""
+        inputs = KEYWORD_INPUTS.get(str(layer.get("class_name")), ())
         if isinstance(data, dict):
-            keywords = [k for k, v in (data.get("kwargs") or {}).items() if _tensors_in(v)]
+            kwargs = data.get("kwargs") or {}
+            keywords = [k for k, v in kwargs.items() if _tensors_in(v) and k not in inputs]
             args = data.get("args", [])
-            return _Call(_tensors_in(args), keywords, _template(args, [0]))
+            extra = [h for k in inputs if k in kwargs for h in _tensors_in(kwargs[k])]
+            options = {k: v for k, v in kwargs.items() if not _tensors_in(v)}
+            return _Call(_tensors_in(args) + extra, keywords, _template(args, [0]), options=options)
         if data and isinstance(data[0], str):   # a TFOpLambda's call: [first argument, kwargs]
             return _tf_op_call(data)
-        refs, keywords = [], []
+        refs, keywords, named, options = [], [], None, {}
         for item in data:
             if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
                 full = "/".join(path + (layer_name(layer),))
                 raise PegasusError(f"cannot read a call of layer '{full}' in the model config: {item!r}")
             kwargs = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
-            keywords += [k for k, v in kwargs.items() if _is_ref(v)]
+            keywords += [k for k, v in kwargs.items() if _is_ref(v) and k not in inputs]
             refs.append(item[:3])
-        return _Call(refs, keywords)
+            refs += [kwargs[k][:3] for k in inputs if _is_ref(kwargs.get(k))]
+            options.update({k: v for k, v in kwargs.items() if not _is_ref(v)})
+            if domain(layer) == "tf":   # a TensorFlow function of a list of tensors (tf.concat): its keywords
+                named = {k: v for k, v in kwargs.items() if k != "name"}
+        return _Call(refs, keywords, None, named, options)
 
 
 def _is_ref(value: Any) -> bool:
@@ -364,7 +410,9 @@ def _is_ref(value: Any) -> bool:
 def _tf_op_call(data: list) -> _Call:
     """Keras 2 writes a TFOpLambda call as [layer, node, tensor, kwargs] (or ["_CONSTANT_VALUE", -1, value,
     kwargs] when the first argument is a number): the positional template is the first argument then the
-    keyword arguments but ``name``, each tensor becoming ``{"input": k}``."""
+    keyword arguments but ``name``, each tensor becoming ``{"input": k}``; ``kwargs`` keeps the keyword
+    arguments by name (Keras 2 records a positional argument under its name too: ``reduce_sum(x, -1)`` is
+    ``{"axis": -1}``)."""
     kwargs = data[3] if len(data) > 3 and isinstance(data[3], dict) else {}
     refs: list[list] = []
 
@@ -374,5 +422,6 @@ def _tf_op_call(data: list) -> _Call:
             return {"input": len(refs) - 1}
         return value[2] if _is_ref(value) else value
 
-    args = [slot(list(data[:3]))] + [slot(v) for k, v in kwargs.items() if k != "name"]
-    return _Call(refs, [], args)
+    args = [slot(list(data[:3]))]
+    named = {k: slot(v) for k, v in kwargs.items() if k != "name"}
+    return _Call(refs, [], args + list(named.values()), named)

@@ -99,8 +99,20 @@ def _dtype(name: str, text: str) -> DType:
 
 
 def _convert(model: KerasGraph, major: int, allow_unsafe: bool, input_types: dict[str, TensorType],
-             outputs: Sequence[str], name: str) -> Graph:
-    """The graph from ``input_types`` to ``outputs``, once the layers it needs pass the checks."""
+             outputs: Sequence[str], name: str, path: Path) -> Graph:
+    """The graph from ``input_types`` to ``outputs``, once the layers it needs pass the checks; a refusal (a
+    Lambda, an unsupported layer, a layer pegasus cannot convert) names the file, as the reader's errors do."""
+    try:
+        return _converted(model, major, allow_unsafe, input_types, outputs, name)
+    except PegasusError as exc:
+        if exc.where is None:
+            exc.where = str(path)
+            exc.args = (f"{exc.where}: {exc.message}",)
+        raise
+
+
+def _converted(model: KerasGraph, major: int, allow_unsafe: bool, input_types: dict[str, TensorType],
+               outputs: Sequence[str], name: str) -> Graph:
     nodes = needed_nodes(model.nodes, outputs, set(input_types))
     layers = layers_of(model, nodes)
     refuse_unsafe(layers, allow_unsafe)
@@ -152,12 +164,12 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
         model_types = _model_input_types(keras_graph, notes.append, given)
         cut = [n for n in missing if n not in model_types]
         if cut:   # a cut's inputs have their shapes in the model: convert it up to them
-            full = _convert(keras_graph, model.major, allow_unsafe, model_types, cut, name or "model")
+            full = _convert(keras_graph, model.major, allow_unsafe, model_types, cut, name or "model", model.path)
             model_types.update({n: full.type_of(n) for n in cut})
         input_types.update({n: model_types[n] for n in missing})
     input_types = {n: input_types[n] for n in input_names}
     graph = run_import_passes(_convert(keras_graph, model.major, allow_unsafe, input_types, output_names,
-                                       name or model.path.stem), optimize=optimize)
+                                       name or model.path.stem, model.path), optimize=optimize)
     for line in notes if note else ():
         note(line)
     return graph

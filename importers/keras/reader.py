@@ -69,6 +69,24 @@ def is_model(layer: dict[str, Any]) -> bool:
     return layer.get("class_name") in MODEL_CLASSES and isinstance(layer.get("config", {}).get("layers"), list)
 
 
+def is_operation(layer: dict[str, Any]) -> bool:
+    """A Keras 3 operation (``x + 3.0``, ``keras.ops.mean``) recorded in a functional model, not a layer: its
+    module is keras.src.ops.*, or, in a legacy .h5 config without modules, its config has neither the
+    ``trainable`` flag nor the dtype a layer's has. It owns no weights and is no layer of the weights file."""
+    module = layer.get("module")
+    if module is not None:
+        return str(module).startswith(("keras.src.ops", "keras.ops"))
+    config, calls = layer.get("config"), layer.get("inbound_nodes")
+    return isinstance(config, dict) and "trainable" not in config and config.get("dtype") is None and \
+        bool(calls) and isinstance(calls[0], dict)
+
+
+def wrapped_model(layer: dict[str, Any]) -> dict[str, Any] | None:
+    """The model a TimeDistributed wraps (a per-frame CNN), else None."""
+    inner = layer.get("config", {}).get("layer") if layer.get("class_name") == "TimeDistributed" else None
+    return inner if isinstance(inner, dict) and is_model(inner) else None
+
+
 def layer_name(layer: dict[str, Any]) -> str:
     return str(layer.get("name") or layer.get("config", {}).get("name", ""))
 
@@ -128,7 +146,7 @@ def _read_h5(path: Path) -> KerasFile:
                     "no Keras model config"
                 raise PegasusError(f"this HDF5 file holds {what}: save the whole model with model.save('m.h5') "
                                    "or model.save('m.keras')", where=str(path))
-            config = _json(f.attrs["model_config"], "model_config", path)
+            config = _sequential_lists(_json(f.attrs["model_config"], "model_config", path))
             version = _text(f.attrs.get("keras_version", ""))
             group = f["model_weights"] if "model_weights" in f else f
             version = version or _text(group.attrs.get("keras_version", ""))
@@ -136,12 +154,25 @@ def _read_h5(path: Path) -> KerasFile:
             for layer in _top_layers(config):
                 name = layer_name(layer)
                 if name in group:
-                    _route(weights, (name,), layer, _h5_named(group[name], path))
+                    _route(weights, (name,), wrapped_model(layer) or layer, _h5_named(group[name], path))
     except PegasusError:
         raise
     except (OSError, KeyError, ValueError) as exc:
         raise PegasusError(f"cannot read the HDF5 file ({exc}); is it truncated?", where=str(path)) from None
     return KerasFile(path, config, version or _guess_version(config), weights, "h5")
+
+
+def _sequential_lists(layer: Any) -> Any:
+    """Keras up to 2.1 wrote a Sequential's config as the bare list of its layers (the first one holding
+    ``batch_input_shape``), later ones as ``{"name", "layers"}``: the later form, at every depth."""
+    if isinstance(layer, dict):
+        config = layer.get("config")
+        if layer.get("class_name") == "Sequential" and isinstance(config, list):
+            config = {"name": layer.get("name") or "sequential", "layers": config}
+        if isinstance(config, dict) and isinstance(config.get("layers"), list):
+            config = {**config, "layers": [_sequential_lists(inner) for inner in config["layers"]]}
+        return {**layer, "config": config} if "config" in layer else layer
+    return layer
 
 
 def _top_layers(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -233,8 +264,9 @@ def snake_case(name: str) -> str:
 
 def _container_keys(model: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(group name, layer config) for a model's layers in the order Keras saves them: Sequential leaves out its
-    InputLayer; repeated class names get _1, _2 ..."""
-    layers = model_layers(model)
+    InputLayer, and the operations a functional model records (``x + 3.0``: keras.ops classes such as ``Add``,
+    not layers) are not saved; repeated class names get _1, _2 ..."""
+    layers = [layer for layer in model_layers(model) if not is_operation(layer)]
     if model.get("class_name") == "Sequential":
         layers = [layer for layer in layers if layer.get("class_name") != "InputLayer"]
     used: dict[str, int] = {}
@@ -259,6 +291,11 @@ def _walk_model(group, model: dict[str, Any], path: LayerPath, out: dict[LayerPa
         if is_model(layer):
             _walk_model(child, layer, path + (name,), out, file)
             continue
+        inner = wrapped_model(layer)
+        if inner is not None:   # its layers' weights under the wrapper's path, as graph.py inlines them
+            _walk_model(child["layer"] if child is not None and "layer" in child else None, inner, path + (name,),
+                        out, file)
+            continue
         if child is not None and "vars" in child:
             stored = _text(child["vars"].attrs.get("name", name))
             if stored != name:
@@ -269,7 +306,8 @@ def _walk_model(group, model: dict[str, Any], path: LayerPath, out: dict[LayerPa
 
 
 #: classes whose sub-objects Keras saves in an order other than sorted by attribute name
-_CHILD_ORDER = {"Bidirectional": ("forward_layer", "backward_layer")}
+_CHILD_ORDER = {"Bidirectional": ("forward_layer", "backward_layer"),
+                "MultiHeadAttention": ("query_dense", "key_dense", "value_dense", "output_dense")}
 
 
 def _saveable(group, class_name: str = "") -> list[np.ndarray]:

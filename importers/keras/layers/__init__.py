@@ -1,6 +1,8 @@
 """Keras converters, one module per layer family; importing registers them."""
 
 from pegasus.importers.keras.layers import (  # noqa: F401  (each import registers its converters)
+    applications,
+    attention,
     conv,
     core,
     merge,
@@ -10,4 +12,5 @@ from pegasus.importers.keras.layers import (  # noqa: F401  (each import registe
     preprocessing,
     reshaping,
     rnn,
+    tensor_ops,
 )

@@ -2,7 +2,7 @@
 Normalization ((x - mean) / max(sqrt(variance), 1e-7), or with Keras 3's ``invert`` the reverse; mean and
 variance from the adapted weights or the config) and Resizing (``tf.image.resize``: bilinear or nearest
 with half-pixel centers, as TF's kernels compute them; crop/pad to aspect ratio and antialiasing are
-refused)."""
+refused) and CenterCrop (a Slice of the middle window of an image at least the crop's size)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,21 @@ def emit_resize(ctx: KerasContext, node: KerasNode, x: str, size: tuple[int, int
         sizes = attrs["sizes"]
         attrs["sizes"] = (sizes[0], sizes[3], sizes[1], sizes[2])
     return ctx.emit("Resize", [x], attrs, node=node, outputs=node.outputs[:1])[0]
+
+
+@converter("CenterCrop")
+def center_crop(ctx: KerasContext, node: KerasNode) -> None:
+    """The middle ``height`` x ``width`` window, starting (size - crop) // 2 (Keras' offsets) on each axis; an
+    image smaller than the crop, which Keras resizes first, is refused."""
+    cfg, x = node.attrs, node.inputs[0]
+    shape = ctx.type_of(x).shape
+    if len(shape) != 4:
+        raise PegasusError(f"{node.describe()}: crops a rank-{len(shape)} tensor; expected an image batch")
+    axes_hw = (1, 2) if channels_last(node) else (2, 3)
+    crop = (int(cfg["height"]), int(cfg["width"]))
+    if any(shape[a] < c for a, c in zip(axes_hw, crop)):
+        raise PegasusError(f"{node.describe()}: the input {list(shape)} is smaller than the crop {list(crop)} "
+                           "(Keras resizes it first), which is not supported")
+    starts = tuple((shape[a] - c) // 2 for a, c in zip(axes_hw, crop))
+    ctx.emit("Slice", [x], {"starts": starts, "ends": tuple(s + c for s, c in zip(starts, crop)), "axes": axes_hw},
+             node=node, outputs=node.outputs[:1])

@@ -198,3 +198,21 @@ def time_distributed(ctx: KerasContext, node: KerasNode) -> None:
     TABLE.find(inner_node.op_type)(ctx, inner_node)
     out = ctx.type_of(stepped).shape
     ctx.emit("Reshape", [stepped], {"shape": (shape[0], shape[1], *out[1:])}, node=node, outputs=node.outputs[:1])
+
+
+@converter("TimeDistributedMerge")
+def time_distributed_merge(ctx: KerasContext, node: KerasNode) -> None:
+    """Before a model a TimeDistributed wraps (graph.py inlines the model): (B, T, ...) -> (B * T, ...)."""
+    shape = ctx.type_of(node.inputs[0]).shape
+    if len(shape) < 3:
+        raise PegasusError(f"{node.describe()}: needs (batch, time, ...) inputs, got {list(shape)}")
+    ctx.emit("Reshape", node.inputs[:1], {"shape": (shape[0] * shape[1], *shape[2:])}, node=node,
+             outputs=node.outputs[:1])
+
+
+@converter("TimeDistributedSplit")
+def time_distributed_split(ctx: KerasContext, node: KerasNode) -> None:
+    """After it: (B * T, ...) -> (B, T, ...), B and T those of the wrapper's input (the second input)."""
+    stepped, original = (ctx.type_of(name).shape for name in node.inputs)
+    ctx.emit("Reshape", node.inputs[:1], {"shape": (original[0], original[1], *stepped[1:])}, node=node,
+             outputs=node.outputs[:1])

@@ -315,8 +315,155 @@ def tf_ops(K):
 
 tf_ops.libraries = ("tf_keras",)
 
+def keras_tensor_ops(K):
+    """Keras 3 tensor operations between layers: an SE block squeezing with ops.mean(keepdims), reductions,
+    reshape/transpose/expand_dims/squeeze/concatenate/softmax/matmul and slicing (indices, steps, None, ...)."""
+    ops, L = K.ops, K.layers
+    x = K.Input((6, 5, 7), name="x")
+    y = L.Conv2D(7, 1, name="conv")(x)
+    se = L.Dense(7, activation="sigmoid", name="excite")(ops.mean(y, axis=[1, 2], keepdims=True))
+    y = y * se
+    outs = [ops.sum(y, axis=-1), ops.max(y, axis=(1,)), ops.min(y), ops.reshape(y, (-1, 30, 7)),
+            ops.transpose(y, (0, 3, 1, 2)), ops.concatenate([y, y * 2.0], axis=-1),
+            ops.expand_dims(ops.sum(y, axis=-1), 1), ops.squeeze(ops.max(y, axis=[1, 2], keepdims=True), axis=(1, 2)),
+            ops.softmax(y, axis=1), y[:, 1:5, :, ::2], y[:, 0], y[..., 3], y[:, None, ::-1, 1:],
+            ops.matmul(y, ops.transpose(y, (0, 1, 3, 2)))]
+    model = K.Model(x, outs)
+    _randomize(model)
+    return model
+
+
+keras_tensor_ops.libraries = ("keras",)
+
+
+def tf_tensor_ops(K):
+    """The same with TensorFlow functions on Keras 2 tensors (TFOpLambda, SlicingOpLambda), arguments given by
+    position and by keyword."""
+    import tensorflow as tf
+
+    L = K.layers
+    x = K.Input((6, 5, 7), name="x")
+    y = L.Conv2D(7, 1, name="conv")(x)
+    se = L.Dense(7, activation="sigmoid", name="excite")(tf.reduce_mean(y, axis=[1, 2], keepdims=True))
+    y = y * se
+    outs = [tf.reduce_mean(y, [1, 2]), tf.reduce_sum(y, -1), tf.reduce_max(y, axis=1), tf.reduce_min(y),
+            tf.reshape(y, (-1, 30, 7)), tf.transpose(y, (0, 3, 1, 2)), tf.concat([y, y * 2.0], axis=-1),
+            tf.expand_dims(tf.reduce_sum(y, -1), 1), tf.squeeze(tf.reduce_max(y, [1, 2], keepdims=True), axis=(1, 2)),
+            tf.nn.softmax(y, axis=1), y[:, 1:5, :, ::2], y[:, 0], y[..., 3], y[:, tf.newaxis, ::-1, 1:],
+            tf.matmul(y, y, transpose_b=True)]
+    model = K.Model(x, outs)
+    _randomize(model)
+    return model
+
+
+tf_tensor_ops.libraries = ("tf_keras",)
+
+def hard_swish_blocks(K):
+    """MobileNetV3's blocks as keras.applications writes them: hard swish as ``x * ReLU(6)(x + 3) * (1/6)`` (Keras 3
+    operations Add and Multiply between layers) before residual Add and Multiply *layers*, and BatchNormalization
+    after them: the .keras weights file saves layers, not operations, so its ``add``, ``multiply`` groups are the
+    layers'."""
+    L = K.layers
+    x = K.Input((9, 9, 6), name="image")
+
+    def hard_swish(t):
+        return L.Multiply()([t, L.ReLU(6.0)(t + 3.0) * (1.0 / 6.0)])
+
+    y = hard_swish(L.BatchNormalization(name="stem_bn")(L.Conv2D(6, 3, padding="same", name="stem")(x)))
+    y = L.Add(name="block_add")([x, L.BatchNormalization(name="project_bn")(L.Conv2D(6, 1, name="project")(y))])
+    y = hard_swish(L.BatchNormalization(name="head_bn")(L.DepthwiseConv2D(3, name="head_dw")(y)))
+    model = K.Model(x, L.Dense(3, name="logits")(L.GlobalAveragePooling2D(name="pool")(y)))
+    _randomize(model)
+    return model
+
+
+hard_swish_blocks.libraries = ("keras",)
+
+def applications_layers(K):
+    """The layers keras.applications defines for its models: a ConvNeXt block (LayerScale, StochasticDepth) and
+    an InceptionResNetV2 residual (CustomScaleLayer), 12 channels."""
+    if _keras3(K):
+        from keras.src.applications import convnext, inception_resnet_v2
+    else:
+        from tf_keras.src.applications import convnext, inception_resnet_v2
+    L = K.layers
+    x = K.Input((7, 7, 12), name="image")
+    y = L.DepthwiseConv2D(7, padding="same", name="block_depthwise_conv")(x)
+    y = L.LayerNormalization(epsilon=1e-6, name="block_layernorm")(y)
+    y = L.Dense(24, activation="gelu", name="block_pointwise_conv_1")(y)
+    y = L.Dense(12, name="block_pointwise_conv_2")(y)
+    y = convnext.LayerScale(1e-6, 12, name="block_layer_scale")(y)
+    y = L.Add(name="block_add")([x, convnext.StochasticDepth(0.1, name="block_stochastic_depth")(y)])
+    z = inception_resnet_v2.CustomScaleLayer(0.17, name="block35_1")([y, L.Conv2D(12, 1, name="block35_1_conv")(y)])
+    model = K.Model(x, L.GlobalAveragePooling2D(name="pool")(z))
+    _randomize(model)
+    return model
+
+def vision_transformer(K):
+    """A small ViT: patches by a strided Conv2D, a pre-norm encoder block (MultiHeadAttention self-attention
+    with 3 heads of 5, called as Keras 2 records it with ``value=``), a cross-attention block with its own key
+    and value_dim and no biases, the MLP, and a classification head."""
+    L = K.layers
+    image = K.Input((12, 12, 3), name="image")
+    memory = K.Input((4, 10), name="memory")
+    x = L.Reshape((9, 14), name="patches")(L.Conv2D(14, 4, strides=4, name="patch_embedding")(image))
+    h = L.LayerNormalization(epsilon=1e-6, name="encoder_ln_1")(x)
+    x = L.Add(name="encoder_add_1")([x, L.MultiHeadAttention(3, 5, name="encoder_attention")(h, h)])
+    h = L.LayerNormalization(epsilon=1e-6, name="encoder_ln_2")(x)
+    h = L.Dense(9, activation="gelu", name="encoder_mlp_1")(h)
+    x = L.Add(name="encoder_add_2")([x, L.Dense(14, name="encoder_mlp_2")(h)])
+    keys = L.Dense(10, name="keys")(memory)
+    y = L.MultiHeadAttention(2, 6, value_dim=4, use_bias=False, name="cross")(x, memory, keys)
+    model = K.Model([image, memory], L.Dense(5, name="head")(L.GlobalAveragePooling1D(name="pool")(y)))
+    _randomize(model)
+    return model
+
+def keras3_activations(K):
+    """Keras 3's newer activations, on Dense (activation=), Conv1D and as Activation layers, over [-2, 2) and
+    scaled up so every piece of the piecewise ones is hit."""
+    x = K.Input((6,), name="x")
+    seq = K.Input((5, 3), name="seq")
+    names = ["hard_tanh", "hard_shrink", "soft_shrink", "log_sigmoid", "tanh_shrink", "squareplus", "sparse_plus"]
+    wide = K.layers.Rescaling(3.0, name="wide")(x)
+    outs = [K.layers.Dense(4, activation=name, name=f"dense_{name}")(x) for name in names]
+    outs += [K.layers.Activation(name, name=f"act_{name}")(wide) for name in names]
+    outs += [K.layers.Flatten()(K.layers.Conv1D(3, 2, activation=name, name=f"conv_{name}")(seq)) for name in names]
+    model = K.Model([x, seq], K.layers.Concatenate(name="all")(outs))
+    _randomize(model)
+    return model
+
+
+keras3_activations.libraries = ("keras",)
+
+def center_crop(K):
+    """CenterCrop at a model's front (odd margins: 9x8 -> 5x4 and 10x7 -> 3x6) before a convolution."""
+    x = K.Input((10, 8, 3), name="image")
+    L = K.layers
+    a = L.Conv2D(2, 1, name="conv_a")(L.CenterCrop(5, 4, name="crop_a")(x))
+    b = L.Conv2D(2, 1, name="conv_b")(L.CenterCrop(3, 7, name="crop_b")(L.Cropping2D(((0, 0), (0, 1)))(x)))
+    model = K.Model(x, [a, b])
+    _randomize(model)
+    return model
+
+def time_distributed_model(K):
+    """Video classifiers' per-frame CNNs wrapped in TimeDistributed: a functional one (Conv2D, BatchNormalization,
+    ReLU, pooling) and a Sequential one (Dense), then an LSTM over the frames' features."""
+    L = K.layers
+    frame = K.Input((8, 7, 3), name="frame")
+    f = L.ReLU(name="frame_relu")(L.BatchNormalization(name="frame_bn")(L.Conv2D(5, 3, name="frame_conv")(frame)))
+    cnn = K.Model(frame, L.GlobalAveragePooling2D(name="frame_pool")(f), name="frame_cnn")
+    head = K.Sequential([K.Input((5,))] if _keras3(K) else [], name="frame_head")
+    head.add(L.Dense(4, activation="tanh", name="frame_dense", input_shape=(5,)) if not _keras3(K)
+             else L.Dense(4, activation="tanh", name="frame_dense"))
+    clip = K.Input((3, 8, 7, 3), name="clip")
+    x = L.TimeDistributed(head, name="per_frame_head")(L.TimeDistributed(cnn, name="per_frame")(clip))
+    model = K.Model(clip, L.LSTM(2, name="lstm")(x))
+    _randomize(model)
+    return model
+
 BUILDERS = [activations, convolutions, channels_first, pooling, normalizations, reshaping, recurrent, nested_shared,
-            sequential, mobilenet, keras_ops, tf_ops]
+            sequential, mobilenet, keras_ops, tf_ops, keras_tensor_ops, tf_tensor_ops, hard_swish_blocks,
+            applications_layers, vision_transformer, keras3_activations, center_crop, time_distributed_model]
 
 
 # ---- models pegasus refuses ------------------------------------------------------------------------
@@ -374,5 +521,26 @@ def variable_length(K):
     """A sequence input of any length (the test runs it on 6 steps)."""
     x = K.Input((None, 4), name="steps")
     model = K.Model(x, K.layers.GRU(3, name="gru")(K.layers.Dense(4, activation="tanh", name="dense")(x)))
+    _randomize(model)
+    return model
+
+
+def causal_attention(K):
+    """A decoder's self-attention with a causal mask, which pegasus refuses naming the layer."""
+    x = K.Input((5, 8), name="x")
+    return K.Model(x, K.layers.MultiHeadAttention(2, 4, name="decoder_attention")(x, x, use_causal_mask=True))
+
+
+def unet_decoder(K):
+    """A segmentation decoder: UpSampling2D bilinear and nearest joined with skip connections (Concatenate),
+    then convolutions; the bilinear upsampling's outputs land on .5 ties of the quantized grid."""
+    L = K.layers
+    x = K.Input((12, 10, 3), name="image")
+    skip = L.Conv2D(6, 3, padding="same", activation="relu", name="enc_conv")(x)
+    deep = L.Conv2D(8, 3, strides=2, padding="same", activation="relu", name="bottleneck")(skip)
+    up = L.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(deep)
+    y = L.Conv2D(6, 3, padding="same", activation="relu", name="dec_conv")(L.Concatenate(name="cat")([up, skip]))
+    near = L.UpSampling2D(2, name="up_nearest")(L.MaxPooling2D(2, name="pool")(y))
+    model = K.Model(x, L.Conv2D(2, 1, name="mask")(L.Concatenate(name="cat_2")([near, y])))
     _randomize(model)
     return model

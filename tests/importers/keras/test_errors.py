@@ -73,7 +73,7 @@ def test_lambda_refused_and_never_run(tmp_path, keras_model, library, suffix):
     path = keras_model(models.with_lambda, library).files[suffix]
     models.SENTINEL.unlink(missing_ok=True)        # Keras ran the function while building the model
     result = import_cli(tmp_path, path)
-    assert_one_line_error(result, "layer 'lam' (Lambda: Python code)", "--allow-unsafe", "never runs")
+    assert_one_line_error(result, "layer 'lam' (Lambda: Python code)", "--allow-unsafe", "never runs", path.name)
     result = import_cli(tmp_path, path, "--allow-unsafe")
     assert_one_line_error(result, "Lambda node 'lam'", "bytecode", "never runs")
     assert not models.SENTINEL.exists()
@@ -116,8 +116,9 @@ def test_custom_class(tmp_path, keras_model):
 
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])
 def test_unsupported_layers_listed_at_once(tmp_path, keras_model, suffix):
-    result = import_cli(tmp_path, keras_model(models.unsupported, "keras").files[suffix])
-    assert_one_line_error(result, "unsupported operators (4)", "GroupNormalization at node 'groups'",
+    path = keras_model(models.unsupported, "keras").files[suffix]
+    result = import_cli(tmp_path, path)
+    assert_one_line_error(result, f"{path}: unsupported operators (4)", "GroupNormalization at node 'groups'",
                           "Attention at node 'attend'", "UnitNormalization at node 'td/unit_normalization'",
                           "Cumsum (domain ops) at node 'cumsum'")
 
@@ -126,6 +127,13 @@ def test_unsupported_tensorflow_function_listed(tmp_path, keras_model):
     result = import_cli(tmp_path, keras_model(models.unsupported_tf, "tf_keras").files[".h5"])
     assert_one_line_error(result, "unsupported operators (2)", "UnitNormalization at node 'unit'",
                           "math.cumsum (domain tf) at node 'tf.math.cumsum'")
+
+
+@pytest.mark.parametrize("library, suffix", [("keras", ".keras"), ("tf_keras", ".h5")])
+def test_causal_attention_refused(tmp_path, keras_model, library, suffix):
+    path = keras_model(models.causal_attention, library).files[suffix]
+    assert_one_line_error(import_cli(tmp_path, path), path.name, "'decoder_attention'", "a causal mask",
+                          "not supported")
 
 
 def test_unknown_cut_names(tmp_path, keras_model):

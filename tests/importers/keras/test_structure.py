@@ -102,3 +102,21 @@ def test_command_line(tmp_path, keras_model):
                                   "keras_version": metadata.version("keras"), "layout": "nhwc"}
     assert [o["name"] for o in document["outputs"]][3:6] == ["lstm_state", "lstm_state_1", "lstm_state_2"]
     assert out.with_suffix(".data").exists()
+
+
+def test_keras_2_1_sequential(tmp_path, keras_model):
+    """Keras up to 2.1 saved a Sequential's config as the bare list of its layers (no InputLayer; the first
+    layer holds batch_input_shape): the model tf-keras saved, with its config written that way, imports and
+    computes what Keras computed, its input named after the first layer as Keras 2.1 named it."""
+    import h5py
+
+    built = keras_model(models.sequential, "tf_keras")
+    path = tmp_path / "old.h5"
+    path.write_bytes(built.files[".h5"].read_bytes())
+    with h5py.File(path, "r+") as f:
+        config = json.loads(f.attrs["model_config"])
+        layers = [layer for layer in config["config"]["layers"] if layer["class_name"] != "InputLayer"]
+        f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": layers})
+        f.attrs["keras_version"] = "2.1.6"
+    graph = check_import(path, built)
+    assert graph.inputs == [f"{layers[0]['config']['name']}_input"]
