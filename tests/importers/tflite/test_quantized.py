@@ -14,11 +14,15 @@ import numpy as np
 import pytest
 
 from pegasus.commands.quantized_model import lower_model
+from pegasus.exporters.glow.export import export_bundle
+from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.tflite.reader import read_tflite
 from pegasus.ir import serialize
 from pegasus.quantizers.quantize_file import load_table
 from pegasus.runtime.interpreter import run
 from tests.conftest import run_cli
+from tests.exporters import toolchains
+from tests.exporters.test_bundles_e2e import output_spec
 from tests.importers.tflite.convert import from_keras, randomize_batchnorm, seeded
 from tests.importers.tflite.flatbuffer import ModelBuilder, options
 
@@ -396,6 +400,22 @@ def compare_with_reference(imported_model, samples: int = SAMPLES, seed: int = 0
             difference = max(difference, int(np.abs(got[name].astype(np.int64) - expected[name]).max(initial=0)))
         worst, differing = max(worst, difference), differing + (difference > 0)
     return worst, differing
+
+
+def assert_bundle_matches_inference(imported_model, cpu: str, folder, seed: int = 5) -> None:
+    """The model's integer bundle on ``cpu`` ("host", or a Cortex-M under qemu) gives ``inference --dtype
+    quantized``'s outputs byte for byte on full-range inputs."""
+    path, json_path, data_path, table_path = imported_model
+    graph = serialize.load(json_path, data_path)
+    lowered = lower_model(graph, str(table_path), show=False).graph
+    feeds = dict(zip(graph.inputs, full_range_feeds(reference_interpreter(path), np.random.default_rng(seed))))
+    want = run(lowered, feeds)
+    export_bundle(lowered, folder, "net", resolve_target(*((None, None) if cpu == "host" else ("arm", cpu))))
+    spec = output_spec(lowered)
+    got = (toolchains.run_host(folder, "net", feeds, spec) if cpu == "host" else
+           toolchains.run_cortex_m(folder, "net", cpu, feeds, spec))
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 # ---- tests --------------------------------------------------------------------------------------------------

@@ -6,23 +6,14 @@ bit-exact with ``pegasus inference --dtype quantized``."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from pegasus.commands.quantized_model import lower_model
-from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.target import resolve_target
-from pegasus.ir import serialize
-from pegasus.runtime.interpreter import run
-from tests.exporters import toolchains
-from tests.exporters.test_bundles_e2e import output_spec
 from tests.importers.tflite.convert import seeded
 from tests.importers.tflite.test_quantized import (
     _int8,
+    assert_bundle_matches_inference,
     compare_with_reference,
-    full_range_feeds,
     import_cli,
-    reference_interpreter,
 )
 
 pytestmark = pytest.mark.xdist_group("tflite")
@@ -53,14 +44,4 @@ def test_bit_exact_with_reference_kernels(imported):
 
 @pytest.mark.parametrize("cpu", ["host", "cortex-m7"])
 def test_bundle_bit_exact(imported, cpu, tmp_path):
-    path, json_path, data_path, table_path = imported
-    graph = serialize.load(json_path, data_path)
-    lowered = lower_model(graph, str(table_path), show=False).graph
-    feeds = dict(zip(graph.inputs, full_range_feeds(reference_interpreter(path), np.random.default_rng(5))))
-    want = run(lowered, feeds)
-    export_bundle(lowered, tmp_path, "net", resolve_target(*((None, None) if cpu == "host" else ("arm", cpu))))
-    spec = output_spec(lowered)
-    got = (toolchains.run_host(tmp_path, "net", feeds, spec) if cpu == "host" else
-           toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, spec))
-    for name, value in want.items():
-        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert_bundle_matches_inference(imported, cpu, tmp_path, seed=5)
