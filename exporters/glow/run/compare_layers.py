@@ -70,7 +70,7 @@ def compare_layers(bundle: InstrumentedBundle, folder: Path, name: str, cpu: str
     run = toolchains.run_cortex_m_detailed(folder, name, cpu, feeds, spec, probes=bundle.probes,
                                            extra=_dump_config(bundle))
     dumped = _read_dumps(run.stdout, bundle)
-    expected = interpreter.run(bundle.reference or bundle.graph, feeds, keep_all=True)   # weights unpacked
+    expected = interpreter.run(bundle.reference(), feeds, keep_all=True)
     lines, first = ["layer by layer against the reference interpreter (float: within 1e-4 of the tensor's "
                     "largest value; integer: exact):"], None
     tensor_layer = {tensor: bundle.layers[probe - 1] for probe, tensor, *_ in bundle.dumps}

@@ -51,7 +51,13 @@ class InstrumentedBundle:
     probes: int
     graph: Graph           # the graph as compiled (tensor names as in the plan)
     dumps: list[tuple[int, str, str, int, int]]   # (probe, tensor, region, offset, size) of each layer output
-    reference: Graph | None = None   # the same graph with the registry's weight layouts (the interpreter runs it)
+    source: Graph          # the graph before lowering, and the target: ``reference`` lowers it again unpacked
+    target: Target
+
+    def reference(self) -> Graph:
+        """The compiled graph with the registry's weight layouts (same tensor names), which the reference
+        interpreter runs: ``graph``'s weights are re-laid for the kernels. Lowered on demand (--compare-layers)."""
+        return lower_for_export(self.source, self.target, pack=False)
 
 
 def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
@@ -59,8 +65,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
     """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
     planned as export_bundle plans it (Concat built in place on hosted targets too)."""
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
-    reference = lower_for_export(graph, target, pack=False)
-    graph = lower_for_export(graph, target)
+    source, graph = graph, lower_for_export(graph, target)
     check_emitters(graph)
     layers = chain_rows(graph, fuse_layers(graph))
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
@@ -82,7 +87,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
              for index, layer in enumerate(units) for tensor in layer.outputs
              if tensor and plan.locations[tensor].region in (MUTABLE, ACTIVATIONS)]
     macs = [sum(macs_of.get(node.name, 0) for node in layer.nodes) for layer in units]
-    return InstrumentedBundle(names, macs, probes, graph, dumps, reference)
+    return InstrumentedBundle(names, macs, probes, graph, dumps, source, target)
 
 
 def node_macs(graph: Graph, node) -> int:
