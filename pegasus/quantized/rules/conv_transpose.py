@@ -31,20 +31,7 @@ from pegasus.ops.conv import ConvTranspose
 from pegasus.ops.layout import first_shape
 from pegasus.quantized.lower import LoweringContext, integer_rule
 from pegasus.quantized.rules.common import fused_output, requant_fields
-from pegasus.quantized.rules.linear import (
-    _accumulator_bits,
-    _bias_constant,
-    _bias_values,
-    _channel_scales,
-    _weight_grid,
-    accumulator_rounding,
-    bias_limit,
-    bias_steps,
-    fit_bias,
-    glow_bias,
-    integer_bias,
-    is_8bit_bias,
-)
+from pegasus.quantized.rules.linear import _accumulator_bits, _bias_constant, accumulator_rounding, weights_and_bias
 
 
 def phase_weights(w: np.ndarray, strides: tuple[int, ...], fill: int) -> np.ndarray:
@@ -106,15 +93,8 @@ def conv_transpose(ctx: LoweringContext, node: Node) -> str | None:
     out, lo, hi = fused_output(ctx, node)
     yq = ctx.quant(out)
     channels = w_shape[1]
-    limit = bias_limit(xq, wq.numpy_dtype)
-    bias_real = _bias_values(ctx, b, channels)
-    w_scales = _channel_scales(wq, channels)
-    if not is_8bit_bias(ctx, b):
-        w_scales = fit_bias(ctx, node, bias_real, float(xq.scale[0]), w_scales, limit)
-    w_int = ctx.graph.value_of(ctx.as_int(w, _weight_grid(wq, w_scales, 1)))
-    real_in = float(xq.scale[0]) * w_scales
-    bias = (glow_bias(ctx, b, bias_real, float(xq.scale[0]), w_scales) if is_8bit_bias(ctx, b) else
-            integer_bias(ctx, node, bias_real, bias_steps(ctx, b, real_in), limit))
+    on_grid, bias, real_in = weights_and_bias(ctx, node, w, b, channels, 1)
+    w_int = ctx.graph.value_of(on_grid)
     w_zero = int(wq.zero_point[0])
     strides = win.strides
     phases = prod(strides)

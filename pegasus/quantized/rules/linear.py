@@ -166,6 +166,24 @@ def _bias_constant(ctx: LoweringContext, node: Node, bias: np.ndarray | None, ac
     return [ctx.constant(f"{node.name}_bias_q", bias.astype(dtype))]
 
 
+def weights_and_bias(ctx: LoweringContext, node: Node, w: str, b: str, channels: int,
+                     axis: int) -> tuple[str, np.ndarray | None, np.ndarray]:
+    """A convolution's integer weights (the name of the constant, on the table's grid per output channel along
+    ``axis``, the scales raised where the bias needs it) and integer bias, and each channel's real step
+    s_x * s_w[c] of the accumulator (Conv, and ConvTranspose's rule)."""
+    xq, wq = ctx.quant(node.inputs[0]), ctx.quant(w)
+    limit = bias_limit(xq, wq.numpy_dtype)
+    bias_real = _bias_values(ctx, b, channels)
+    w_scales = _channel_scales(wq, channels)
+    if not is_8bit_bias(ctx, b):
+        w_scales = fit_bias(ctx, node, bias_real, float(xq.scale[0]), w_scales, limit)
+    weights = ctx.as_int(w, _weight_grid(wq, w_scales, axis))
+    real_in = float(xq.scale[0]) * w_scales
+    bias = (glow_bias(ctx, b, bias_real, float(xq.scale[0]), w_scales) if is_8bit_bias(ctx, b) else
+            integer_bias(ctx, node, bias_real, bias_steps(ctx, b, real_in), limit))
+    return weights, bias, real_in
+
+
 @integer_rule("Conv")
 def conv(ctx: LoweringContext, node: Node) -> str | None:
     x, w = node.inputs[0], node.inputs[1]
@@ -177,17 +195,8 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     yq = ctx.quant(out)
     if wq.per_channel and (wq.axis or 0) != 0:
         return f"per-channel weights along axis {wq.axis} (Conv needs axis 0)"
-    channels = ctx.source.type_of(w).shape[0]
-    limit = bias_limit(xq, wq.numpy_dtype)
-    bias_real = _bias_values(ctx, b, channels)
-    w_scales = _channel_scales(wq, channels)
-    if not is_8bit_bias(ctx, b):
-        w_scales = fit_bias(ctx, node, bias_real, float(xq.scale[0]), w_scales, limit)
-    weights = ctx.as_int(w, _weight_grid(wq, w_scales, 0))
+    weights, bias, real_in = weights_and_bias(ctx, node, w, b, ctx.source.type_of(w).shape[0], 0)
     w_int = ctx.graph.value_of(weights)
-    real_in = float(xq.scale[0]) * w_scales
-    bias = (glow_bias(ctx, b, bias_real, float(xq.scale[0]), w_scales) if is_8bit_bias(ctx, b) else
-            integer_bias(ctx, node, bias_real, bias_steps(ctx, b, real_in), limit))
     w_zero = int(wq.zero_point[0])
     acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
