@@ -174,8 +174,7 @@ def lowered_models(tmp_path_factory):
     """builder -> (.tflite path, the lowered integer graph), imported through the CLI once."""
     from pegasus.commands.quantized_model import lower_model
     from pegasus.ir import serialize
-    from tests.importers.tflite.harness import cached_model
-    from tests.importers.tflite.test_quantized import import_cli
+    from tests.importers.tflite.harness import cached_model, import_cli
 
     done = {}
 

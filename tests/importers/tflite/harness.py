@@ -23,6 +23,7 @@ import numpy as np
 
 from pegasus.importers.tflite.loader import import_tflite
 from pegasus.runtime.interpreter import run
+from tests.conftest import run_cli
 from tests.importers.tflite import convert, flatbuffer
 
 CACHE = Path.home() / ".cache" / "pegasus-tests" / "tflite"
@@ -138,3 +139,10 @@ def op_types(path: Path) -> dict[str, list[dict]]:
     for node in read_tflite(path).nodes:
         found.setdefault(node.op_type, []).append(node.attrs)
     return found
+
+
+def import_cli(path, folder):
+    """``pegasus import tflite`` of ``path`` into ``folder``: (m.json, m.data, m.quantize)."""
+    result = run_cli("import", "tflite", "--model", path, "--output-model", folder / "m.json")
+    assert result.code == 0, result.stderr
+    return folder / "m.json", folder / "m.data", folder / "m.quantize"

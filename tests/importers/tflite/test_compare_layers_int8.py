@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tests.importers.tflite.test_quantized import full_range_feeds, import_cli, int8_cnn, reference_interpreter
+from tests.importers.tflite.harness import import_cli
+from tests.importers.tflite.test_quantized import full_range_feeds, int8_cnn, reference_interpreter
 
 pytestmark = pytest.mark.xdist_group("tflite")
 

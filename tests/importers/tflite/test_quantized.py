@@ -357,25 +357,6 @@ def invoke(interp, feeds):
     return {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
 
 
-def import_cli(path, folder):
-    result = run_cli("import", "tflite", "--model", path, "--output-model", folder / "m.json")
-    assert result.code == 0, result.stderr
-    return folder / "m.json", folder / "m.data", folder / "m.quantize"
-
-
-@pytest.fixture(scope="module")
-def imported(tflite_model, tmp_path_factory):
-    """builder -> (the .tflite file, m.json, m.data, m.quantize), imported once through the CLI."""
-    done = {}
-
-    def get(builder):
-        if builder not in done:
-            path = tflite_model(builder)
-            done[builder] = (path, *import_cli(path, tmp_path_factory.mktemp(builder.__name__)))
-        return done[builder]
-    return get
-
-
 def compare_with_reference(imported_model, samples: int = SAMPLES, seed: int = 0,
                            integer: bool = True) -> tuple[int, int]:
     """(largest difference in LSB over every output and sample, samples with a difference); with ``integer``

@@ -16,7 +16,6 @@ from tests.importers.tflite.test_quantized import (
     _int8,
     assert_bundle_matches_inference,
     compare_with_reference,
-    import_cli,
 )
 
 pytestmark = pytest.mark.xdist_group("tflite")
@@ -56,18 +55,6 @@ def int16x8_resize_bilinear() -> bytes:
     return from_keras(tf.keras.Model(x, outputs), dynamic_range=True, representative_dataset=samples,
                       target_spec=tf.lite.TargetSpec(supported_ops=ops), inference_input_type=tf.int16,
                       inference_output_type=tf.int16)
-
-
-@pytest.fixture(scope="module")
-def imported(tflite_model, tmp_path_factory):
-    done = {}
-
-    def get(builder):
-        if builder not in done:
-            path = tflite_model(builder)
-            done[builder] = (path, *import_cli(path, tmp_path_factory.mktemp(builder.__name__)))
-        return done[builder]
-    return get
 
 
 @pytest.mark.parametrize("builder", [int8_resize_bilinear, int16x8_resize_bilinear], ids=lambda b: b.__name__)

@@ -13,7 +13,6 @@ from tests.importers.tflite.test_quantized import (
     _int8,
     assert_bundle_matches_inference,
     compare_with_reference,
-    import_cli,
 )
 
 pytestmark = pytest.mark.xdist_group("tflite")
@@ -31,17 +30,11 @@ def int8_transpose_conv() -> bytes:
     return _int8(tf, tf.keras.Model(x, [same, valid, wide, sparse, relu]), [(5, 6, 3)], 31)
 
 
-@pytest.fixture(scope="module")
-def imported(tflite_model, tmp_path_factory):
-    path = tflite_model(int8_transpose_conv)
-    return (path, *import_cli(path, tmp_path_factory.mktemp("transpose_conv")))
-
-
 def test_bit_exact_with_reference_kernels(imported):
-    worst, differing = compare_with_reference(imported)     # asserts every layer ran in integer
+    worst, differing = compare_with_reference(imported(int8_transpose_conv))     # asserts every layer ran in integer
     assert worst == 0, f"{differing} samples differ, largest difference {worst} LSB"
 
 
 @pytest.mark.parametrize("cpu", ["host", "cortex-m7"])
 def test_bundle_bit_exact(imported, cpu, tmp_path):
-    assert_bundle_matches_inference(imported, cpu, tmp_path, seed=5)
+    assert_bundle_matches_inference(imported(int8_transpose_conv), cpu, tmp_path, seed=5)
