@@ -77,10 +77,10 @@ def test_compare_layers_on_a_channels_last_integer_model(tmp_path):
     and its dense layer compiled as a 1x1 QConv between Reshapes, yet the reference interpreter runs the same
     graph with the registry's layouts, and every layer matches."""
     from pegasus.commands.quantized_model import lower_model
-    from tests.importers.tflite import test_quantized as tq
-    from tests.importers.tflite.harness import cached_model
+    from tests.importers.tflite.harness import cached_model, import_cli
+    from tests.importers.tflite.test_quantized import int8_cnn
 
-    json_path, data_path, table_path = tq.import_cli(cached_model(tq.int8_cnn), tmp_path / "model")
+    json_path, data_path, table_path = import_cli(cached_model(int8_cnn), tmp_path / "model")
     graph = lower_model(serialize.load(json_path, data_path), str(table_path), show=False).graph
     bundle = export_instrumented(graph, tmp_path, "cnn", resolve_target("arm", "cortex-m7"))
     x = graph.type_of(graph.inputs[0])
