@@ -25,6 +25,7 @@ from llvmlite import ir
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.kernels.conv_pool import conv_pool_workspace
+from pegasus.exporters.glow.kernels.integer_pooled_pair import emit_pooled_pair
 from pegasus.exporters.glow.kernels.parameters import LayerParameters
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
@@ -38,6 +39,7 @@ from pegasus.exporters.glow.kernels.registry import (
 )
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
+from pegasus.exporters.glow.pooled_pair import PooledPair
 from pegasus.exporters.glow.row_chains import RowChain
 from pegasus.exporters.glow.row_emit import emit_row_chain
 from pegasus.exporters.glow.target import Target
@@ -119,7 +121,7 @@ def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], 
     layer's parameter block, so their functions are merged by text) or attributes that are not plain values.
     Whether each tensor is a constant is part of the key (a channels-last convolution runs natively only when
     its weights are)."""
-    if isinstance(unit, RowChain) or any(
+    if isinstance(unit, (RowChain, PooledPair)) or any(
             graph.type_of(name).quant is not None
             or not (graph.type_of(name).dtype.is_float or graph.tensors[name].is_constant) for name in present):
         return ""
@@ -257,6 +259,10 @@ def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: 
                        function.args[-2] if workspace_size else None, parameters, share)
         builder.ret_void()
         return
+    if isinstance(unit, PooledPair):   # two convolutions and their poolings, the first's rows streamed
+        emit_pooled_pair(builder, graph, unit, refs, math, target, function.args[-2], parameters)
+        builder.ret_void()
+        return
     inputs = [refs[n] if n else None for n in unit.inputs]
     outputs = [refs[n] if n else None for n in unit.outputs]
     head = unit.nodes[0]
@@ -276,6 +282,8 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[
         types_in = [graph.type_of(n) if n else None for n in unit.nodes[0].inputs]   # the head's (not a residual)
         if isinstance(unit, RowChain):   # its windows and its stages' scratch
             size = unit.workspace_layout(graph, target)[2]
+        elif isinstance(unit, PooledPair):   # its ring of rows
+            size = unit.workspace_bytes()
         elif unit.pool:   # a convolution with its pooling may stage its output (conv_pool.conv_pool_workspace)
             size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target)
         else:           # one node, or a head whose element-wise followers need nothing more: the head's own

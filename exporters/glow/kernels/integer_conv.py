@@ -52,6 +52,10 @@ def kernel_of(cp: ConvPlan) -> Callable[[KernelContext, ConvPlan], None]:
 
 @packer("QConv")
 def pack_qconv(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+    from pegasus.exporters.glow.pooled_pair import pair_of  # it imports fuse.py, which imports the kernels
+
+    if pair_of(graph, node, target) is not None:   # either half of a pooled pair: pooled_pair.py lays them
+        return {}
     return pack_weights(node, graph, target)
 
 

@@ -428,6 +428,15 @@ def pack_pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.nd
     the window (``integer_halves.run_order``), as int16 (M / 2, C, k...): where the windows never cross the
     padding (none), with dilation 1 and rows shorter than the input's (the runs are the kernel's rows), else
     the bytes stay."""
+    from pegasus.exporters.glow.pooled_pair import pair_of  # it imports fuse.py, which imports the kernels
+
+    if pair_of(graph, node, target) is not None:   # either half of a pooled pair: pooled_pair.py lays them
+        return {}
+    return pooled_halves(node, graph, target)
+
+
+def pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+    """``pack_pooled_halves`` whether or not the layer is half of a pooled pair."""
     from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
 
     info = CPUS.get(getattr(target, "cpu", ""))

@@ -21,6 +21,7 @@ from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, MUTABLE, check_limits, plan_memory
+from pegasus.exporters.glow.pooled_pair import pair_layers
 from pegasus.exporters.glow.row_chains import chain_rows
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet
@@ -67,7 +68,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
     source, graph = graph, lower_for_export(graph, target)
     check_emitters(graph)
-    layers = chain_rows(graph, fuse_layers(graph))
+    layers = pair_layers(graph, chain_rows(graph, fuse_layers(graph)), target)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
                        reuse_input_memory, concat_in_place=not target.is_cortex_m)
     check_limits(graph, plan, target.address_bits)
