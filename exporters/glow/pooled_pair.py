@@ -196,9 +196,10 @@ class PairPlan:
         return self.second.ring_bytes + self.first.ring_bytes
 
 
-def pair_plan(graph: Graph, b: Node, target) -> PairPlan | None:
+def pair_plan(graph: Graph, b: Node, target, inputs_reused: bool = False) -> PairPlan | None:
     """The pair whose second convolution is ``b`` on ``target`` (module docstring), else None; ``pair_of`` checks
-    the weights' values."""
+    the weights' values. ``inputs_reused``: the export plans the graph inputs' bytes for other tensors too
+    (``--reuse-input-memory``), so X counts in the bytes either way."""
     info = CPUS.get(getattr(target, "cpu", ""))
     if b.op != "QConv" or info is None or not (info.has_dsp and target.is_cortex_m):
         return None
@@ -220,21 +221,26 @@ def pair_plan(graph: Graph, b: Node, target) -> PairPlan | None:
         return None
     plan = PairPlan(first, second, a, pool_a, b, pool_b)
     x, t, y = a.inputs[0], graph.type_of(t_name), graph.type_of(pool_b.outputs[0])
-    x_bytes = 0 if x in graph.inputs or graph.tensors[x].is_constant else graph.type_of(x).nbytes
+    free = graph.tensors[x].is_constant or (x in graph.inputs and not inputs_reused)
+    x_bytes = 0 if free else graph.type_of(x).nbytes
     if x_bytes + plan.workspace_bytes + y.nbytes > max(x_bytes + t.nbytes, t.nbytes + y.nbytes):
         return None
     return plan
 
 
-def pair_of(graph: Graph, node: Node, target) -> tuple[PairPlan, np.ndarray, np.ndarray] | None:
+def pair_of(graph: Graph, node: Node, target, inputs_reused: bool = False
+            ) -> tuple[PairPlan, np.ndarray, np.ndarray] | None:
     """(the pair, A's laid weights, B's) when QConv ``node`` is either convolution of a pair whose weights can be
-    laid, else None."""
-    plan = pair_plan(graph, node, target)
+    laid, else None (``inputs_reused``: ``pair_plan``'s)."""
+    info = CPUS.get(getattr(target, "cpu", ""))
+    if node.op != "QConv" or info is None or not (info.has_dsp and target.is_cortex_m):
+        return None
+    plan = pair_plan(graph, node, target, inputs_reused)
     if plan is None:
         readers = [n for n in graph.nodes if node.outputs[0] in n.inputs]
         pool = readers[0] if len(readers) == 1 and readers[0].op == "MaxPool" else None
         second = [n for n in graph.nodes if pool is not None and pool.outputs[0] in n.inputs]
-        plan = pair_plan(graph, second[0], target) if len(second) == 1 else None
+        plan = pair_plan(graph, second[0], target, inputs_reused) if len(second) == 1 else None
         if plan is None or plan.a is not node:
             return None
     first = plan.first.lay(graph.value_of(plan.a.inputs[1]))
@@ -266,18 +272,18 @@ class PooledPair(Layer):
         return self.plan.workspace_bytes
 
 
-def pair_layers(graph: Graph, layers: list[Layer], target) -> list[Layer]:
+def pair_layers(graph: Graph, layers: list[Layer], target, inputs_reused: bool = False) -> list[Layer]:
     """``layers`` with each QConv + MaxPool group followed by the group reading its output replaced by their
     ``PooledPair`` where ``pair_of`` allows it; ``graph`` (the export's lowered copy) then reads both weights as
-    laid for the kernel. A convolution the packers left for a pair that ``layers`` does not form (an export
-    without fusion, a group taken by a row chain) gets the layout its own kernel reads."""
+    laid for the kernel. A convolution the packers left for a pair that is not formed (an export without fusion,
+    a group taken by a row chain, inputs reused: ``pair_plan``) gets the layout its own kernel reads."""
     skipped = [node for node in graph.nodes if node.op == "QConv" and pair_of(graph, node, target) is not None]
     out: list[Layer] = []
     paired: set[int] = set()
     for layer in layers:
         previous = out[-1] if out else None
         if type(layer) is Layer and type(previous) is Layer and len(layer.nodes) == 2 and len(previous.nodes) == 2:
-            found = pair_of(graph, layer.nodes[0], target)
+            found = pair_of(graph, layer.nodes[0], target, inputs_reused)
             if found is not None and previous.nodes == [found[0].a, found[0].pool_a]:
                 plan, first, second = found
                 for node, laid in ((plan.a, first), (plan.b, second)):

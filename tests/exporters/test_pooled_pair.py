@@ -172,3 +172,17 @@ def test_kernel_row_order_matters(integer, tmp_path, monkeypatch):
     monkeypatch.setattr(pooled_pair.StagePlan, "lay", reversed_rows)
     with pytest.raises(AssertionError, match="values differ"):
         _check(graph, feeds, "cortex-m7", tmp_path)
+
+
+def test_reused_inputs_count_in_the_ram(integer, tmp_path):
+    """With --reuse-input-memory the layers apart may take X's bytes: LeNet's pair would take more and is not
+    formed; its convolutions then get their own kernels' layouts (the packers left them for the pair), bit for
+    bit."""
+    graph, feeds, _, _ = integer
+    result = export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7"), reuse_input_memory=True)
+    paired = {node.name for layer in result.plan.layers if isinstance(layer, PooledPair) for node in layer.nodes}
+    lenet = [node.name for node in result.graph.nodes if node.op == "QConv"][:2]
+    assert not paired & set(lenet)
+    got = toolchains.run_cortex_m(tmp_path, "net", "cortex-m7", feeds, output_spec(graph))
+    for name, want in interpreter.run(graph, feeds).items():
+        assert got[name].tobytes() == want.tobytes(), name
