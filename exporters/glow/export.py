@@ -7,7 +7,7 @@ folder as it was. A tensor or buffer the code cannot address is refused before a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pegasus.exporters.glow import bundle_files, memory_report
@@ -40,6 +40,8 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     memory report ends with the fit. ``reuse_input_memory`` plans every tensor in the mutable region, over
     the inputs once they are read: the inference overwrites them (memory_plan.py)."""
     check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
+    if not fuse:    # the packers lay every layer's weights for its own kernel
+        target = replace(target, fused=False)
     graph = lower_for_export(graph, target)
     check_emitters(graph)
     layers = pair_layers(graph, chain_rows(graph, fuse_layers(graph)) if fuse else single_layers(graph), target,

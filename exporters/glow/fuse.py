@@ -200,14 +200,16 @@ def fuse_layers(graph: Graph) -> list[Layer]:
     return layers
 
 
-def headed_layer(graph: Graph, node: Node) -> Layer | None:
+def headed_layer(graph: Graph, node: Node, target=None) -> Layer | None:
     """The layer ``fuse_layers`` heads with ``node`` (None: it joins another's): a packer asks whether it ends
     with a pooling (whose group kernel then reads the node's weights) or takes a residual sum before choosing
-    their layout."""
+    their layout. For an export without fusion (``target.fused`` False) every node is a layer of its own."""
+    if target is not None and not getattr(target, "fused", True):
+        return Layer([node])
     return next((layer for layer in fuse_layers(graph) if layer.nodes[0] is node), None)
 
 
-def heads_pooling(graph: Graph, node: Node) -> bool:
+def heads_pooling(graph: Graph, node: Node, target=None) -> bool:
     """Whether ``fuse_layers`` ends ``node``'s layer with a pooling (``headed_layer``)."""
-    layer = headed_layer(graph, node)
+    layer = headed_layer(graph, node, target)
     return layer is not None and layer.pool is not None

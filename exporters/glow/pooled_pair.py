@@ -211,7 +211,7 @@ def pair_plan(graph: Graph, b: Node, target, inputs_reused: bool = False) -> Pai
     a = _producer(graph, pool_a.inputs[0])
     if a is None or a.op != "QConv" or bool(a.attrs.channels_last) != bool(b.attrs.channels_last):
         return None
-    layer_a, layer_b = headed_layer(graph, a), headed_layer(graph, b)
+    layer_a, layer_b = headed_layer(graph, a, target), headed_layer(graph, b, target)
     if (layer_a is None or layer_b is None or layer_a.nodes != [a, pool_a] or len(layer_b.nodes) != 2
             or layer_b.nodes[1].op != "MaxPool"):
         return None

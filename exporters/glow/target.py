@@ -55,6 +55,7 @@ class Target:
     relocation: str   # static | pic
     features: str = ""
     byte_weights: bool = False  # --compact-weights: 8-bit weights stay bytes, never 16-bit pairs (half the flash)
+    fused: bool = True          # False with --no-fuse: the packers lay weights for layers compiled on their own
 
     @property
     def is_cortex_m(self) -> bool:

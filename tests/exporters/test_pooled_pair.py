@@ -6,8 +6,8 @@ Checked: small float CNNs of varied geometry — one input channel (LDR groups),
 whole groups, a conv output wider than its pooling reads — quantized by pegasus (per-channel int8, dynamic fixed
 point int8), with integer I/O, in one graph: on Cortex-M7 and M4 every pair is formed and the outputs are bit for
 bit the reference interpreter's (qemu), channels first and channels last; on Cortex-M0, with uint8 (weights with
-a zero point) and with float I/O for LeNet (its quantized input would live in the activations: more RAM) no pair
-is formed; a kernel row laid in another order fails.
+a zero point), with float I/O for LeNet (its quantized input would live in the activations: more RAM) or with
+reused inputs no pair is formed; an export without fusion runs; a kernel row laid in another order fails.
 """
 
 from __future__ import annotations
@@ -113,10 +113,15 @@ def test_pairs_match_reference(integer, cpu, tmp_path):
     assert _check(graph, feeds, cpu, tmp_path) == len(CASES)
 
 
-def test_no_pair_without_dsp(integer, tmp_path):
-    """Cortex-M0 has no SMLAD: the layers run apart, bit for bit."""
+def test_no_pair_without_dsp_or_without_fusion(integer, tmp_path):
+    """Cortex-M0 has no SMLAD: the layers run apart, bit for bit. An export without fusion (``--no-fuse``) runs
+    every layer on its own, its weights laid for its own kernel (before, the packers laid a pooled convolution's
+    for the fused kernel, and the unfused one read them wrong: a HardFault on Cortex-M7). Unfused, the branches'
+    convolutions of 27 and 25 taps (6 groups of four each) take SMLAD helpers of their own (before, the second read
+    its weight rows at the first's stride: 1,235 of 5,472 values wrong)."""
     graph, feeds, _, _ = integer
-    assert _check(graph, feeds, "cortex-m0", tmp_path) == 0
+    assert _check(graph, feeds, "cortex-m0", tmp_path / "m0") == 0
+    assert _check(graph, feeds, "cortex-m7", tmp_path / "unfused", fuse=False) == 0
 
 
 def _channels_last(graph: Graph, feeds: dict) -> tuple[Graph, dict]:

@@ -145,7 +145,7 @@ def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
     x, w = graph.type_of(node.inputs[0]), graph.value_of(node.inputs[1])
     if not wanted(node, x.shape, w.shape, x.dtype, target):
         return {}
-    layer = headed_layer(graph, node)
+    layer = headed_layer(graph, node, target)
     if layer is not None and layer.pool is not None:
         return {}      # a pooling group's kernel (conv_pool.py) reads the weights as they are
     return _packed(w, target)

@@ -119,7 +119,7 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     rows, run = prod(w.shape[2:-1]), w.shape[-1] * w.shape[1]
     dilated = bool(node.attrs.dilations) and node.attrs.dilations[-1] != 1
     reordered = w.shape[1] % 4 == 0 or (run >= 2 and not dilated and rows * (1 + run % 4) <= UNROLLED_ROWS)
-    return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node)
+    return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node, target)
 
 
 def dense_halves(node: Node, graph: Graph, target, relaid: np.ndarray) -> np.ndarray | None:

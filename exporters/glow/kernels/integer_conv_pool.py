@@ -442,7 +442,7 @@ def pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray
     info = CPUS.get(getattr(target, "cpu", ""))
     attrs, x = node.attrs, graph.type_of(node.inputs[0])
     if not (info is not None and info.has_dsp and target.is_cortex_m and graph.tensors[node.inputs[1]].is_constant
-            and heads_pooling(graph, node)):
+            and heads_pooling(graph, node, target)):
         return {}
     w = graph.value_of(node.inputs[1])
     if (attrs.group != 1 or x.dtype.itemsize != 1 or any(attrs.pads) or any(d != 1 for d in attrs.dilations or ())

@@ -133,9 +133,12 @@ def dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], 
 def _helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows: int, groups: int,
             seeded: bool) -> ir.Function:
     """``{acc[c][p]} = helper(buffer words, first weight row[, seeds])``: ``_groups`` as an internal function,
-    one per (block, depth, buffer stride, weight layout)."""
+    one per (block, depth, buffer stride, weight layout). Rows of bytes or unpaired int16 lie ``depth`` apart,
+    which the name then carries: two layers of as many groups but other depths (27 and 24 taps: 6 groups) shared
+    one helper, the second reading its weight rows at the first's stride."""
     kind = "h16" if cp.halves else f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
-    name = f"pegasus_smlad_{rows}x{count}_{groups}_{cp.positions}_{kind}{'_seeded' if seeded else ''}"
+    stride = "" if paired(cp.w) or cp.halves else f"_d{cp.mac.depth}"
+    name = f"pegasus_smlad_{rows}x{count}_{groups}_{cp.positions}_{kind}{stride}{'_seeded' if seeded else ''}"
     if name in module.globals:
         return module.globals[name]
     result = ir.LiteralStructType([I32] * (rows * count))
