@@ -63,8 +63,12 @@ class StagePlan:
     pooled: tuple[int, int]         # the pooled output's (rows, columns)
     out_channels: int               # M (even)
     x_zero: int                     # the input's zero point: the ring holds x - x_zero
-    x_magnitude: int                # the largest |x - x_zero|
+    x_range: tuple[int, int]        # the least and largest x - x_zero (a ReLU's output: from 0)
     together: bool                  # the ring holds a pooled row's whole input (module docstring)
+
+    @property
+    def x_magnitude(self) -> int:
+        return max(abs(v) for v in self.x_range)
 
     @property
     def wide(self) -> bool:
@@ -115,7 +119,7 @@ class StagePlan:
         if w.dtype != np.int8 or w.shape != (m, self.channels, *self.kernel):
             return None
         rows = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, kh, self.run)
-        if not integer_halves.halves_rows(rows.reshape(m, -1), None, self.x_magnitude, 0, whole_groups=False):
+        if not integer_halves.halves_within(rows.reshape(m, -1), *self.x_range):
             return None
         padded = np.zeros((m, kh, self.stored_run), np.int8)
         padded[:, :, :self.run] = rows
@@ -136,9 +140,9 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | 
     channels, _, width = first_shape(x.shape, last)[1:]
     w = graph.type_of(conv.inputs[1])
     m = graph.type_of(conv.outputs[0]).shape[-1 if last else 1]
-    if w.rank != 4 or m % 2:
-        return None
-    kernel = tuple(int(k) for k in w.shape[2:])     # (M, C, KH, KW) as imported
+    if w.rank != 4 or m % 2 or w.dtype is not DType.INT8 or w.shape[:2] != (m, channels):
+        return None     # not (M, C, KH, KW) bytes as imported: laid out by a packer already
+    kernel = tuple(int(k) for k in w.shape[2:])
     win = Conv.geometry(attrs, first_shape(x.shape, last), (m, channels, *kernel))
     if any(win.pads_begin) or any(win.pads_end) or any(d != 1 for d in win.dilations):
         return None
@@ -151,7 +155,7 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | 
     lo, hi = clamp_bounds(_producer_attrs(graph, conv.inputs[0]) or _type_attrs(x.dtype))
     zero = int(attrs.x_zero_point)
     stage = StagePlan(channels, width, kernel, tuple(win.strides), tuple(pool_win.kernel), pooled, m, zero,
-                      max(zero - lo, hi - zero), together)
+                      (lo - zero, hi - zero), together)
     if stage.together and stage.pool[0] * stage.pool[1] > stage.positions:    # a group is a whole window
         stage = replace(stage, together=False)
     reach = (stage.positions - 1) * stage.strides[1] * channels * 2 + stage.stored_run * 2

@@ -191,3 +191,28 @@ def test_reused_inputs_count_in_the_ram(integer, tmp_path):
     got = toolchains.run_cortex_m(tmp_path, "net", "cortex-m7", feeds, output_spec(graph))
     for name, want in interpreter.run(graph, feeds).items():
         assert got[name].tobytes() == want.tobytes(), name
+
+
+def test_halfword_bound_is_exact_at_the_extremes():
+    """integer_halves.halves_within: when it admits weights for inputs in [lo, hi], A1 = (T - A0) >> 8 computed
+    in wrapping 32-bit arithmetic equals the exact sum at the inputs that push each odd row to its extremes; a
+    row just past the bound is refused."""
+    from pegasus.exporters.glow.kernels.integer_halves import halfwords, halves_within
+
+    rng = np.random.default_rng(3)
+    for lo, hi in ((0, 255), (-127, 128), (-255, 0)):
+        for taps in (100, 500):
+            w = rng.integers(-127, 128, (4, taps)).astype(np.int8)
+            if not halves_within(w, lo, hi):
+                continue
+            h = halfwords(w).astype(np.int64)
+            for row in range(1, 4, 2):
+                for x in (np.where(w[row] > 0, hi, lo), np.where(w[row] > 0, lo, hi)):
+                    total = int((h[row // 2] * x).sum())
+                    low = int((w[row - 1].astype(np.int64) * x).sum())
+                    wrapped = np.int64((total - low + (1 << 31)) % (1 << 32) - (1 << 31))
+                    assert wrapped >> 8 == int((w[row].astype(np.int64) * x).sum())
+    w = np.zeros((2, 70_000 // 127 + 1), np.int8)
+    w[1] = 127
+    assert not halves_within(w, 0, 255)          # 255 x 127 x 552 > 2**23
+    assert halves_within(w[:, :258], 0, 255)     # 255 x 127 x 258 < 2**23

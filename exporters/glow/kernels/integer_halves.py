@@ -61,6 +61,21 @@ def halves_rows(w: np.ndarray, bias: np.ndarray | None, x_magnitude: int, w_zero
     return bool(np.all(sums < HALF_LIMIT))
 
 
+def halves_within(w: np.ndarray, x_low: int, x_high: int) -> bool:
+    """``halves_rows`` for inputs known to lie in [x_low, x_high] (centred: a ReLU's output from 0 up), sums from
+    0: each odd row's sum is bounded by its positive and negative weights times the ends of that interval,
+    instead of by its weights' magnitudes times the largest input (a rectified input's sums are about half)."""
+    if w.dtype != np.int8 or w.shape[0] % 2 or w.shape[1] * max(abs(x_low), abs(x_high)) * 128 >= 1 << 31:
+        return False
+    low, high = w[0::2].astype(np.int64), w[1::2].astype(np.int64)
+    if np.any((high == -128) & (low < 0)):
+        return False
+    positive, negative = np.where(high > 0, high, 0).sum(axis=1), np.where(high < 0, high, 0).sum(axis=1)
+    largest = np.maximum(positive * x_high + negative * x_low, 0)
+    smallest = np.minimum(positive * x_low + negative * x_high, 0)
+    return bool(np.all(largest < HALF_LIMIT) and np.all(smallest > -HALF_LIMIT))
+
+
 def halfwords(w: np.ndarray) -> np.ndarray:
     """(M, taps) int8 weights as (M / 2, taps) int16 halfwords 256 w1 + w0 of each pair of rows."""
     return (256 * w[1::2].astype(np.int64) + w[0::2].astype(np.int64)).astype(np.int16)

@@ -323,9 +323,21 @@ def int8_autoencoder() -> bytes:
     return _int8(tf, model, [(640,)], 17)
 
 
+def int8_lenet() -> bytes:
+    """LeNet as TFLite's converter quantizes it (full int8, int8 I/O): two CONV_2D + RELU + MAX_POOL_2D, a pooled
+    pair on Cortex-M with the DSP extension (exporters/glow/pooled_pair.py), then FULLY_CONNECTED twice."""
+    tf = seeded(21)
+    layers = tf.keras.layers
+    x = tf.keras.Input((28, 28, 1), batch_size=1)
+    y = layers.MaxPooling2D(2)(layers.Conv2D(20, 5, activation="relu")(x))
+    y = layers.MaxPooling2D(2)(layers.Conv2D(50, 5, activation="relu")(y))
+    y = layers.Dense(500, activation="relu")(layers.Flatten()(y))
+    return _int8(tf, tf.keras.Model(x, layers.Dense(10)(y)), [(28, 28, 1)], 21)
+
+
 OP_MODELS = (int8_cnn, int8_ops, int8_float_io, int8_requantize, int8_activations, uint8_model, int16x8_model,
              int8_dilated_conv1d, int8_attention)
-MCU_MODELS = (int8_ds_cnn, int8_mobilenet_v1, int8_resnet8, int8_autoencoder)
+MCU_MODELS = (int8_ds_cnn, int8_mobilenet_v1, int8_resnet8, int8_autoencoder, int8_lenet)
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
@@ -383,20 +395,21 @@ def compare_with_reference(imported_model, samples: int = SAMPLES, seed: int = 0
     return worst, differing
 
 
-def assert_bundle_matches_inference(imported_model, cpu: str, folder, seed: int = 5) -> None:
+def assert_bundle_matches_inference(imported_model, cpu: str, folder, seed: int = 5):
     """The model's integer bundle on ``cpu`` ("host", or a Cortex-M under qemu) gives ``inference --dtype
-    quantized``'s outputs byte for byte on full-range inputs."""
+    quantized``'s outputs byte for byte on full-range inputs; the export's BundleResult."""
     path, json_path, data_path, table_path = imported_model
     graph = serialize.load(json_path, data_path)
     lowered = lower_model(graph, str(table_path), show=False).graph
     feeds = dict(zip(graph.inputs, full_range_feeds(reference_interpreter(path), np.random.default_rng(seed))))
     want = run(lowered, feeds)
-    export_bundle(lowered, folder, "net", resolve_target(*((None, None) if cpu == "host" else ("arm", cpu))))
+    result = export_bundle(lowered, folder, "net", resolve_target(*((None, None) if cpu == "host" else ("arm", cpu))))
     spec = output_spec(lowered)
     got = (toolchains.run_host(folder, "net", feeds, spec) if cpu == "host" else
            toolchains.run_cortex_m(folder, "net", cpu, feeds, spec))
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+    return result
 
 
 # ---- tests --------------------------------------------------------------------------------------------------
@@ -584,3 +597,15 @@ def test_quantize_rebuild_recalibrates_from_float(imported, tmp_path):
     expected = invoke(interp, feeds)
     for name in graph.outputs:   # softmax probabilities on 1/256 steps
         assert np.abs(got[name].astype(np.int64) - expected[name]).max() <= 16
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m7", "cortex-m4"])
+def test_int8_lenet_pooled_pair(imported, cpu, tmp_path):
+    """TFLite's int8 LeNet (channels last, TFLite's rounding, int8 I/O): its two convolutions and poolings run as
+    one pooled pair on Cortex-M7/M4, byte-equal to inference, which equals TFLite's reference kernels
+    (test_bit_exact_with_reference_kernels)."""
+    from pegasus.exporters.glow.pooled_pair import PooledPair
+
+    result = assert_bundle_matches_inference(imported(int8_lenet), cpu, tmp_path, seed=7)
+    pairs = [layer for layer in result.plan.layers if isinstance(layer, PooledPair)]
+    assert [[node.op for node in pair.nodes] for pair in pairs] == [["QConv", "MaxPool", "QConv", "MaxPool"]]
