@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -142,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="pegasus-run-") as tmp:
         folder, name = _prepare(args, graph, target, (keep or Path(tmp)) / "bundle")
         stacked: dict[str, list[np.ndarray]] = {key: [] for key in spec}
+        worst: dict[str, tuple[float, bool]] = {}   # per output: largest difference, beyond the tolerance
         measured = None
         for index, feeds in enumerate(iterate_samples(args, graph)):
             expected = interpreter.run(graph, feeds)
@@ -155,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[{index}] target:    {format_top_n(key, got)}")
                 print(f"[{index}] inference: {format_top_n(key, reference)}")
                 print(f"[{index}] {key}: largest difference {difference:.6g}")
+                previous = worst.get(key, (0.0, False))
+                worst[key] = (max(previous[0], difference), previous[1] or _differs(got, reference, difference))
         if measured is None:
             raise PegasusError("no samples to run: give --input or --with-input-meta")
         print(f"ran {name} for {target.triple} ({target.cpu}) on {measured.where}")
@@ -172,4 +176,18 @@ def run(args: argparse.Namespace) -> int:
             _profile(args, graph, target, name, feeds, spec, (keep or Path(tmp)) / "profiled", measured.instructions)
     if out_dir is not None:
         print(f"wrote {save_outputs_npz(out_dir, stacked)}")
-    return 0
+    differing = [(key, difference) for key, (difference, beyond) in worst.items() if beyond]
+    for key, difference in differing:
+        exact = "" if np.issubdtype(stacked[key][0].dtype, np.floating) else ", integers must be equal"
+        print(f"pegasus run: output '{key}' on the target differs from pegasus inference (largest difference "
+              f"{difference:.6g}{exact})", file=sys.stderr)
+    return 1 if differing else 0
+
+
+def _differs(got: np.ndarray, reference: np.ndarray, difference: float) -> bool:
+    """Whether the target's output is not what inference gives: integers (a quantized bundle's, bit-exact by
+    design) not equal; floats further apart than 1e-4 of the largest reference value (at least 1e-4)."""
+    if not np.issubdtype(got.dtype, np.floating):
+        return difference > 0
+    scale = float(np.max(np.abs(reference), initial=0.0)) if reference.size else 0.0
+    return not np.isfinite(difference) or difference > 1e-4 * max(1.0, scale)

@@ -118,3 +118,25 @@ def test_target_without_an_emulator_is_refused(demo_model, digit, tmp_path):
     result = run_cli("run", "--model", model, "--model-data", data, "--input", digit, "--target", "i386")
     assert result.code == 2 and "cannot run --target i386 here" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_other_models_bundle_is_a_mismatch(demo_model, digit, tmp_path):
+    """A bundle of another model (``--bundle``: here LeNet with its last layer's weights negated) runs, prints
+    what it printed, and exits 1 with one line per differing output on stderr; the right bundle exits 0."""
+    model, data = demo_model
+    graph = serialize.load(model, data)
+    weight = next(name for name in reversed([n.inputs[1] for n in graph.nodes if len(n.inputs) > 1])
+                  if graph.tensors[name].is_constant)
+    graph.tensors[weight].data = -graph.tensors[weight].data
+    serialize.save(graph, tmp_path / "other.json", tmp_path / "other.data")
+    result = run_cli("export", "glow", "--model", tmp_path / "other.json", "--model-data", tmp_path / "other.data",
+                     "--target", "arm", "--mcpu", "cortex-m7", "--output-path", tmp_path / "other")
+    assert result.code == 0, result.stderr
+    result = run_cli("run", "--model", model, "--model-data", data, "--input", digit, *TARGETS["cortex-m7"],
+                     "--bundle", tmp_path / "other")
+    assert result.code == 1, result.stderr
+    assert "largest difference" in result.stdout and "instructions per inference" in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(
+        r"pegasus run: output '\w+' on the target differs from pegasus inference \(largest difference [\d.e-]+\)",
+        lines[0]), result.stderr
