@@ -132,8 +132,9 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | 
     x, y = graph.type_of(conv.inputs[0]), graph.type_of(pool.outputs[0])
     last = bool(attrs.channels_last)
     bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
-    if (x.rank != 4 or x.dtype not in BYTES or y.dtype not in BYTES or attrs.group != 1 or attrs.w_zero_point
-            or not graph.tensors[conv.inputs[1]].is_constant or bool(pool.attrs.channels_last) != last
+    if (x.rank != 4 or x.shape[0] != 1 or x.dtype not in BYTES or y.dtype not in BYTES or attrs.group != 1
+            or attrs.w_zero_point or not graph.tensors[conv.inputs[1]].is_constant
+            or bool(pool.attrs.channels_last) != last
             or (bias and graph.type_of(bias).dtype is not DType.INT32)
             or any(int(m) < 0 for m in attrs.multiplier) or any(name for name in pool.outputs[1:])):
         return None
@@ -144,7 +145,8 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | 
         return None     # not (M, C, KH, KW) bytes as imported: laid out by a packer already
     kernel = tuple(int(k) for k in w.shape[2:])
     win = Conv.geometry(attrs, first_shape(x.shape, last), (m, channels, *kernel))
-    if any(win.pads_begin) or any(win.pads_end) or any(d != 1 for d in win.dilations):
+    if (any(win.pads_begin) or any(win.pads_end) or any(d != 1 for d in win.dilations)
+            or win.strides[0] > kernel[0]):    # every input row read: the window fills row after row
         return None
     pool_win = MaxPool.geometry(pool.attrs, (1, m, *win.out))
     pooled = tuple(pool_win.out)

@@ -3,7 +3,7 @@ row, computed on Cortex-M with the DSP extension as one layer over rings of 16-b
 
 Checked: small float CNNs of varied geometry — one input channel (LDR groups), an even number (LDRD groups),
 3 channels, a 5x3 kernel, a strided second convolution, 3x3 poolings (each position max-ed in), runs padded to
-whole groups, a conv output wider than its pooling reads — quantized by pegasus (per-channel int8, dynamic fixed
+whole groups, a conv output wider than its pooling reads, kernel rows of 36 groups (a loop over them) — quantized by pegasus (per-channel int8, dynamic fixed
 point int8), with integer I/O, in one graph: on Cortex-M7 and M4 every pair is formed and the outputs are bit for
 bit the reference interpreter's (qemu), channels first and channels last; on Cortex-M0, with uint8 (weights with
 a zero point), with float I/O for LeNet (its quantized input would live in the activations: more RAM) or with
@@ -40,6 +40,7 @@ CASES = [
     ("strided-second", (1, 48, 24), (4, 3, 3, 1), 2, (8, 3, 3, 2), 2),
     ("pools-3x3", (1, 50, 26), (4, 3, 3, 1), 3, (6, 3, 3, 1), 3),
     ("padded-runs", (1, 40, 20), (6, 5, 5, 1), 2, (4, 5, 5, 1), 2),
+    ("long-rows", (1, 40, 16), (48, 3, 3, 1), 2, (4, 3, 3, 1), 2),
 ]
 
 

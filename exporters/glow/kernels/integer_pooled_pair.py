@@ -160,8 +160,9 @@ class Stage:
     def sums(self, top: Value, w_pair: Value, first: Value, offsets: list[int]) -> list[tuple[Value, Value]]:
         """(A0, A1) of the positions ``offsets`` halfwords from column ``first`` of input row ``top``: the
         kernel rows in a line when their loads reach every offset and they are few (``in_line``), else a loop
-        over them — whose groups of taps are a loop too, of ``CHUNK`` at a time, when a register is left for
-        its count (at most two positions: the rest of a row after the groups of three)."""
+        over them — whose groups of taps are a loop too, of up to ``CHUNK`` at a time, when a register is left
+        for its count (at most two positions: the rest of a row after the groups of three) or when a row has
+        more than ``IN_LINE_GROUPS`` (its count then spilled: code over speed)."""
         b, plan = self.b, self.plan
         kh, step = plan.kernel[0], plan.step
         groups = plan.stored_run // step
@@ -174,7 +175,9 @@ class Stage:
             slots = [entry_alloca(b, I32) for _ in range(2 * size)]
             for slot in slots:
                 b.store(const(0), slot)
-            chunk = CHUNK if size <= 2 and groups % CHUNK == 0 and groups > CHUNK else groups
+            chunk = groups
+            if groups > (CHUNK if size <= 2 else IN_LINE_GROUPS):   # a loop over the row's groups, a few at a time
+                chunk = max(d for d in range(1, CHUNK + 1) if groups % d == 0)
             with for_range(b, kh, name="ky", unroll=False) as ky:
                 with for_range(b, groups // chunk, name="chunk", unroll=False) as c:
                     at = [b.gep(row, [b.add(b.mul(ky, const(plan.row_halves)), b.mul(c, const(chunk * step)))],
