@@ -6,23 +6,25 @@ each time a kernel reads them — and a 5x5 convolution over 20 channels reads e
 output channels. Unpacked once into RAM, the tensor T between the two layers would take twice its bytes, more
 than the two layers' whole plan (LeNet int8: T is 2,880 B of 3,680). Streamed, T never exists whole: output row
 r of the second convolution B needs T's rows r * stride .. r * stride + KH - 1 only, so the layer keeps the last
-KH rows of T in a ring (row q in slot q % KH) as int16 ``t - zt`` channels last, where each kernel row of B is
-one run of KW * C contiguous halfwords that LDRD loads two pairs at a time. A row of T is computed once, just
-before the first output row of B that reads it, by the first convolution A over a ring of its own: the rows of
-A's input X it needs, unpacked the same way (``x - zx``). Both weights are integer_halves' halfword pairs of
-output channels (256 w1 + w0: one SMLAD takes four MACs' weights).
+KH rows of T in a window (the rows in order; the older ones dropped by moving the others down) as int16
+``t - zt`` channels last, where each kernel row of B is one run of KW * C contiguous halfwords that LDRD loads
+two pairs at a time. A row of T is computed once, just before the first output row of B that reads it, by the
+first convolution A over a window of its own: the rows of A's input X it needs, unpacked the same way
+(``x - zx``). Both weights are integer_halves' halfword pairs of output channels (256 w1 + w0: one SMLAD takes
+four MACs' weights).
 
-A stage (``StagePlan``) is one convolution with its pooling over such a ring. When its ring can hold a pooled
-row's whole input (``together``: A's, KH + (pool - 1) * stride rows of X) the max of each pooling window is
-taken over the raw sums and requantised once (as integer_conv_pool's ``raw_max``: the multipliers are
-non-negative); B's ring holds KH rows only, so B requantises the sums of one convolution row at a time and
-keeps the max in its output. The kernel is kernels/integer_pooled_pair.py; its sums are the unfused layers'
+A stage (``StagePlan``) is one convolution with its pooling over such a window (``ring_rows`` rows). When it can
+hold a pooled row's whole input (``together``: A's, KH + (pool - 1) * stride rows of X) the max of each pooling
+window is taken over the raw sums and requantised once (as integer_conv_pool's ``raw_max``: the multipliers are
+non-negative); B's holds KH rows only, so B requantises the sums of one convolution row at a time and keeps the
+max in its output. The kernel is kernels/integer_pooled_pair.py; its sums are the unfused layers'
 integers, so the bundle's output is bit for bit theirs.
 
 The pair is formed (``pair_layers``) when ``pair_plan``'s conditions hold and the layer's bytes — the rings,
 X when it lives in the activations, the output Y — stay within what the two layers take one after the other,
-max(X + T, T + Y): LeNet int8 with integer I/O (X is the placeholder) takes 2,416 + 336 + 800 B where the
-layers took 3,680; with float I/O X is the quantized input in the activations and the layers stay apart.
+max(X + T, T + Y): LeNet int8 with integer I/O (X is the placeholder) takes 2,416 + 352 + 800 B where the
+layers took 3,680; with float I/O X is the quantized input in the activations and the layers stay apart, and
+so with ``--reuse-input-memory`` (``inputs_reused``: X's bytes are the layers' to reuse).
 The weights are laid for the kernel when the pair is formed, so an export without fusion keeps the imported
 bytes its unfused kernels read; the packers leave both layers' weights as they are (``pair_of``).
 """
@@ -45,7 +47,7 @@ from pegasus.ops.layout import first_shape
 from pegasus.ops.pool import MaxPool
 
 BYTES = (DType.INT8, DType.UINT8)
-#: bytes a kernel row may read past a ring's last row (taps whose weights are the zeros padding a run)
+#: bytes a kernel row may read past a window's last row (taps whose weights are the zeros padding a run)
 TAIL = 8
 #: LDRD's immediate offsets reach 1,020 bytes: the positions of a group lie within
 LDRD_REACH = 1020
@@ -53,7 +55,7 @@ LDRD_REACH = 1020
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One convolution + max pooling over a ring of 16-bit centred input rows (channels last)."""
+    """One convolution + max pooling over a window of 16-bit centred input rows (channels last)."""
 
     channels: int                   # C: input channels
     width: int                      # W: input width
@@ -62,9 +64,9 @@ class StagePlan:
     pool: tuple[int, int]           # the pooling's kernel, equal to its strides
     pooled: tuple[int, int]         # the pooled output's (rows, columns)
     out_channels: int               # M (even)
-    x_zero: int                     # the input's zero point: the ring holds x - x_zero
+    x_zero: int                     # the input's zero point: the window holds x - x_zero
     x_range: tuple[int, int]        # the least and largest x - x_zero (a ReLU's output: from 0)
-    together: bool                  # the ring holds a pooled row's whole input (module docstring)
+    together: bool                  # the window holds a pooled row's whole input (module docstring)
 
     @property
     def x_magnitude(self) -> int:
@@ -81,7 +83,7 @@ class StagePlan:
 
     @property
     def run(self) -> int:
-        """Taps of one kernel row: contiguous in the ring."""
+        """Taps of one kernel row: contiguous in the window."""
         return self.kernel[1] * self.channels
 
     @property

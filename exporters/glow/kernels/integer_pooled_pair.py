@@ -1,22 +1,24 @@
 """The kernel of a pooled pair (exporters/glow/pooled_pair.py): two QConv + MaxPool stages, each summing over a
-ring of 16-bit centred input rows with SMLAD, the first's pooled rows written into the second's ring.
+window of 16-bit centred input rows with SMLAD, the first's pooled rows written into the second's window.
 
 A stage's pooled row: its rows of input are made sure of first (``Stage.ensure``: the first stage unpacks rows
-of X into its ring, the second asks the first for pooled rows of T), then per pair of output channels (one row
-of integer_halves' halfwords 256 w1 + w0) and per group of up to ``StagePlan.positions`` neighbouring
-positions of a convolution row, the sums over the kernel rows (``Stage.kernel_row``). With LDRD (every run
-word-aligned) a group of four taps is one LDRD of the pair's halfwords, two SXTB16 of them (their low bytes,
-w0), and per position one LDRD of its two input pairs and four SMLAD (T and A0 twice): 18 instructions for
-24 MACs with three positions. Otherwise (LeNet's conv1: one input channel) a group of two taps is an LDR of
-the halfwords, one SXTB16, and per position an LDR (unaligned) and two SMLAD: 14 for 16 MACs with four. The
-sums, the pointers and the group's operands fill the 14 registers; the sums and pointers pass through
-``integer_smlad.pinned`` between groups, without which LLVM's allocator spills two sums of every group, and
-the 64-bit loads are volatile, which Arm lowers to LDRD (a plain one becomes two LDR). A1 = (T - A0) >> 8.
+of X into its window, the second asks the first for pooled rows of T; rows no longer read are dropped by moving
+the others down, 8 bytes at a time), then per pair of output channels (one row of integer_halves' halfwords
+256 w1 + w0) and per group of up to ``StagePlan.positions`` positions, the sums over the kernel rows
+(``Stage.kernel_rows``). With LDRD (every run word-aligned) a group of four taps is one LDRD of the pair's
+halfwords, two SXTB16 of them (their low bytes, w0), and per position one LDRD of its two input pairs and four
+SMLAD (T and A0 twice): 18 instructions for 24 MACs with three positions. Otherwise (LeNet's conv1: one input
+channel) a group of two taps is an LDR of the halfwords, one SXTB16, and per position an LDR (unaligned) and two
+SMLAD: 14 for 16 MACs with four. The sums, the pointers and the group's operands fill the 14 registers; the
+sums and pointers pass through ``integer_smlad.pinned`` between groups, without which LLVM's allocator spills
+two sums of every group, and the 64-bit loads are volatile, which Arm lowers to LDRD (a plain one becomes two
+LDR). A1 = (T - A0) >> 8.
 
-The values of one pooling window are reduced as raw sums (max, then one requantisation: the multipliers are
-non-negative) where they are in the same group — for a stage whose ring holds a pooled row's whole input
-(``together``), over the window's convolution rows too, and its outputs are stored as they are; otherwise the
-output row starts at the lowest value and takes the max of each requantised part.
+A stage whose window holds a pooled row's whole input (``together``: the first) takes a pooling window's
+positions as one group — neighbours in two rows — so their max is taken over the raw sums and requantised once
+(the multipliers are non-negative) and stored as it is. The other (the second) sums one convolution row at a time
+in groups along it: the output row starts at the lowest value and takes the max of each requantised value (two
+of a group's positions in one window of width 2 are reduced as raw sums first).
 """
 
 from __future__ import annotations
