@@ -1,13 +1,14 @@
 """Pooled pairs (exporters/glow/pooled_pair.py, kernels/integer_pooled_pair.py): two QConv + MaxPool layers in a
-row, computed on Cortex-M with the DSP extension as one layer over rings of 16-bit centred rows.
+row, computed on Cortex-M with the DSP extension as one layer over windows of 16-bit centred rows.
 
 Checked: small float CNNs of varied geometry — one input channel (LDR groups), an even number (LDRD groups),
 3 channels, a 5x3 kernel, a strided second convolution, 3x3 poolings (each position max-ed in), runs padded to
-whole groups, a conv output wider than its pooling reads, kernel rows of 36 groups (a loop over them) — quantized by pegasus (per-channel int8, dynamic fixed
-point int8), with integer I/O, in one graph: on Cortex-M7 and M4 every pair is formed and the outputs are bit for
-bit the reference interpreter's (qemu), channels first and channels last; on Cortex-M0, with uint8 (weights with
-a zero point), with float I/O for LeNet (its quantized input would live in the activations: more RAM) or with
-reused inputs no pair is formed; an export without fusion runs; a kernel row laid in another order fails.
+whole groups, a conv output wider than its pooling reads, kernel rows of 36 groups (a loop over them) —
+quantized by pegasus (per-channel int8, dynamic fixed point int8), with integer I/O, in one graph: on Cortex-M7
+and M4 every pair is formed and the outputs are bit for bit the reference interpreter's (qemu), channels first
+and channels last; on Cortex-M0, with uint8 (weights with a zero point), with float I/O for LeNet (its quantized
+input would live in the activations: more RAM) or with reused inputs no pair is formed; an export without
+fusion runs; a kernel row laid in another order fails; the halfword bound is exact at its extremes.
 """
 
 from __future__ import annotations
