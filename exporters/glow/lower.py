@@ -68,10 +68,15 @@ def materialize_outputs(graph: Graph) -> bool:
 
 
 def _pack_weights(graph: Graph, node: Node, target=None) -> None:
-    """Replace the constant weights of a channels-last ``node`` by the re-laid ones its kernel reads (new
-    constants: a weight another layer shares keeps its own layout there)."""
-    for position, array in packed_weights(node, graph, target).items():
-        suffix = "channels_last" if getattr(node.attrs, "channels_last", False) else "packed"
+    """Replace the constant weights of a channels-last ``node`` by the re-laid ones its kernel reads."""
+    suffix = "channels_last" if getattr(node.attrs, "channels_last", False) else "packed"
+    relay_inputs(graph, node, packed_weights(node, graph, target), suffix)
+
+
+def relay_inputs(graph: Graph, node: Node, arrays: dict[int, np.ndarray], suffix: str) -> None:
+    """``node``'s inputs at the positions of ``arrays`` replaced by new constants holding them, named
+    ``{input}_{suffix}`` (new constants: a weight another layer shares keeps its own layout there)."""
+    for position, array in sorted(arrays.items()):
         name = graph.add_constant(f"{node.inputs[position]}_{suffix}", array)
         node.inputs = [name if i == position else n for i, n in enumerate(node.inputs)]
 

@@ -38,10 +38,12 @@ import numpy as np
 from pegasus.exporters.glow.fuse import Layer, headed_layer
 from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.registry import piece
+from pegasus.exporters.glow.lower import relay_inputs
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv
+from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.integer import clamp_bounds
 from pegasus.ops.layout import first_shape
 from pegasus.ops.pool import MaxPool
@@ -128,7 +130,7 @@ class StagePlan:
         return np.ascontiguousarray(integer_halves.halfwords(padded.reshape(m, -1)).reshape(self.weight_shape))
 
 
-def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | None:
+def _stage(graph: Graph, conv: Node, pool: Node, together: bool, producers: dict[str, Node]) -> StagePlan | None:
     """``conv`` + ``pool`` as a stage, or None when the kernel cannot compute them."""
     attrs = conv.attrs
     x, y = graph.type_of(conv.inputs[0]), graph.type_of(pool.outputs[0])
@@ -156,7 +158,7 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | 
             or any(d != 1 for d in pool_win.dilations)
             or any(n * k > o for n, k, o in zip(pooled, pool_win.kernel, win.out))):
         return None
-    lo, hi = clamp_bounds(_producer_attrs(graph, conv.inputs[0]) or _type_attrs(x.dtype))
+    lo, hi = _input_range(graph, conv.inputs[0], producers)
     zero = int(attrs.x_zero_point)
     stage = StagePlan(channels, width, kernel, tuple(win.strides), tuple(pool_win.kernel), pooled, m, zero,
                       (lo - zero, hi - zero), together)
@@ -166,28 +168,20 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool) -> StagePlan | 
     return stage if reach <= LDRD_REACH else None
 
 
-@dataclass(frozen=True)
-class _TypeRange:
-    out_dtype: str
-    lo: int | None = None
-    hi: int | None = None
-
-
-def _type_attrs(dtype: DType) -> _TypeRange:
-    return _TypeRange(dtype.value)
-
-
-def _producer_attrs(graph: Graph, name: str):
-    """The requantising attributes of the node writing ``name`` through a max pooling (its range is then known:
-    a fused ReLU narrows it), else None."""
-    node = _producer(graph, name)
+def _input_range(graph: Graph, name: str, producers: dict[str, Node]) -> tuple[int, int]:
+    """The least and largest value of 8-bit tensor ``name``: the clamp of the requantising node writing it
+    (through a max pooling: a fused ReLU narrows it), else its type's range."""
+    node = producers.get(name)
     if node is not None and node.op == "MaxPool":
-        node = _producer(graph, node.inputs[0])
-    return node.attrs if node is not None and hasattr(node.attrs, "out_zero_point") else None
+        node = producers.get(node.inputs[0])
+    if node is not None and hasattr(node.attrs, "out_zero_point"):
+        return clamp_bounds(node.attrs)
+    return integer_range(graph.type_of(name).dtype.numpy)
 
 
-def _producer(graph: Graph, name: str) -> Node | None:
-    return next((node for node in graph.nodes if name in node.outputs), None)
+def _dsp_cortex_m(target) -> bool:
+    info = CPUS.get(getattr(target, "cpu", ""))
+    return info is not None and info.has_dsp and target.is_cortex_m
 
 
 @dataclass(frozen=True)
@@ -208,15 +202,14 @@ def pair_plan(graph: Graph, b: Node, target, inputs_reused: bool = False) -> Pai
     """The pair whose second convolution is ``b`` on ``target`` (module docstring), else None; ``pair_of`` checks
     the weights' values. ``inputs_reused``: the export plans the graph inputs' bytes for other tensors too
     (``--reuse-input-memory``), so X counts in the bytes either way."""
-    info = CPUS.get(getattr(target, "cpu", ""))
-    if b.op != "QConv" or info is None or not (info.has_dsp and target.is_cortex_m):
+    if b.op != "QConv" or not _dsp_cortex_m(target):
         return None
-    t_name = b.inputs[0]
-    pool_a = _producer(graph, t_name)
+    producers, t_name = graph.producers(), b.inputs[0]
+    pool_a = producers.get(t_name)
     if (pool_a is None or pool_a.op != "MaxPool" or t_name in graph.outputs
-            or sum(name == t_name for node in graph.nodes for name in node.inputs) != 1):
+            or len(graph.consumers().get(t_name, [])) != 1):
         return None
-    a = _producer(graph, pool_a.inputs[0])
+    a = producers.get(pool_a.inputs[0])
     if a is None or a.op != "QConv" or bool(a.attrs.channels_last) != bool(b.attrs.channels_last):
         return None
     layer_a, layer_b = headed_layer(graph, a, target), headed_layer(graph, b, target)
@@ -224,7 +217,7 @@ def pair_plan(graph: Graph, b: Node, target, inputs_reused: bool = False) -> Pai
             or layer_b.nodes[1].op != "MaxPool"):
         return None
     pool_b = layer_b.nodes[1]
-    first, second = _stage(graph, a, pool_a, True), _stage(graph, b, pool_b, False)
+    first, second = _stage(graph, a, pool_a, True, producers), _stage(graph, b, pool_b, False, producers)
     if first is None or second is None:
         return None
     plan = PairPlan(first, second, a, pool_a, b, pool_b)
@@ -240,14 +233,14 @@ def pair_of(graph: Graph, node: Node, target, inputs_reused: bool = False
             ) -> tuple[PairPlan, np.ndarray, np.ndarray] | None:
     """(the pair, A's laid weights, B's) when QConv ``node`` is either convolution of a pair whose weights can be
     laid, else None (``inputs_reused``: ``pair_plan``'s)."""
-    info = CPUS.get(getattr(target, "cpu", ""))
-    if node.op != "QConv" or info is None or not (info.has_dsp and target.is_cortex_m):
+    if node.op != "QConv" or not _dsp_cortex_m(target):
         return None
     plan = pair_plan(graph, node, target, inputs_reused)
-    if plan is None:
-        readers = [n for n in graph.nodes if node.outputs[0] in n.inputs]
+    if plan is None:    # the first convolution: the pair is its pooling's reader's
+        consumers = graph.consumers()
+        readers = consumers.get(node.outputs[0], [])
         pool = readers[0] if len(readers) == 1 and readers[0].op == "MaxPool" else None
-        second = [n for n in graph.nodes if pool is not None and pool.outputs[0] in n.inputs]
+        second = consumers.get(pool.outputs[0], []) if pool is not None else []
         plan = pair_plan(graph, second[0], target, inputs_reused) if len(second) == 1 else None
         if plan is None or plan.a is not node:
             return None
@@ -295,8 +288,7 @@ def pair_layers(graph: Graph, layers: list[Layer], target, inputs_reused: bool =
             if found is not None and previous.nodes == [found[0].a, found[0].pool_a]:
                 plan, first, second = found
                 for node, laid in ((plan.a, first), (plan.b, second)):
-                    node.inputs = [node.inputs[0], graph.add_constant(f"{node.inputs[1]}_paired", laid),
-                                   *node.inputs[2:]]
+                    relay_inputs(graph, node, {1: laid}, "paired")
                     paired.add(id(node))
                 out[-1] = PooledPair(previous.nodes + layer.nodes, plan)
                 continue
@@ -313,6 +305,4 @@ def _pack_alone(graph: Graph, node: Node, target) -> None:
     from pegasus.exporters.glow.kernels.integer_conv_pool import pooled_halves
 
     packed = (pack_weights if node.attrs.channels_last else pooled_halves)(node, graph, target)
-    for position, array in sorted(packed.items()):
-        name = graph.add_constant(f"{node.inputs[position]}_packed", array)
-        node.inputs = [name if i == position else n for i, n in enumerate(node.inputs)]
+    relay_inputs(graph, node, packed, "channels_last" if node.attrs.channels_last else "packed")

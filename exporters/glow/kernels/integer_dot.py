@@ -136,9 +136,14 @@ def centered(b: ir.IRBuilder, ref: TensorRef, flat: Value, side: Operand) -> Val
 
 def acc_bound(mac: Mac, bias: TensorRef | None) -> int:
     """A bound on |Σ x̃ * (w - zw) + bias| (the bias as large as its values, or its type, allow)."""
-    bias_bound = 0 if bias is None else (max(abs(v) for v in bias.bounds) if bias.bounds
-                                         else 1 << (8 * bias.type.dtype.itemsize - 1))
-    return mac.depth * mac.x.magnitude * mac.w.magnitude + bias_bound
+    return mac.depth * mac.x.magnitude * mac.w.magnitude + bias_bound(bias)
+
+
+def bias_bound(bias: TensorRef | None) -> int:
+    """A bound on |bias|: its largest value when it is a constant, else its type's (0 without one)."""
+    if bias is None:
+        return 0
+    return max(abs(v) for v in bias.bounds) if bias.bounds else 1 << (8 * bias.type.dtype.itemsize - 1)
 
 
 def seeds_bias(mac: Mac, bias: TensorRef | None) -> bool:

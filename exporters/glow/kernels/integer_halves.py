@@ -48,31 +48,26 @@ def halves_rows(w: np.ndarray, bias: np.ndarray | None, x_magnitude: int, w_zero
     halfword pairs of rows: M even, whole groups of four taps (``whole_groups``: a dense layer's layout), zero
     point 0, every halfword exact and every odd row's sum within ``HALF_LIMIT`` for inputs of magnitude
     ``x_magnitude`` — and i32 sums."""
-    if w.dtype != np.int8 or w_zero_point != 0 or w.shape[0] % 2 or (whole_groups and w.shape[1] % 4):
+    if w_zero_point != 0 or (whole_groups and w.shape[1] % 4):
         return False
-    if w.shape[1] * x_magnitude * 128 >= 1 << 31:
-        return False
-    low, high = w[0::2].astype(np.int64), w[1::2].astype(np.int64)
-    if np.any((high == -128) & (low < 0)):
-        return False
-    sums = x_magnitude * np.abs(high).sum(axis=1)
-    if bias is not None:
-        sums = sums + np.abs(bias.astype(np.int64)[1::2])
-    return bool(np.all(sums < HALF_LIMIT))
+    return halves_within(w, -x_magnitude, x_magnitude, bias)
 
 
-def halves_within(w: np.ndarray, x_low: int, x_high: int) -> bool:
-    """``halves_rows`` for inputs known to lie in [x_low, x_high] (centred: a ReLU's output from 0 up), sums from
-    0: each odd row's sum is bounded by its positive and negative weights times the ends of that interval,
-    instead of by its weights' magnitudes times the largest input (a rectified input's sums are about half)."""
+def halves_within(w: np.ndarray, x_low: int, x_high: int, bias: np.ndarray | None = None) -> bool:
+    """Whether the int8 weights ``w`` (M, taps) can be halfword pairs of rows for inputs known to lie in
+    [x_low, x_high] (centred: a ReLU's output from 0 up), the sums starting at ``bias`` (else 0): M even, every
+    halfword exact, each odd row's sum — bounded by its positive and negative weights times the ends of that
+    interval (a rectified input's are about half its weights' magnitudes times the largest input), plus its
+    bias — within ``HALF_LIMIT``, and i32 sums."""
     if w.dtype != np.int8 or w.shape[0] % 2 or w.shape[1] * max(abs(x_low), abs(x_high)) * 128 >= 1 << 31:
         return False
     low, high = w[0::2].astype(np.int64), w[1::2].astype(np.int64)
     if np.any((high == -128) & (low < 0)):
         return False
     positive, negative = np.where(high > 0, high, 0).sum(axis=1), np.where(high < 0, high, 0).sum(axis=1)
-    largest = np.maximum(positive * x_high + negative * x_low, 0)
-    smallest = np.minimum(positive * x_low + negative * x_high, 0)
+    offset = 0 if bias is None else np.abs(bias.astype(np.int64)[1::2])
+    largest = np.maximum(positive * x_high + negative * x_low, 0) + offset
+    smallest = np.minimum(positive * x_low + negative * x_high, 0) - offset
     return bool(np.all(largest < HALF_LIMIT) and np.all(smallest > -HALF_LIMIT))
 
 

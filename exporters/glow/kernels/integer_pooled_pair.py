@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.integer_dot import Requant, dsp
+from pegasus.exporters.glow.kernels.integer_dot import Requant, bias_bound, dsp
 from pegasus.exporters.glow.kernels.integer_smlad import pinned, tuned
 from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca
 from pegasus.exporters.glow.kernels.requant import I16, I32, I64
@@ -88,8 +88,7 @@ class Stage:
                  ring: Value, fill: Callable[[Value], None], destination: Destination, conv_type: TensorType):
         self.b, self.plan, self.weights, self.bias, self.ring, self.fill = b, plan, weights, bias, ring, fill
         self.to = destination
-        bias_bound = 0 if bias is None else (max(abs(v) for v in bias.bounds) if bias.bounds else 1 << 31)
-        bound = plan.kernel[0] * plan.run * plan.x_magnitude * 128 + bias_bound
+        bound = plan.kernel[0] * plan.run * plan.x_magnitude * 128 + bias_bound(bias)
         self.rq = Requant(k.table, conv.attrs, TensorRef(None, conv_type), bound)
         self.base, self.computed = entry_alloca(b, I32), entry_alloca(b, I32)   # rows [base, computed) held
         b.store(const(0), self.base)
