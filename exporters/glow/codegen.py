@@ -34,6 +34,7 @@ from pegasus.exporters.glow.kernels.registry import (
     get_emitter,
     get_group_emitter,
     llvm_type,
+    runtime_dims_of,
     stream_of,
     workspace_bytes,
 )
@@ -90,19 +91,26 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
-        key = _layer_key(graph, plan, unit, present, workspace)
+        dims = _runtime_dims(graph, unit, target)
+        key = _layer_key(graph, plan, unit, present, workspace, set(dims))
         if key not in made:
             layer = _layer_function(module, graph, plan, index, unit, present, workspace is not None)
-            parameters = LayerParameters(layer.args[-1])
+            parameters = LayerParameters(layer.args[-1], dims)
             if _planned_alias(plan, unit):   # nothing to compute: its output already is its input's bytes
                 layer.append_basic_block("entry")
                 ir.IRBuilder(layer.entry_basic_block).ret_void()
             else:
                 _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0,
                                  parameters, lambda function: _shared(module, function, bodies))
+                # a size left out of the key but baked in would make the layers sharing the function wrong
+                assert parameters.dims_read == set(dims), \
+                    f"layer '{unit.nodes[0].name}': its kernel read {parameters.dims_read} of {set(dims)}"
             # a keyed function equals no earlier one (their keys differ): only the others are compared as text
-            made[key or f"{index}"] = (layer if key else _shared(module, layer, bodies), bytes(parameters.data))
-        function, data = made[key or f"{index}"]
+            made[key or f"{index}"] = (layer if key else _shared(module, layer, bodies), bytes(parameters.data),
+                                       parameters.dims_bytes)
+        function, data, dims_bytes = made[key or f"{index}"]
+        if dims:   # this layer's own sizes, then the tables the shared function's kernel laid out
+            data = bytes(LayerParameters(None, dims).data) + data[dims_bytes:]
         if data:
             args.append(builder.gep(entry.args[REGION_ARG[CONSTANT]],
                                     [ir.Constant(ir.IntType(32), plan.add_parameters(data))], inbounds=True))
@@ -114,8 +122,21 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
     return module
 
 
-def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], workspace: Location | None) -> str:
-    """What the layer's emitter sees, as text: equal keys make equal functions and parameter blocks. '' (never
+def _runtime_dims(graph: Graph, unit: Layer, target: Target) -> dict[tuple[int, int], int]:
+    """(input position, axis) -> size of the dimensions the layer's kernel reads at run time from its parameter
+    block (registry.runtime_dims; none for row-by-row blocks and pairs)."""
+    if isinstance(unit, (RowChain, PooledPair)):
+        return {}
+    head = unit.nodes[0]
+    types = [[graph.type_of(n) if n else None for n in names] for names in (head.inputs, head.outputs)]
+    return {(position, axis): graph.type_of(head.inputs[position]).shape[axis]
+            for position, axis in runtime_dims_of(head, *types, target)}
+
+
+def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], workspace: Location | None,
+               dims: set[tuple[int, int]] = frozenset()) -> str:
+    """What the layer's emitter sees, as text: equal keys make equal functions and parameter blocks but for the
+    run-time dimensions ``dims`` (left out of the key: the kernel reads them from the parameter block). '' (never
     shared this way) for a row-by-row block (its stages read the graph), a layer with quantized or integer
     variable tensors (integer kernels carry their multipliers in attributes, which on most targets go to the
     layer's parameter block, so their functions are merged by text) or attributes that are not plain values.
@@ -130,8 +151,10 @@ def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], 
                              [bool(n) for n in node.outputs]) for node in unit.nodes])
     except TypeError:
         return ""
-    types = [(graph.type_of(name).shape, graph.type_of(name).dtype.name, graph.tensors[name].is_constant,
-              constant_bounds(graph, name)) for name in present]
+    hidden = {(unit.nodes[0].inputs[position], axis) for position, axis in dims}
+    types = [(tuple(None if (name, axis) in hidden else size for axis, size in enumerate(graph.type_of(name).shape)),
+              graph.type_of(name).dtype.name, graph.tensors[name].is_constant, constant_bounds(graph, name))
+             for name in present]
     return repr((attrs, types, _noalias(plan, present), workspace.size if workspace else None,
                  _planned_alias(plan, unit), [name in present[:i] for i, name in enumerate(present)]))
 

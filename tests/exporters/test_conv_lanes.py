@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.kernels import conv_lanes
@@ -224,4 +224,43 @@ def test_residual_sum_matches_onnxruntime(kernel, size, monkeypatch, tmp_path):
         None, {"x": x, "r": r})[0]
     got = host_runner.run_bundle_host(graph, {"x": x, "r": r}, workdir=tmp_path)["y"]
     assert bool(emitted) == _expect_kernel("host")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _dense_block(batch: int, inputs: int, growth: int, layers: int):
+    """A DenseNet block in small: each layer a 1x1 Conv + Relu over the concatenation of the block's input and
+    every earlier layer's output (its input channels grow by ``growth``), its output concatenated in turn."""
+    x = RNG.uniform(-1, 1, (batch, inputs, 7, 7)).astype(np.float32)
+    nodes, initializers, features = [], [], "x"
+    for i in range(layers):
+        channels = inputs + i * growth
+        w = (RNG.standard_normal((growth, channels, 1, 1)) / np.sqrt(channels)).astype(np.float32)
+        initializers += [numpy_helper.from_array(w, f"w{i}"),
+                         numpy_helper.from_array(RNG.uniform(-1, 1, growth).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [features, f"w{i}", f"b{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+                  helper.make_node("Concat", [features, f"r{i}"], [f"cat{i}"], axis=1)]
+        features = f"cat{i}"
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info(features, TensorProto.FLOAT, None)], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), x, features
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+@pytest.mark.parametrize("batch, chunk_last", [(1, False), (2, False), (1, True)])
+def test_dense_block_layers_share_one_function(cpu, batch, chunk_last, monkeypatch, tmp_path):
+    """1x1 layers that differ only in their input channels (a dense block: 24, 40, 56, 72) are emitted once and
+    read those channels at run time (conv_lanes.shared_dims), each with its own weights' stride and, in a batch
+    of 2, its own batch stride; with ``CHUNK_WEIGHTS`` shrunk so the last layer goes in chunks, that one keeps a
+    function of its own. The block's output (every layer's) against onnxruntime."""
+    _use_cpu(cpu, monkeypatch)
+    emitted = _spy(monkeypatch)
+    if chunk_last:
+        simd = conv_lanes.simd_of(host_runner.resolve_target(None, None, None, "pic"))
+        monkeypatch.setattr(conv_lanes, "CHUNK_WEIGHTS", 60 * conv_lanes.vectors_per_block(simd) * simd.width)
+    model, x, output = _dense_block(batch, 24, 16, 4)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = host_runner.run_bundle_host(import_onnx(model, name="block"), {"x": x}, workdir=tmp_path)[output]
+    if _expect_kernel(cpu):
+        assert len(emitted) == (2 if chunk_last else 1), f"the four 1x1 layers were emitted as {emitted}"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -55,7 +55,7 @@ from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.binary import vector_lanes
 from pegasus.exporters.glow.kernels.conv import _flat, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of, vconst
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer, piece
+from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer, piece, runtime_dims
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType
@@ -177,6 +177,16 @@ def geometry(k: KernelContext):
     x, y = k.inputs[0], k.outputs[0]
     kernel = tuple(k.attrs.kernel_shape) if k.attrs.kernel_shape else (1,) * (len(x.shape) - 2)
     return Conv.geometry(k.attrs, x.shape, (y.shape[1], x.shape[1]) + kernel)
+
+
+@runtime_dims("Conv")
+def shared_dims(k: KernelContext) -> tuple[tuple[int, int], ...]:
+    """A packed 1x1 layer in one chunk reads its input channels at run time (X's axis 1, the packed weights'
+    rows): DenseNet-121's 1x1 layers of a block, which differ only in those, share one function (its export
+    compiled 40 copies of 155 KB of IR). Other Conv layers bake every size in."""
+    if not packed(k) or not pointwise(geometry(k)) or partial_bytes(k):
+        return ()
+    return ((0, 1), (1, 0))
 
 
 def workspace_bytes(k: KernelContext) -> int:
@@ -306,6 +316,17 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
 
     chunk = chunk_inputs(inputs, taps, simd)
     chunks = -(-inputs // chunk)
+    rows = inputs * taps    # the packed weights' rows: read at run time when the layer shares its function
+    if shared_dims(k):
+        inputs, rows = k.dim(0, 1), k.dim(1, 0)
+
+    def times(count, factor: int):
+        """count * factor, ``count`` a size known now or read at run time."""
+        return count * factor if isinstance(count, int) else b.mul(count, const(factor), flags=("nsw",))
+
+    def at(value, count) -> tuple:
+        """The affine term value * count, ``count`` known now or read at run time."""
+        return (value, count) if isinstance(count, int) else (b.mul(value, count, flags=("nsw",)), 1)
     most = vectors_per_block(simd)
     sums = None if chunks == 1 else TensorRef(b.bitcast(partial, num.storage.as_pointer()), TensorType(
         (grid.rows * grid.columns * most * lanes,), x.type.dtype))
@@ -330,7 +351,8 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
             for r in range(count):
                 acc.set(r * vectors + v, start if start is not None else num.load(
                     sums, affine(b, (r * most + v) * lanes, (position, most * lanes)), lanes))
-        x_base = affine(b, 0, (batch, x.strides[0]), (row, grid.row_step), (column, grid.column_step))
+        x_base = affine(b, 0, at(batch, times(inputs, x.strides[1])), (row, grid.row_step),
+                        (column, grid.column_step))
         with for_range(b, span if c0 is None else b.add(c0, span), start=0 if c0 is None else c0,
                        name="c", unroll=False) as c:
             for t, tap in enumerate(grid.taps):
@@ -393,14 +415,14 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
             span = b.select(last, const(inputs - (chunks - 1) * chunk), const(chunk))
             sweep(batch, first, vectors, offset, valid, affine(b, 0, (index, chunk)), span, last)
 
-    blocks = packed_layout(channels, inputs * taps, simd)
+    blocks = packed_layout(channels, 1, simd)     # a block's weights start at rows x its first channel
     whole = len([1 for first, vectors, _ in blocks if vectors == most and first + most * lanes <= channels])
     with for_range(b, batches, name="n") as batch:
         if whole:     # blocks of V whole vectors of channels: a loop
             with for_range(b, whole, name="block", unroll=False) as index:
                 block(batch, affine(b, 0, (index, most * lanes)), most,
-                      affine(b, 0, (index, inputs * taps * most * lanes)),
+                      affine(b, 0, at(index, times(rows, most * lanes))),
                       [lanes] * most)
-        for first, vectors, offset in blocks[whole:]:
-            block(batch, affine(b, first), vectors, affine(b, offset),
+        for first, vectors, _ in blocks[whole:]:
+            block(batch, affine(b, first), vectors, affine(b, 0, (times(rows, first), 1)),
                   [max(0, min(lanes, channels - first - v * lanes)) for v in range(vectors)])

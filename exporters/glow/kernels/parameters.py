@@ -26,9 +26,31 @@ TABLE_ALIGN = 8
 class LayerParameters:
     """The tables one layer function reads from its parameter block (``pointer``: an ``i8*`` argument)."""
 
-    def __init__(self, pointer: ir.Value):
+    def __init__(self, pointer: ir.Value, dims: dict[tuple[int, int], int] | None = None):
+        """``dims``: the (input position, axis) -> size the kernel reads at run time (registry.runtime_dims),
+        the block's first table."""
         self.pointer = pointer
         self.data = bytearray()
+        self._dims = list(dims or {})
+        self._dims_table = None
+        #: the run-time dimensions the kernel has read (codegen checks it read every one it declared)
+        self.dims_read: set[tuple[int, int]] = set()
+        if dims:
+            self.data += np.asarray(list(dims.values()), dtype="<i4").tobytes()
+            self.data += bytes(-len(self.data) % TABLE_ALIGN)
+
+    def dim(self, b: ir.IRBuilder, key: tuple[int, int]) -> ir.Value:
+        """The size ``key`` (input position, axis) as an i32 loaded from the block's first table."""
+        if self._dims_table is None:
+            with b.goto_entry_block():
+                self._dims_table = opaque(b, b.bitcast(self.pointer, I32.as_pointer()))
+        self.dims_read.add(key)
+        return b.load(b.gep(self._dims_table, [ir.Constant(I32, self._dims.index(key))], inbounds=True))
+
+    @property
+    def dims_bytes(self) -> int:
+        """Bytes the run-time dimensions take at the start of the block (every later table follows them)."""
+        return -(-4 * len(self._dims) // TABLE_ALIGN) * TABLE_ALIGN
 
     def table(self, b: ir.IRBuilder, values: tuple[int, ...], ty: ir.IntType) -> ir.Value:
         """A ``ty*`` to ``values`` stored little-endian in the block."""

@@ -150,6 +150,11 @@ class KernelContext:
             return constant_table(self.module, np.asarray(values, f"<i{ty.width // 8}"))
         return self.parameters.table(self.builder, values, ty)
 
+    def dim(self, position: int, axis: int) -> ir.Value:
+        """Input ``position``'s size along ``axis`` as an i32 read at run time from the parameter block: one of
+        the dimensions the op's ``runtime_dims`` named for this layer."""
+        return self.parameters.dim(self.builder, (position, axis))
+
     def scratch(self, typ: ir.Type, size: int) -> ir.Value:
         """A ``typ*`` to ``size`` bytes of scratch: from the layer's workspace when it has one (16-byte
         aligned pieces, in request order), else a stack slot in the function's entry block."""
@@ -298,6 +303,33 @@ def stream_of(node: Node, types_in: list[TensorType | None], types_out: list[Ten
     streamer = _STREAMS.get(node.op)
     return None if streamer is None else streamer(_sizing_context(node, types_in, types_out, target))
 
+
+
+#: the dimensions of a layer's tensors its kernel reads from the layer's parameter block at run time instead of
+#: baking them into its instructions: (input position, axis) pairs of the head node (kernels/parameters.py)
+RuntimeDims = Callable[[KernelContext], tuple[tuple[int, int], ...]]
+_RUNTIME_DIMS: dict[str, RuntimeDims] = {}
+
+
+def runtime_dims(*ops: str) -> Callable[[RuntimeDims], RuntimeDims]:
+    """Register ``fn(context) -> ((input position, axis), ...)``: the input dimensions the emitter of ``ops``
+    reads at run time for a layer (``KernelContext.dim``; the context is a workspace sizer's). Layers that differ
+    only in those dimensions then share one function (exporters/glow/codegen.py): DenseNet-121's 1x1 layers of
+    one block differ only in their input channels."""
+    def decorate(fn: RuntimeDims) -> RuntimeDims:
+        for op in ops:
+            _RUNTIME_DIMS[op] = fn
+        return fn
+    return decorate
+
+
+def runtime_dims_of(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
+                    target: Any) -> tuple[tuple[int, int], ...]:
+    """The (input position, axis) pairs ``node``'s emitter reads at run time on ``target`` (none by default)."""
+    import pegasus.exporters.glow.kernels  # noqa: F401
+
+    reader = _RUNTIME_DIMS.get(node.op)
+    return () if reader is None else tuple(reader(_sizing_context(node, types_in, types_out, target)))
 
 
 #: the kernel of a fused layer (exporters/glow/fuse.py): ``fn(context, layer)``, the context's outputs the
