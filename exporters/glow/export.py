@@ -44,8 +44,8 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
         target = replace(target, fused=False)
     graph = lower_for_export(graph, target)
     check_emitters(graph)
-    layers = pair_layers(graph, chain_rows(graph, fuse_layers(graph)) if fuse else single_layers(graph), target,
-                         reuse_input_memory)
+    grouped = chain_rows(graph, fuse_layers(graph, target)) if fuse else single_layers(graph)
+    layers = pair_layers(graph, grouped, target, reuse_input_memory)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
                        reuse_input_memory, concat_in_place=not target.is_cortex_m)
     check_limits(graph, plan, target.address_bits)

@@ -36,8 +36,11 @@ conv_plane.py's tail tiles overlap their neighbours and would read R again where
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from pegasus.exporters.glow.kernels import conv_lanes
 from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS
 from pegasus.exporters.glow.kernels.elementwise import UNARY
 from pegasus.ir.dtypes import DType
@@ -58,12 +61,15 @@ class Fusion:
     epilogue: bool              # whether unary element-wise layers may join
     pools: tuple[str, ...]      # the poolings that may end the group
     residual: bool = False      # whether a residual sum may join (module docstring; then no pooling)
+    #: (graph, head, target) -> whether the head's kernel on that target runs faster with its pooling as a
+    #: layer of its own (a group kernel that pools in registers would give up a faster kernel for the head)
+    pools_apart: Callable[[Graph, Node, Any], bool] | None = None
 
 
 #: the ops that head groups. A QConv's output is requantised integers: their max is exact, while an
 #: element-wise layer or an average on them would need a requantisation of its own in the kernel
 FUSIONS = {
-    "Conv": Fusion(FUSED_DTYPES, True, POOLS, residual=True),
+    "Conv": Fusion(FUSED_DTYPES, True, POOLS, residual=True, pools_apart=conv_lanes.pools_apart),
     "QConv": Fusion((DType.INT8, DType.UINT8, DType.INT16), False, ("MaxPool",)),
     "BatchNormalization": Fusion(FUSED_DTYPES, True, ()),
 }
@@ -127,8 +133,8 @@ def single_layers(graph: Graph) -> list[Layer]:
     return [Layer([node]) for node in graph.nodes]
 
 
-def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
-    """Whether ``node`` can join ``layer`` (whose last output it reads)."""
+def _can_follow(graph: Graph, layer: Layer, node: Node, target=None) -> bool:
+    """Whether ``node`` can join ``layer`` (whose last output it reads) in a bundle for ``target`` (None: any)."""
     fusion = FUSIONS[layer.nodes[0].op]
     if layer.pool is not None:
         return False
@@ -138,7 +144,9 @@ def _can_follow(graph: Graph, layer: Layer, node: Node) -> bool:
         return False
     if node.op in fusion.pools:   # MaxPool's Indices need the whole tensor
         same_layout = layer.nodes[0].attrs.channels_last == node.attrs.channels_last
-        return (same_layout and all(not name for name in node.outputs[1:])
+        apart = fusion.pools_apart is not None and target is not None and fusion.pools_apart(graph, layer.nodes[0],
+                                                                                             target)
+        return (same_layout and all(not name for name in node.outputs[1:]) and not apart
                 and layer.residual is None)   # the pooling kernels stage or reduce: no store to add R at
     source, result = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
     return (fusion.epilogue and node.op in UNARY and get_op(node.op).elementwise and len(node.outputs) == 1
@@ -161,8 +169,9 @@ def _starts_group(graph: Graph, node: Node) -> bool:
             and graph.type_of(node.outputs[0]).dtype in fusion.dtypes)
 
 
-def fuse_layers(graph: Graph) -> list[Layer]:
-    """The graph's nodes as layers, each Conv with the element-wise layers and pooling that can join it.
+def fuse_layers(graph: Graph, target=None) -> list[Layer]:
+    """The graph's nodes as layers, each Conv with the element-wise layers and pooling that can join it on
+    ``target`` (``Fusion.pools_apart``; None: a pooling joins wherever a kernel can compute it).
     A group runs at its convolution's place (every node of it reads only the previous one's output), or, when
     its residual operand is computed later, right after the layer computing it (module docstring)."""
     readers = Counter(name for node in graph.nodes for name in node.inputs if name)
@@ -188,7 +197,7 @@ def fuse_layers(graph: Graph) -> list[Layer]:
             tail = layer.outputs[0]
             follower = reader_of.get(tail)
             if (readers[tail] != 1 or tail in outputs or follower is None or id(follower) in taken
-                    or not _can_follow(graph, layer, follower)):
+                    or not _can_follow(graph, layer, follower, target)):
                 break
             layer.nodes.append(follower)
             taken.add(id(follower))
@@ -206,7 +215,7 @@ def headed_layer(graph: Graph, node: Node, target=None) -> Layer | None:
     their layout. For an export without fusion (``target.fused`` False) every node is a layer of its own."""
     if target is not None and not getattr(target, "fused", True):
         return Layer([node])
-    return next((layer for layer in fuse_layers(graph) if layer.nodes[0] is node), None)
+    return next((layer for layer in fuse_layers(graph, target) if layer.nodes[0] is node), None)
 
 
 def heads_pooling(graph: Graph, node: Node, target=None) -> bool:

@@ -5,7 +5,7 @@ onnxruntime: 1x1 on 7x7 and 14x14 planes, planes smaller than a position tile, p
 (read where they are); larger kernels over the input copied with its padding: 3x3 on 7x7 and 14x14, stride 2
 onto 7x7 and 28x28, 5x5 with uneven pads, 2x2 stride 2, a stride that leaves input rows unread, dilated with
 uneven strides; residual sums; and the layers the kernel must leave alone (a pooling group, too few output
-channels, a large plane, a stride-1 3x3 on 28x28, a 3x3 without kernel_shape). Each case runs for the host and
+channels, a large plane, a stride-1 3x3 on 64x64, a 3x3 without kernel_shape). Each case runs for the host and
 compiled for an AVX2 and an AVX-512 x86-64 CPU (skipped where this machine cannot run the code), and asserts the
 kernel ran (or did not).
 """
@@ -56,6 +56,7 @@ CASES = [
     # larger kernels over the input copied with its padding (read as 0), a tile within one output row
     _case("3x3-7x7", (1, 24, 7, 7), 40, kernel=(3, 3), pads=(1, 1, 1, 1)),
     _case("3x3-14x14", (1, 12, 14, 14), 36, kernel=(3, 3), pads=(1, 1, 1, 1)),     # rows of two whole tiles
+    _case("3x3-56x56", (1, 4, 56, 56), 20, kernel=(3, 3), pads=(1, 1, 1, 1)),       # MOST_TAP_POSITIONS
     _case("3x3-stride2-to-7x7", (2, 16, 14, 14), 48, kernel=(3, 3), pads=(1, 1, 1, 1), strides=(2, 2)),
     _case("3x3-stride2-to-28x28", (1, 5, 56, 56), 20, kernel=(3, 3), pads=(1, 1, 1, 1), strides=(2, 2)),
     _case("5x5-uneven-pads", (1, 6, 6, 6), 21, kernel=(5, 5), pads=(2, 1, 2, 3), bias=False),
@@ -180,7 +181,7 @@ LEFT_ALONE = {   # input, output channels, kernel, pads, pooling, explicit kerne
     "pooled": ((1, 8, 6, 6), 32, 1, 0, ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}), True),
     "few-channels": ((1, 8, 7, 7), 12, 1, 0, None, True),
     "large-plane": ((1, 8, 17, 17), 32, 1, 0, None, True),
-    "3x3-on-28x28": ((1, 8, 28, 28), 32, 3, 1, None, True),
+    "3x3-on-64x64": ((1, 8, 64, 64), 32, 3, 1, None, True),
     "3x3-without-kernel-shape": ((1, 8, 7, 7), 32, 3, 1, None, False),
 }
 
@@ -263,4 +264,26 @@ def test_dense_block_layers_share_one_function(cpu, batch, chunk_last, monkeypat
     got = host_runner.run_bundle_host(import_onnx(model, name="block"), {"x": x}, workdir=tmp_path)[output]
     if _expect_kernel(cpu):
         assert len(emitted) == (2 if chunk_last else 1), f"the four 1x1 layers were emitted as {emitted}"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("inputs, pooled_apart", [(64, True), (8, False)])
+def test_pooling_apart_from_a_layer_that_runs_here(inputs, pooled_apart, monkeypatch, tmp_path):
+    """A 3x3 Conv (64 outputs) + Relu + 2x2 MaxPool on a 28x28 plane: with 64 input channels (29 M multiply-adds,
+    at least ``POOL_APART_MACS``) the Conv runs here and the pooling is a layer of its own; with 8 (3.6 M) the
+    three stay one group (conv_pool.py), the weights as they are. Both against onnxruntime."""
+    emitted = _spy(monkeypatch)
+    x = RNG.uniform(-1, 1, (1, inputs, 28, 28)).astype(np.float32)
+    w = (RNG.standard_normal((64, inputs, 3, 3)) / np.sqrt(9 * inputs)).astype(np.float32)
+    b = RNG.uniform(-1, 1, 64).astype(np.float32)
+    model = _with_kernel_shape(_model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True,
+                                      pool=("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]})))
+    graph = import_onnx(model, name="lanes")
+    target = host_runner.resolve_target(None, None, None, "pic")
+    layers = [layer.op for layer in fuse_layers(lower_for_export(graph, target), target)]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = host_runner.run_bundle_host(graph, {"x": x}, workdir=tmp_path)["y"]
+    if _expect_kernel("host"):
+        assert layers == (["Conv_Relu", "MaxPool"] if pooled_apart else ["Conv_Relu_MaxPool"])
+        assert bool(emitted) == pooled_apart
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

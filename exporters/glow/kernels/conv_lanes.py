@@ -38,9 +38,11 @@ stride 2 128@56 onto 28x28 921 -> 845 (854).
 
 Used (``wanted``) for float32 convolutions of one group, 2-D, at most those positions and at least a vector of
 output channels, a larger kernel only with an explicit ``kernel_shape`` (the packed weights no longer say it) and
-its padded input within conv_plane's ``IM2COL_BUDGET``, not heading a pooling (pool.py reads those weights as
-they are). The emitter knows the weights were re-laid from their rank: 2, (C * taps, M') blocks, where a Conv's
-weights are otherwise (M, C, k...); ``geometry`` gives the layer's window from the shape before packing.
+its padded input within conv_plane's ``IM2COL_BUDGET``. Such a layer's pooling stays a layer of its own
+(``pools_apart``, asked by fuse.py, when its work is large), so it is never the head of conv_pool.py's groups,
+which read the weights as they are. The emitter knows the weights were re-laid from their rank: 2, (C * taps, M')
+blocks, where a Conv's weights are otherwise (M, C, k...); ``geometry`` gives the layer's window from the shape
+before packing.
 """
 
 from __future__ import annotations
@@ -65,12 +67,16 @@ from pegasus.ops.conv import Conv
 
 #: output positions of a 1x1 layer at most (7x7 and 14x14 planes; 28x28 ran faster with positions in the lanes)
 MOST_POSITIONS = 256
-#: ... of a larger kernel's of stride 1 (3x3 on 14x14: 825 us here against 872 over the plane; on 28x28 and 56x56
-#: conv_plane.py stays ahead, 808 against 820 and 807 against 884)
-MOST_TAP_POSITIONS = 196
+#: ... of a larger kernel's of stride 1: up to 56x56 planes (VGG-19's 3x3 256@56 at 168 GF/s here against 126 over
+#: the flattened plane, 512@28 169 against 140, Inception's 64->192@56 173 against 145; on an AMD Zen 5 the plane
+#: kernel had stayed ahead on 28x28 and 56x56, 808 against 820 us and 807 against 884); 112x112 gained less (128@112
+#: 143 against 131) for a 6.6 MB padded copy
+MOST_TAP_POSITIONS = 3136
 #: ... of a strided one (the plane kernel gathers its taps first: 3x3 stride 2 128@56 onto 28x28 845 against 921;
 #: ResNet's 7x7 stride-2 stem on 112x112, 965 against 887 in conv.py's gathered rows, stays there)
 MOST_STRIDED_TAP_POSITIONS = 784
+#: multiply-adds from which a layer that runs here leaves its pooling a layer of its own (``pools_apart``; 0.2 ms)
+POOL_APART_MACS = 16 << 20
 #: bytes of one block's weights a layer reads in one sweep of its positions: more input channels than that (3x3
 #: 512@14: 884 KB a block) go in chunks whose weights stay in L2 while every tile reads them, the tiles' sums kept
 #: between chunks (this CPU's L2: 1 MB)
@@ -107,6 +113,23 @@ def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
         fits = (positions <= most and bool(node.attrs.kernel_shape) and
                 _padded_bytes(x_shape, win, dtype) <= conv_plane.IM2COL_BUDGET)
     return fits and w_shape[0] >= simd.width // dtype.itemsize
+
+
+def pools_apart(graph: Graph, node: Node, target) -> bool:
+    """Whether float Conv ``node`` of ``graph`` runs in this kernel on ``target`` with its pooling a layer of its
+    own (fuse.py's ``Fusion.pools_apart``): its weights already re-laid (``pack``: rank 2), or ``wanted`` with at
+    least ``POOL_APART_MACS`` multiply-adds. The pooling then reads the whole output back once; in a smaller layer
+    the faster kernel saves microseconds, and the fused group keeps the output out of memory (LeNet's conv2, 1.6 M:
+    ACTIVATIONS 14,720 B fused, 35,840 apart). This machine, conv + Relu + 2x2 max pool fused over the flattened
+    plane -> here and pooled apart: VGG-19's 3x3 256@56 130 -> 162 GF/s (onnxruntime 157), 512@28 148 -> 157
+    (156), 512@14 147 -> 179 (149)."""
+    if node.op != "Conv" or target is None:
+        return False
+    x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
+    if len(w.shape) == 2:
+        return True
+    return (wanted(node, x.shape, w.shape, x.dtype, target)
+            and math.prod(graph.type_of(node.outputs[0]).shape) * math.prod(w.shape[1:]) >= POOL_APART_MACS)
 
 
 def _padded_bytes(x_shape, win, dtype: DType) -> int:

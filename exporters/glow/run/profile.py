@@ -68,7 +68,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
     source, graph = graph, lower_for_export(graph, target)
     check_emitters(graph)
-    layers = pair_layers(graph, chain_rows(graph, fuse_layers(graph)), target, reuse_input_memory)
+    layers = pair_layers(graph, chain_rows(graph, fuse_layers(graph, target)), target, reuse_input_memory)
     plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
                        reuse_input_memory, concat_in_place=not target.is_cortex_m)
     check_limits(graph, plan, target.address_bits)
