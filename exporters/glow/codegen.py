@@ -11,8 +11,8 @@ and attributes, its tensors' types and constant bounds, which arguments are ``no
 its kernel reads nothing else) is not generated again: it calls that function with the same parameter block
 bytes; only layers without a key are compared as text. Sizes a kernel reads at run time from the parameter block
 (``registry.runtime_dims``) are left out of the key and put first in each layer's own block (DenseNet-121's 245
-layers are 154 keys: its 1x1 layers of a block differ only in their input channels). The module has no globals with mutable state
-and calls nothing outside itself (math functions come from ``llvm.mathlib``).
+layers are 153 keys: its 1x1 layers of a block differ only in their input channels). The module has no globals
+with mutable state and calls nothing outside itself (math functions come from ``llvm.mathlib``).
 """
 
 from __future__ import annotations
