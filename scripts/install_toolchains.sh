@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Installs the cross toolchains and emulators the exporter tests run bundles on (Debian/Ubuntu apt):
-# arm-none-eabi-gcc + newlib (Cortex-M, bare metal), qemu-system-arm (mps2 boards), gcc-aarch64-linux-gnu
-# and qemu-aarch64 (Cortex-A, Linux user mode). Idempotent: does nothing when everything is present, so
+# Installs the compilers and emulators the exporter tests run bundles on (Debian/Ubuntu apt): gcc (host bundles
+# are linked into shared libraries), arm-none-eabi-gcc + newlib (Cortex-M, bare metal), qemu-system-arm (mps2
+# boards), gcc-aarch64-linux-gnu and qemu-aarch64 (Cortex-A, Linux user mode). Idempotent: does nothing when everything is present, so
 # `make test` can call it on every run.
 set -euo pipefail
 
-PACKAGES=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu
+PACKAGES=(gcc gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu
           libc6-dev-arm64-cross)
-TOOLS=(arm-none-eabi-gcc qemu-system-arm qemu-aarch64 aarch64-linux-gnu-gcc)
+TOOLS=(gcc arm-none-eabi-gcc qemu-system-arm qemu-aarch64 aarch64-linux-gnu-gcc)
 NEWLIB_DIR=/usr/lib/arm-none-eabi/newlib
 
 missing=()

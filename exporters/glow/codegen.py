@@ -27,7 +27,7 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.kernels.conv_pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.integer_pooled_pair import emit_pooled_pair
-from pegasus.exporters.glow.kernels.parameters import LayerParameters
+from pegasus.exporters.glow.kernels.parameters import LayerParameters, dims_table
 from pegasus.exporters.glow.kernels.registry import (
     KernelContext,
     Stream,
@@ -107,11 +107,11 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
                 assert parameters.dims_read == set(dims), \
                     f"layer '{unit.nodes[0].name}': its kernel read {parameters.dims_read} of {set(dims)}"
             # a keyed function equals no earlier one (their keys differ): only the others are compared as text
-            made[key or f"{index}"] = (layer if key else _shared(module, layer, bodies), bytes(parameters.data),
-                                       parameters.dims_bytes)
-        function, data, dims_bytes = made[key or f"{index}"]
+            made[key or f"{index}"] = (layer if key else _shared(module, layer, bodies), bytes(parameters.data))
+        function, data = made[key or f"{index}"]
         if dims:   # this layer's own sizes, then the tables the shared function's kernel laid out
-            data = bytes(LayerParameters(None, dims).data) + data[dims_bytes:]
+            sizes = dims_table(dims)
+            data = sizes + data[len(sizes):]
         if data:
             args.append(builder.gep(entry.args[REGION_ARG[CONSTANT]],
                                     [ir.Constant(ir.IntType(32), plan.add_parameters(data))], inbounds=True))

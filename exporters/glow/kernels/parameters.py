@@ -35,9 +35,7 @@ class LayerParameters:
         self._dims_table = None
         #: the run-time dimensions the kernel has read (codegen checks it read every one it declared)
         self.dims_read: set[tuple[int, int]] = set()
-        if dims:
-            self.data += np.asarray(list(dims.values()), dtype="<i4").tobytes()
-            self.data += bytes(-len(self.data) % TABLE_ALIGN)
+        self.data += dims_table(dims or {})
 
     def dim(self, b: ir.IRBuilder, key: tuple[int, int]) -> ir.Value:
         """The size ``key`` (input position, axis) as an i32 loaded from the block's first table."""
@@ -46,11 +44,6 @@ class LayerParameters:
                 self._dims_table = opaque(b, b.bitcast(self.pointer, I32.as_pointer()))
         self.dims_read.add(key)
         return b.load(b.gep(self._dims_table, [ir.Constant(I32, self._dims.index(key))], inbounds=True))
-
-    @property
-    def dims_bytes(self) -> int:
-        """Bytes the run-time dimensions take at the start of the block (every later table follows them)."""
-        return -(-4 * len(self._dims) // TABLE_ALIGN) * TABLE_ALIGN
 
     def table(self, b: ir.IRBuilder, values: tuple[int, ...], ty: ir.IntType) -> ir.Value:
         """A ``ty*`` to ``values`` stored little-endian in the block."""
@@ -62,6 +55,13 @@ class LayerParameters:
             # laundered: LLVM keeps each table's own base instead of folding offsets from the argument
             # (MobileNetV1 on Cortex-M7: 10.79 -> 10.65 M instructions)
             return opaque(b, b.bitcast(raw, ty.as_pointer()))
+
+
+def dims_table(dims: dict[tuple[int, int], int]) -> bytes:
+    """A block's first table: the run-time sizes ``dims`` as little-endian i32, padded to ``TABLE_ALIGN`` (no
+    bytes without any). Layers sharing a function have as many, so the tables after them start alike."""
+    table = np.asarray(list(dims.values()), dtype="<i4").tobytes()
+    return table + bytes(-len(table) % TABLE_ALIGN)
 
 
 def load_channel(b: ir.IRBuilder, table: ir.Value, index: ir.Value) -> ir.Value:

@@ -16,13 +16,11 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow import bundle_files, memory_report
-from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_streams, layer_workspaces
+from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
-from pegasus.exporters.glow.fuse import fuse_layers
+from pegasus.exporters.glow.export import plan_layers
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS, MUTABLE, check_limits, plan_memory
-from pegasus.exporters.glow.pooled_pair import pair_layers
-from pegasus.exporters.glow.row_chains import chain_rows
+from pegasus.exporters.glow.memory_plan import ACTIVATIONS, MUTABLE
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet
 from pegasus.ir.graph import Graph
@@ -66,12 +64,7 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
     """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
     planned as export_bundle plans it (Concat built in place on hosted targets too)."""
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
-    source, graph = graph, lower_for_export(graph, target)
-    check_emitters(graph)
-    layers = pair_layers(graph, chain_rows(graph, fuse_layers(graph, target)), target, reuse_input_memory)
-    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
-                       reuse_input_memory, concat_in_place=not target.is_cortex_m)
-    check_limits(graph, plan, target.address_bits)
+    source, (graph, layers, plan) = graph, plan_layers(graph, target, reuse_input_memory)
     module = build_module(graph, plan, target, name)
     probes = _insert_probes(module, name)
     obj = compile_object(module, target)
