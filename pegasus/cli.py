@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from pegasus import __version__
+from pegasus import __version__, limits
 from pegasus.commands import batch, boards, compare, export, generate, import_model, inference, quantize, run
 from pegasus.errors import PegasusError
 
@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Convert trained neural networks into microcontroller code: import → quantize → export.")
     parser.add_argument("--version", action="version", version=f"pegasus {__version__}")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks and extra detail on errors")
+    parser.add_argument(limits.FLAG, metavar="SIZE", help="the largest tensor a model file may declare, e.g. 1G "
+                        f"(default {limits.DEFAULT_MAX_TENSOR_BYTES // 2**20}M; also ${limits.ENV_VAR}); "
+                        "accepted anywhere on the line")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -35,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     verbose = "--verbose" in argv
     if verbose:  # accepted anywhere on the line, not only before the sub-command
         argv.remove("--verbose")
+    try:
+        argv = limits.pop_flag(argv)  # accepted anywhere on the line too
+    except PegasusError as exc:
+        print(f"pegasus: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
@@ -43,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"pegasus: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except MemoryError:  # a reader's budget (--max-tensor-bytes) should have refused this first
+        if verbose:
+            traceback.print_exc()
+        print("pegasus: error: out of memory: the model needs more memory than this machine gives it (lower "
+              f"{limits.FLAG} to have the tensor that causes it named)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("pegasus: interrupted", file=sys.stderr)
         return 130
