@@ -8,7 +8,8 @@
 - main.c + Makefile: an example host program built from ``templates/`` (package data).
 
 Placeholder names become C identifiers (anything else turns into ``_``); the header's comment block
-keeps each model tensor name.
+keeps each model tensor name. Every name reaches these files through generated_text.py's escaping (C string
+literals, comments, Make words) and the templates are filled in one pass: a model's names stay data.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus import __version__
+from pegasus.exporters.glow.generated_text import bundle_name, c_comment, c_string, fill_template, make_word
 from pegasus.exporters.glow.memory_plan import ALIGN, CONSTANT, MUTABLE, Location, MemoryPlan, align
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
@@ -194,7 +196,7 @@ def _model_info(name: str, graph: Graph, plan: MemoryPlan, idents: dict[str, str
              f"// Activations allocation efficiency: {activations_efficiency(plan):.4f}", "// Placeholders:"]
     for tensor, loc in placeholders(graph, plan):
         ttype = graph.type_of(tensor)
-        shown = f'"{idents[tensor]}"' + ("" if idents[tensor] == tensor else f' (model tensor "{_c_string(tensor)}")')
+        shown = f'"{idents[tensor]}"' + ("" if idents[tensor] == tensor else f" (model tensor {c_comment(tensor)})")
         lines += ["//", f"//   Name: {shown}", f"//   Type: {glow_type_name(ttype)}",
                   f"//   Size: {ttype.size} (elements)", f"//   Size: {loc.size} (bytes)",
                   f"//   Offset: {loc.offset} (bytes)"]
@@ -239,7 +241,7 @@ def render_header(name: str, graph: Graph, plan: MemoryPlan, api: str) -> str:
     """NAME.h for ``api`` "static" (offset and size macros) or "dynamic" (``NAME_config``)."""
     if api not in ("static", "dynamic"):
         raise ValueError(f"unknown bundle API '{api}' (valid: static, dynamic)")
-    upper = name.upper()
+    upper = bundle_name(name).upper()
     idents = c_identifiers([tensor for tensor, _ in placeholders(graph, plan)])
     if api == "static":
         model_api = _static_api(upper, graph, plan, idents)
@@ -304,9 +306,7 @@ def add_dynamic_config(module: ir.Module, name: str, graph: Graph, plan: MemoryP
 # ---- example program ---------------------------------------------------------------------------
 def _template(file_name: str, values: dict[str, str]) -> str:
     text = (resources.files("pegasus.exporters.glow") / "templates" / file_name).read_text(encoding="utf-8")
-    for key, value in values.items():
-        text = text.replace(f"@{key}@", value)
-    return text
+    return fill_template(text, values)
 
 
 def _placeholder_rows(graph: Graph, plan: MemoryPlan, tensors: list[str]) -> str:
@@ -314,14 +314,9 @@ def _placeholder_rows(graph: Graph, plan: MemoryPlan, tensors: list[str]) -> str
     for tensor in tensors:
         ttype, loc = graph.type_of(tensor), plan.locations[tensor]
         descr = ttype.dtype.numpy.newbyteorder("<").str
-        rows.append(f'  {{"{_c_string(tensor)}", {loc.offset}, {loc.size}, {ttype.size}, {C_KINDS[ttype.dtype]}, '
-                    f'"{descr}", "{glow_type_name(ttype)}"}},')
+        rows.append(f"  {{{c_string(tensor)}, {loc.offset}, {loc.size}, {ttype.size}, {C_KINDS[ttype.dtype]}, "
+                    f"{c_string(descr)}, {c_string(glow_type_name(ttype))}}},")
     return "\n".join(rows) or "  {NULL, 0, 0, 0, K_F32, NULL, NULL},"
-
-
-def _c_string(text: str) -> str:
-    """``text`` as the inside of a C string literal (UTF-8; quotes, backslashes, ``?`` and the rest escaped)."""
-    return "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\?' else f"\\{b:03o}" for b in text.encode())
 
 
 def render_main_c(name: str, graph: Graph, plan: MemoryPlan) -> str:
@@ -329,7 +324,7 @@ def render_main_c(name: str, graph: Graph, plan: MemoryPlan) -> str:
     ins = [n for n in dict.fromkeys(graph.inputs) if plan.locations[n].region == MUTABLE]
     outs = [n for n in dict.fromkeys(graph.outputs) if plan.locations[n].region == MUTABLE]
     return _template("main.c", {
-        "NAME": name, "CONSTANT_SIZE": str(plan.constant_size), "MUTABLE_SIZE": str(plan.mutable_size),
+        "NAME": bundle_name(name), "CONSTANT_SIZE": str(plan.constant_size), "MUTABLE_SIZE": str(plan.mutable_size),
         "INPUTS_OVERWRITTEN": str(int(plan.reuses_inputs)),
         "ACTIVATIONS_SIZE": str(plan.activations_size), "ALIGN": str(ALIGN),
         "NUM_INPUTS": str(len(ins)), "NUM_OUTPUTS": str(len(outs)),
@@ -338,4 +333,4 @@ def render_main_c(name: str, graph: Graph, plan: MemoryPlan) -> str:
 
 
 def render_makefile(name: str) -> str:
-    return _template("Makefile.mk", {"NAME": name})
+    return _template("Makefile.mk", {"NAME": make_word(bundle_name(name))})

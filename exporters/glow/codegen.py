@@ -25,6 +25,7 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
+from pegasus.exporters.glow.generated_text import bundle_name
 from pegasus.exporters.glow.kernels.conv_pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.integer_pooled_pair import emit_pooled_pair
 from pegasus.exporters.glow.kernels.parameters import LayerParameters, dims_table
@@ -65,7 +66,7 @@ def _overlaps(a: Location, b: Location) -> bool:
 
 def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> ir.Module:
     check_emitters(graph)
-    module = ir.Module(name=name)
+    module = ir.Module(name=bundle_name(name))   # the module ID line and the entry symbol: an identifier only
     module.triple = target.triple
     math = MathLib(module, target)
     entry = ir.Function(module, ir.FunctionType(ir.IntType(32), [BYTE_PTR] * 3), name=name)

@@ -14,6 +14,7 @@ from pegasus.exporters.glow import bundle_files, memory_report
 from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_streams, layer_workspaces
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.fuse import Layer, fuse_layers, single_layers
+from pegasus.exporters.glow.generated_text import bundle_name
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import MemoryPlan, check_limits, plan_memory
 from pegasus.exporters.glow.pooled_pair import pair_layers
@@ -56,6 +57,7 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     memory report ends with the fit. ``reuse_input_memory`` plans every tensor in the mutable region, over
     the inputs once they are read: the inference overwrites them (memory_plan.py)."""
     check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
+    bundle_name(name)   # files, entry point, macros and Make variables are named after it: an identifier only
     if not fuse:    # the packers lay every layer's weights for its own kernel
         target = replace(target, fused=False)
     graph, layers, plan = plan_layers(graph, target, reuse_input_memory)

@@ -78,10 +78,11 @@ memchr memcmp memcpy memmove memset strcat strchr strcmp strcpy strlen strncmp s
 
 
 def c_identifier(text: str) -> str:
-    """``text`` as a C identifier a bundle's entry point can take (a taken name, e.g. a model saved as main.onnx or
-    exp.onnx, gets ``_net``)."""
-    name = re.sub(r"\W", "_", text)
-    name = name if name and not name[0].isdigit() else f"_{name}"
+    """``text`` as a C identifier a bundle's entry point can take: ASCII letters, digits and ``_`` (anything
+    else becomes ``_``), at most 200 characters (a taken name, e.g. a model saved as main.onnx or exp.onnx, gets
+    ``_net``). The name becomes file names, macros and Make variables: nothing in it may need escaping."""
+    name = re.sub(r"\W", "_", text, flags=re.ASCII)[:200]
+    name = name if name and not name[0].isdigit() else f"_{name}"[:200]
     return f"{name}_net" if name in TAKEN_C_NAMES else name
 
 
