@@ -11,10 +11,12 @@ writable) fails at once with one line and nothing written.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from pegasus.errors import PegasusError
 
@@ -141,3 +143,36 @@ def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     if not path.is_file():
         raise PegasusError(f"{what} is not a file: {path}")
     return path
+
+
+def open_model_input(path: str | os.PathLike, what: str = "model file") -> BinaryIO:
+    """Open a file pegasus reads model bytes from (a model, its .data, external data) for reading in binary,
+    refusing a symbolic link (a crafted model folder could point it at any file: its bytes would end up in the
+    outputs) and anything but a regular file (a FIFO or device would hang or never end)."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise PegasusError(f"{what} not found: {path}") from None
+    except OSError as exc:
+        raise PegasusError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise PegasusError(f"{what} {path} is a symbolic link; pegasus reads model files only as regular files "
+                           "(copy the file there instead)")
+    if not stat.S_ISREG(info.st_mode):
+        raise PegasusError(f"{what} {path} is not a regular file")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)   # NOFOLLOW, NONBLOCK: a link or FIFO swapped in after the lstat fails here
+    except OSError as exc:
+        raise PegasusError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PegasusError(f"{what} {path} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_model_input(path: str | os.PathLike, what: str = "model file") -> bytes:
+    """The whole content of a model input file, opened as ``open_model_input`` does."""
+    with open_model_input(path, what) as handle:
+        return handle.read()
