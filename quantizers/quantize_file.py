@@ -39,12 +39,12 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import Comment, CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarfloat import ScalarFloat
 
-from pegasus import __version__
+from pegasus import __version__, yamlsafe
 from pegasus.errors import PegasusError
 from pegasus.fileio import atomic_write
 from pegasus.ir import serialize
@@ -72,34 +72,74 @@ def _line(node: Any, key: Any = None) -> str:
         return ""
 
 
+#: what a table's numbers may be: beyond these no integer grid or float32 value makes sense, and the integer
+#: arithmetic's multipliers and shifts (2**-fl, scale ratios) stay finite
+MAX_FL = 100
+SCALE_RANGE = (1e-30, 1e30)
+MAX_RANGE_VALUE = 1e30
+MAX_AXIS = 64
+ZERO_POINT_RANGES = {qtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+                     for qtype, dtype in QTYPE_DTYPES.items()}
+
+
+def _number(value: Any, kind: type) -> int | float | None:
+    """``value`` as a finite ``kind`` (an int may be written 3 or 3.0), or None when it is no such number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value):
+        return None
+    if kind is int:
+        return int(value) if float(value).is_integer() else None
+    return float(value)
+
+
 def _entry_from_yaml(name: str, entry: Any, where: str) -> TensorQuant:
     if not isinstance(entry, dict):
         raise PegasusError(f"{_line(entry)}tensor '{name}' must map dtype/qtype/scale/...", where=where)
     qtype = str(entry.get("qtype", ""))
     if qtype not in QTYPES:
-        raise PegasusError(f"{_line(entry, 'qtype')}tensor '{name}' has unknown qtype '{qtype}' "
+        raise PegasusError(f"{_line(entry, 'qtype')}tensor '{name}' has unknown qtype '{qtype[:40]}' "
                            f"(valid: {', '.join(QTYPES)})", where=where)
     dtype = str(entry.get("dtype", "float32" if qtype == "float32" else "asymmetric_quantized"))
     if dtype not in DTYPES:
-        raise PegasusError(f"{_line(entry, 'dtype')}tensor '{name}' has unknown dtype '{dtype}' "
+        raise PegasusError(f"{_line(entry, 'dtype')}tensor '{name}' has unknown dtype '{dtype[:40]}' "
                            f"(valid: {', '.join(DTYPES)})", where=where)
 
-    def numbers(key: str, kind: type) -> list:
+    def bad(key: str, what: str) -> PegasusError:
+        shown = repr(entry.get(key))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return PegasusError(f"{_line(entry, key)}tensor '{name}': {key} must be {what}, got {shown}", where=where)
+
+    def numbers(key: str, kind: type, low: float, high: float, what: str) -> list:
         value = entry.get(key, [])
         values = value if isinstance(value, list) else [value]
-        try:
-            return [kind(v) for v in values]
-        except (TypeError, ValueError):
-            raise PegasusError(f"{_line(entry, key)}tensor '{name}': {key} must be a list of numbers, got {value!r}",
-                               where=where) from None
+        parsed = [_number(v, kind) for v in values]
+        if any(v is None or not low <= v <= high for v in parsed):
+            raise bad(key, what)
+        return parsed
 
+    def integer(key: str, low: int, high: int, what: str) -> int | None:
+        if entry.get(key) is None:
+            return None
+        value = _number(entry[key], int)
+        if value is None or not low <= value <= high:
+            raise bad(key, what)
+        return value
+
+    ranges = "a list of finite numbers (|value| <= 1e30)"
+    zero_low, zero_high = ZERO_POINT_RANGES.get(qtype, (-2**31, 2**31 - 1))
     q = TensorQuant(qtype=qtype, dtype=dtype, method=str(entry.get("method", "layer")),
-                    min_value=numbers("min_value", float), max_value=numbers("max_value", float),
-                    scale=numbers("scale", float), zero_point=numbers("zero_point", int),
-                    fl=int(entry["fl"]) if entry.get("fl") is not None else None,
-                    axis=int(entry["axis"]) if entry.get("axis") is not None else None)
+                    min_value=numbers("min_value", float, -MAX_RANGE_VALUE, MAX_RANGE_VALUE, ranges),
+                    max_value=numbers("max_value", float, -MAX_RANGE_VALUE, MAX_RANGE_VALUE, ranges),
+                    scale=numbers("scale", float, *SCALE_RANGE, "a list of numbers in [1e-30, 1e30]"),
+                    zero_point=numbers("zero_point", int, zero_low, zero_high,
+                                       f"a list of integers in [{zero_low}, {zero_high}] ({qtype})"),
+                    fl=integer("fl", -MAX_FL, MAX_FL, f"an integer in [-{MAX_FL}, {MAX_FL}]"),
+                    axis=integer("axis", -MAX_AXIS, MAX_AXIS, "an integer axis of the tensor"))
+    if any(lo > hi for lo, hi in zip(q.min_value, q.max_value)):
+        raise bad("min_value", "at most max_value")
     if q.is_integer:
-        if not q.scale or len(q.scale) != len(q.zero_point) or any(s <= 0 for s in q.scale):
+        if not q.scale or len(q.scale) != len(q.zero_point):
             raise PegasusError(f"{_line(entry)}tensor '{name}' needs positive scale(s) and as many zero points",
                                where=where)
         if q.method not in ("layer", "channel"):
@@ -110,6 +150,15 @@ def _entry_from_yaml(name: str, entry: Any, where: str) -> TensorQuant:
     return q
 
 
+def _mapping_of(doc: Any, key: str, where: str) -> dict:
+    """``doc[key]`` as a mapping (absent or empty: {})."""
+    value = doc.get(key) or {}
+    if not isinstance(value, dict):
+        raise PegasusError(f"{_line(doc, key)}{key} must be a mapping (name: value lines), got "
+                           f"{type(value).__name__}", where=where)
+    return value
+
+
 def load_table(path: str | Path, graph: Graph | None = None, digest: str | None = None) -> QuantTable:
     """Read a .quantize file, checking it against ``graph`` (names) and ``digest`` (staleness)."""
     path = Path(path)
@@ -117,9 +166,9 @@ def load_table(path: str | Path, graph: Graph | None = None, digest: str | None 
     doc = read_yaml(path)
     if not isinstance(doc, dict) or "quantize_parameters" not in doc:
         raise PegasusError("not a .quantize file (no quantize_parameters)", where=where)
-    params = doc.get("quantize_parameters") or {}
+    params = _mapping_of(doc, "quantize_parameters", where)
     tensors = {str(name): _entry_from_yaml(str(name), entry, where) for name, entry in params.items()}
-    custom_doc = doc.get("customized_quantize_layers") or {}
+    custom_doc = _mapping_of(doc, "customized_quantize_layers", where)
     custom = {str(k): str(v) for k, v in custom_doc.items()}
     for layer, precision in custom.items():
         if precision not in CUSTOM_PRECISIONS and precision not in ("dynamic_fixed_point-16",):
@@ -134,7 +183,7 @@ def load_table(path: str | Path, graph: Graph | None = None, digest: str | None 
     table = QuantTable(quantizer=str(doc.get("quantizer", "asymmetric_affine")), qtype=str(doc.get("qtype", "uint8")),
                        algorithm=str(doc.get("algorithm", "normal")), graph_digest=str(doc.get("graph_digest", "")),
                        tensors=tensors, customized_layers=custom, path=where,
-                       layer_digests={str(k): str(v) for k, v in (doc.get("layer_digests") or {}).items()},
+                       layer_digests={str(k): str(v) for k, v in _mapping_of(doc, "layer_digests", where).items()},
                        float_graph_digest=str(doc.get("float_graph_digest", "")), rounding=rounding)
     if graph is not None:
         check_against_graph(table, graph, doc, digest)
@@ -278,10 +327,10 @@ def render_table(table: QuantTable, previous: str | None = None) -> str:
     every comment and blank line of it is put back where it stood (see the module docstring)."""
     if previous is None:
         return dump_yaml(table_document(table))
-    yaml = YAML()
+    yaml = yamlsafe.make_yaml()
     try:
-        doc = yaml.load(previous)
-    except YAMLError:  # --rebuild over a broken file: nothing of it to keep
+        doc = yamlsafe.parse(previous, "the previous table", yaml)
+    except PegasusError:  # --rebuild over a broken file (or one with aliases or tags): nothing of it to keep
         doc = None
     if not isinstance(doc, CommentedMap) or "quantize_parameters" not in doc:
         return dump_yaml(table_document(table))
@@ -319,11 +368,15 @@ def _node_lines(node: Any, path: NodePath = ()) -> list[tuple[int, NodePath]]:
     found: list[tuple[int, NodePath]] = []
     if isinstance(node, CommentedMap):
         for key in node:
-            found.append((node.lc.key(key)[0], path + (key,)))
+            at = node.lc.key(key)
+            if at is not None:
+                found.append((at[0], path + (key,)))
             found += _node_lines(node[key], path + (key,))
     elif isinstance(node, CommentedSeq):
         for index, item in enumerate(node):
-            found.append((node.lc.item(index)[0], path + (index,)))
+            at = node.lc.item(index)
+            if at is not None:
+                found.append((at[0], path + (index,)))
             found += _node_lines(item, path + (index,))
     return found
 
@@ -390,7 +443,7 @@ def _put_back(text: str, old_paths: list[NodePath], comments: list[tuple[int, st
     there; end-of-line comments of a node that is gone become comment lines)."""
     lines = text.splitlines()
     at: dict[NodePath, int] = {}
-    for number, path in _node_lines(yaml.load(text)):
+    for number, path in _node_lines(yamlsafe.parse(text, "the rewritten table", yaml)):
         at.setdefault(path, number)
     before: dict[int, list[str]] = {}
     after: dict[int, str] = {}

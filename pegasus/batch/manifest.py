@@ -124,15 +124,10 @@ def _entry(raw, index: int, defaults: dict, base: Path, output_dir: Path) -> Job
 
 def load_manifest(path: str | Path, output_dir: str | Path | None) -> list[Job]:
     """The manifest's jobs, checked; PegasusError (exit 2) names the entry and key of the first error."""
-    from ruamel.yaml import YAML, YAMLError
+    from pegasus import yamlsafe
 
     path = Path(path)
-    try:
-        data = YAML(typ="safe").load(path.read_text())
-    except OSError as exc:
-        raise PegasusError(f"cannot read manifest {path}: {exc.strerror}") from None
-    except YAMLError as exc:
-        raise PegasusError(f"manifest {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    data = yamlsafe.load(path, "manifest", round_trip=False)  # no aliases: a list str()'d into a command line
     if not isinstance(data, dict):
         raise PegasusError(f"manifest {path}: expected a mapping with 'models:' (and optional 'defaults:')")
     unknown = set(data) - {"defaults", "models"}

@@ -14,12 +14,10 @@ from io import StringIO
 from pathlib import Path
 
 import numpy as np
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
-from pegasus import __version__
+from pegasus import __version__, yamlsafe
 from pegasus.errors import PegasusError
-from pegasus.fileio import atomic_write, require_file
+from pegasus.fileio import atomic_write
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 
@@ -77,7 +75,7 @@ def write_profile(graph: Graph, feeds, count: int, options: dict, path: Path) ->
            "quantization-schema": options.get("quantization-schema", "asymmetric"), "images": calibration.samples,
            "graph_digest": serialize.graph_digest(graph), "layer_digests": serialize.layer_digests(graph),
            "tensors": tensors}
-    yaml = YAML(typ="safe")
+    yaml = yamlsafe.make_yaml(round_trip=False)
     yaml.default_flow_style = None
     text = StringIO()
     yaml.dump(doc, text)
@@ -85,13 +83,14 @@ def write_profile(graph: Graph, feeds, count: int, options: dict, path: Path) ->
 
 
 def _load_profile(path: str) -> dict:
-    try:
-        doc = YAML(typ="safe").load(require_file(path, "-load-profile").read_text())
-    except (YAMLError, UnicodeDecodeError) as exc:
-        raise PegasusError(f"-load-profile={path} is not a YAML file: {exc}") from None
+    doc = yamlsafe.load(path, "-load-profile", round_trip=False)
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT or not isinstance(doc.get("tensors"), list):
         raise PegasusError(f"-load-profile={path} is not a pegasus model-profiler profile (format {PROFILE_FORMAT})")
     return doc
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 1e30  # NaN fails too
 
 
 def _difference(profile: dict, graph: Graph) -> str:
@@ -122,11 +121,14 @@ def table_from_profile(profile_path: str, json_path: Path, data_path: Path, sche
     digest = serialize.graph_digest(graph)
     if profile.get("graph_digest") != digest:
         raise PegasusError(f"-load-profile={profile_path} was made for another graph: {_difference(profile, graph)}")
-    try:
-        ranges = {entry["nodeOutputName"]: (float(entry["min"]), float(entry["max"])) for entry in profile["tensors"]}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PegasusError(f"-load-profile={profile_path}: a tensor entry lacks nodeOutputName/min/max "
-                           f"({exc})") from None
+    ranges = {}
+    for index, entry in enumerate(profile["tensors"]):
+        name = entry.get("nodeOutputName") if isinstance(entry, dict) else None
+        lo, hi = (entry.get("min"), entry.get("max")) if isinstance(entry, dict) else (None, None)
+        if not isinstance(name, str) or not all(_finite(v) for v in (lo, hi)) or lo > hi:
+            raise PegasusError(f"-load-profile={profile_path}: tensors[{index}] needs nodeOutputName and finite "
+                               "min <= max (|value| <= 1e30)")
+        ranges[name] = (float(lo), float(hi))
     quantizer, qtype, int8_bias = scheme
     table = build_table(graph, ranges, Scheme.of(quantizer, qtype), algorithm="normal", digest=digest,
                         int8_bias=int8_bias)

@@ -13,7 +13,7 @@ from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.runtime import interpreter, samples
 from pegasus.runtime.inputmeta import load_input_meta
-from pegasus.runtime.postprocess import POSTPROCESS_CHOICES, dump_tensor, format_top_n, save_outputs_npz
+from pegasus.runtime.postprocess import POSTPROCESS_CHOICES, dump_names, dump_tensor, format_top_n, save_outputs_npz
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
             if show:
                 print(f"[{index}] {format_top_n(name, results[name])}")
         if dump:
+            files = dump_names([*feeds, *results])
             for name, value in list(feeds.items()) + list(results.items()):
-                dump_tensor(out_dir, name, index, value)
+                dump_tensor(out_dir, files[name], index, value)
     if dump:
         print(f"wrote {save_outputs_npz(out_dir, stacked)}")
     return 0

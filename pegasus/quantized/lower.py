@@ -286,8 +286,12 @@ def lower_to_integer(graph: Graph, table: QuantTable) -> LoweredGraph:
             ctx.run_in_float(node, None)  # nothing to quantize: the layer runs as it is
             continue
         rule = rule_for(node.op, table.rounding)
-        reason = rule(ctx, node) if rule is not None and not _reads_float(node, table) else \
-            f"no integer kernel for {node.op}" if rule is None else "it reads a tensor the table keeps float"
+        try:
+            reason = rule(ctx, node) if rule is not None and not _reads_float(node, table) else \
+                f"no integer kernel for {node.op}" if rule is None else "it reads a tensor the table keeps float"
+        except ValueError as exc:  # the table's (user-edited) scales ask for a factor no integer multiplier holds
+            raise PegasusError(f"layer '{node.name}' ({node.op}): {exc}; check the scales of its tensors",
+                               where=table.path or None) from None
         if reason is not None:
             ctx.run_in_float(node, reason)
     ctx.graph.inputs = list(graph.inputs)
