@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from pegasus.errors import PegasusError, UnsupportedOpsError
-from pegasus.fileio import require_file
+from pegasus.fileio import read_model_input
 from pegasus.importers.common.converters import convert_nodes
 from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.onnx.registry import TABLE, OnnxContext, OnnxNode
+from pegasus.importers.onnx.tensor_data import load_external_data, tensor_to_array
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
@@ -34,15 +34,18 @@ DYNAMIC_QUANTIZATION = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
-    """Parse an .onnx file (external data next to it is loaded too)."""
-    path = require_file(path, "ONNX model")
+    """Parse an .onnx file (a regular file, not a link); external data is read from files inside its folder,
+    each tensor held to the budget and to the bytes there (``tensor_data``)."""
+    path = Path(path)
+    data = read_model_input(path, "ONNX model")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf raises DecodeError and others for non-ONNX bytes
         raise PegasusError(f"not a valid ONNX model ({type(exc).__name__}: {exc})".rstrip(": )") + ")",
                            where=str(path)) from exc
     if not model.graph.node and not model.graph.output:
         raise PegasusError("not a valid ONNX model (no graph found; is the file truncated?)", where=str(path))
+    load_external_data(model, path.parent, str(path))
     return model
 
 
@@ -199,10 +202,7 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         raise
     for init_name in {n for node in nodes for n in node.inputs} | set(output_names):
         if init_name in initializers and init_name not in stop_at:
-            try:
-                builder.set_constant(init_name, numpy_helper.to_array(initializers[init_name]))
-            except TypeError as exc:
-                raise PegasusError(f"initializer '{init_name}': {exc}") from None
+            builder.set_constant(init_name, tensor_to_array(initializers[init_name], f"initializer '{init_name}'"))
 
     convert_nodes(TABLE, OnnxContext(builder, opset), nodes, opset)
     graph.outputs = output_names

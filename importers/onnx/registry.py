@@ -15,6 +15,7 @@ import onnx
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.onnx.tensor_data import tensor_to_array
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ops.registry import get_op
 
@@ -26,20 +27,21 @@ class OnnxNode(SourceNode):
 
     @classmethod
     def from_proto(cls, proto: onnx.NodeProto, index: int) -> OnnxNode:
-        attrs = {a.name: _attribute_value(a) for a in proto.attribute}
         name = proto.name or f"{proto.op_type}_{index}"
+        attrs = {a.name: _attribute_value(a, f"{proto.op_type} node '{name}' attribute '{a.name}'")
+                 for a in proto.attribute}
         domain = "" if proto.domain in ("", "ai.onnx") else proto.domain
         return cls(name, proto.op_type, list(proto.input), list(proto.output), attrs, domain)
 
 
-def _attribute_value(attr: onnx.AttributeProto) -> Any:
+def _attribute_value(attr: onnx.AttributeProto, what: str) -> Any:
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode() for v in value]
     if isinstance(value, onnx.TensorProto):
-        return onnx.numpy_helper.to_array(value)
+        return tensor_to_array(value, what)
     return value
 
 

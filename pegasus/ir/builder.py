@@ -5,6 +5,10 @@ inferred at once, and when all its inputs are constants the node is evaluated wi
 kernel and replaced by its result. That is what makes shape chains (Shape → Gather → Concat →
 Reshape) collapse during import, so converters can ask for a parameter with ``constant()``.
 
+Every type a shape rule gives (and every graph input) is held to the tensor budget of ``pegasus.limits``
+before anything is computed: a tiny file may declare a ConstantOfShape, Expand, Tile or Pad whose result
+would take the machine's memory, and folding must refuse it, not allocate it.
+
 Layer and tensor names are separate namespaces: a layer may be called like any tensor. A tensor the
 builder named itself (an extra output, a constant) steps aside when a later layer's output is given
 that name explicitly, so the model's own names always win.
@@ -20,34 +24,46 @@ import numpy as np
 from pegasus.errors import NeedsConstantError, PegasusError
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.limits import check_tensor
 from pegasus.ops.registry import OpDef, ShapeError, get_op, make_attrs
 
 
 def infer_node(opdef: type[OpDef], attrs: Any, types: Sequence[TensorType | None], node: str) -> list[TensorType]:
-    """Run an op's shape rule, turning a mismatch into a user-facing shape-conflict error."""
+    """Run an op's shape rule, turning a mismatch into a user-facing shape-conflict error, and refuse an output
+    larger than the tensor budget (before any kernel could allocate it)."""
     try:
-        return opdef.infer(attrs, types)
-    except (ShapeError, ValueError, IndexError) as exc:
+        out_types = opdef.infer(attrs, types)
+    except (ShapeError, ValueError, IndexError, OverflowError) as exc:
         shapes = ", ".join("-" if t is None else str(t) for t in types)
         raise PegasusError(f"shape conflict at layer '{node}' ({opdef.name}) with inputs ({shapes}): {exc}") from exc
+    for index, ttype in enumerate(out_types):
+        output = f" output {index}" if len(out_types) > 1 else ""
+        check_tensor(ttype.shape, ttype.dtype.itemsize, f"layer '{node}' ({opdef.name}){output}")
+    return out_types
 
 
-def evaluate(opdef: type[OpDef], attrs: Any, values: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    """Run the reference kernel on constant inputs (used for folding)."""
-    return [np.asarray(v) for v in opdef.reference(attrs, values)]
+def evaluate(opdef: type[OpDef], attrs: Any, values: Sequence[np.ndarray | None], node: str = "") -> list[np.ndarray]:
+    """Run the reference kernel on constant inputs (used for folding). Constants come from the model file, so a
+    value the kernel cannot take (a Gather index past the end) is the file's error, reported with the layer."""
+    try:
+        return [np.asarray(v) for v in opdef.reference(attrs, values)]
+    except (IndexError, ValueError, OverflowError, ZeroDivisionError) as exc:
+        raise PegasusError(f"layer '{node}' ({opdef.name}) cannot be computed from its constant inputs: "
+                           f"{exc}") from exc
 
 
 def fold_arguments(graph: Graph, opdef: type[OpDef], inputs: Sequence[str]) -> list[np.ndarray | None] | None:
     """The reference kernel's arguments when a layer can be evaluated at compile time, else None.
 
     Foldable: every present input is a constant, or the op reads only shapes (``needs_values`` False),
-    whose run-time inputs are then stood in for by uninitialised arrays of the right shape.
+    whose run-time inputs are then stood in for by arrays of the right shape and no memory (one element
+    broadcast: the shape of a huge input costs nothing).
     """
     tensors = [graph.tensors[n] if n else None for n in inputs]
     if opdef.needs_values and not all(t.is_constant for t in tensors if t is not None):
         return None
-    return [None if t is None else t.data if t.is_constant else np.empty(t.type.shape, t.type.dtype.numpy)
-            for t in tensors]
+    return [None if t is None else t.data if t.is_constant else
+            np.broadcast_to(np.zeros((), t.type.dtype.numpy), t.type.shape) for t in tensors]
 
 
 class GraphBuilder:
@@ -60,6 +76,7 @@ class GraphBuilder:
 
     # ---- tensors -------------------------------------------------------------------------------
     def add_input(self, name: str, ttype: TensorType) -> None:
+        check_tensor(ttype.shape, ttype.dtype.itemsize, f"input '{name}'")
         self.graph.tensors[name] = Tensor(name, ttype)
         self.graph.inputs.append(name)
 
@@ -126,7 +143,7 @@ class GraphBuilder:
                                f"{len(outputs)} requested")
         values = fold_arguments(self.graph, opdef, inputs) if self.fold else None
         if values is not None:
-            for out, value in zip(outputs, evaluate(opdef, attrs, values)):
+            for out, value in zip(outputs, evaluate(opdef, attrs, values, node_name)):
                 if out:
                     self.set_constant(out, value)
             return outputs

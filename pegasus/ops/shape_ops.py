@@ -513,7 +513,8 @@ class Size(OpDef):
 
 
 class _Generator(OpDef):
-    """Base of ops without inputs whose output is fixed by attributes; ``make(attrs)`` builds it."""
+    """Base of ops without inputs whose output is fixed by attributes; ``make(attrs)`` builds it and
+    ``out_type(attrs)`` says its type without building it (so a huge one is refused before it exists)."""
 
     num_inputs = (0, 0)
 
@@ -521,9 +522,13 @@ class _Generator(OpDef):
     def make(attrs: Any) -> np.ndarray:
         raise NotImplementedError
 
+    @staticmethod
+    def out_type(attrs: Any) -> TensorType:
+        raise NotImplementedError
+
     @classmethod
     def infer(cls, attrs, inputs):
-        return [TensorType.of(cls.make(attrs))]
+        return [cls.out_type(attrs)]
 
     @classmethod
     def reference(cls, attrs, inputs):
@@ -543,9 +548,13 @@ class ConstantOfShape(_Generator):
         dtype: str = "float32"
 
     @staticmethod
-    def make(attrs):
+    def out_type(attrs):
         if any(d < 0 for d in attrs.shape):
             raise ShapeError(f"ConstantOfShape shape {list(attrs.shape)} has a negative dimension")
+        return TensorType(tuple(int(d) for d in attrs.shape), DType(attrs.dtype))
+
+    @staticmethod
+    def make(attrs):
         return np.full(attrs.shape, attrs.value, dtype=DType(attrs.dtype).numpy)
 
 
@@ -563,14 +572,27 @@ class Range(_Generator):
         dtype: str = "float32"
 
     @staticmethod
-    def make(attrs):
+    def count(attrs) -> int:
         if attrs.delta == 0:
             raise ShapeError("Range delta cannot be 0")
         dtype = DType(attrs.dtype).numpy
         start, limit, delta = (np.asarray(v, dtype) for v in (attrs.start, attrs.limit, attrs.delta))
         if dtype.kind == "f":
-            count = int(np.ceil((limit - start) / delta))
+            with np.errstate(all="ignore"):
+                steps = np.ceil((limit - start) / delta)
+            if not np.isfinite(steps):
+                raise ShapeError(f"Range from {attrs.start} to {attrs.limit} by {attrs.delta} has no finite length")
+            count = int(steps)
         else:  # exact integer ceil division
             count = -((int(start) - int(limit)) // int(delta))
-        count = max(count, 0)
-        return (start + np.arange(count, dtype=dtype) * delta).astype(dtype)
+        return max(count, 0)
+
+    @classmethod
+    def out_type(cls, attrs):
+        return TensorType((cls.count(attrs),), DType(attrs.dtype))
+
+    @classmethod
+    def make(cls, attrs):
+        dtype = DType(attrs.dtype).numpy
+        start, delta = (np.asarray(v, dtype) for v in (attrs.start, attrs.delta))
+        return (start + np.arange(cls.count(attrs), dtype=dtype) * delta).astype(dtype)
