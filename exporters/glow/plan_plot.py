@@ -17,11 +17,18 @@ from pegasus.fileio import atomic_write
 from pegasus.ir.graph import Graph
 
 LABEL_CHARS = 48
+#: names are drawn as they are: no mathtext ('$\\frac...$' in a graph name would be parsed, and malformed math
+#: raises inside savefig), no TeX
+PLAIN = {"parse_math": False, "usetex": False}
+
+
+def _cut(text: str, limit: int = LABEL_CHARS) -> str:
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _label(buffer: Buffer) -> str:
-    text = ", ".join(buffer.tensors)
-    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
+    return _cut(", ".join(buffer.tensors))
 
 
 def activation_buffers(plan: MemoryPlan) -> list[tuple[Buffer, int]]:
@@ -48,13 +55,13 @@ def render_memory_plan(graph: Graph, plan: MemoryPlan) -> bytes:
         axes.add_patch(Rectangle((buffer.start, offset), buffer.end + 1 - buffer.start, buffer.size,
                                  facecolor=colours(index % 20), edgecolor="black", linewidth=0.6, alpha=0.85))
         axes.text(buffer.start + (buffer.end + 1 - buffer.start) / 2, offset + buffer.size / 2, _label(buffer),
-                  ha="center", va="center", fontsize=8, clip_on=True)
+                  ha="center", va="center", fontsize=8, clip_on=True, **PLAIN)
     region, size = ("mutable", plan.mutable_size) if plan.reuses_inputs else ("activations", plan.activations_size)
     axes.set_xlim(0, max(layers, 1))
     axes.set_ylim(0, max(size, 1))
     axes.set_xlabel("layer index (a buffer lives from the layer writing it to the last layer reading it)")
     axes.set_ylabel(f"offset in {region} (bytes)")
-    axes.set_title(f"{graph.name}: {region} {size:,} bytes, {len(buffers)} buffers")
+    axes.set_title(f"{_cut(graph.name)}: {region} {size:,} bytes, {len(buffers)} buffers", **PLAIN)
     axes.grid(True, linewidth=0.3, alpha=0.5)
     if not buffers:
         axes.text(0.5, 0.5, "no activations: every tensor is a weight or a placeholder", ha="center",

@@ -1,8 +1,8 @@
 """One batch job: a model taken through ``pegasus import`` → ``generate inputmeta`` → ``quantize`` → ``export
 glow`` into ``<output-dir>/<name>/``, each step a ``python -m pegasus`` process (the same commands a user runs,
 no second implementation), so a crash, a hang or a timeout ends that model only. The commands and their output
-go to ``<name>/log.txt``; ``<name>/result.json`` records the outcome and the digest of the entry's options,
-which makes a later run skip the model while it is newer than its input files."""
+go to ``<name>/log.txt`` (at most MAX_LOG_BYTES: BoundedLog); ``<name>/result.json`` records the outcome and the
+digest of the entry's options, which makes a later run skip the model while it is newer than its input files."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,8 +52,56 @@ def up_to_date(job: Job) -> dict | None:
     return result
 
 
+#: one job's log.txt stops growing here (a step printing without end, a huge command line); a line says so
+MAX_LOG_BYTES = 4 * 2**20
+#: a failed step's reason (its last line on stderr) as result.json, the summary and the printed line carry it
+MAX_REASON = 400
+#: how much of a step's stderr is kept in memory to find that last line
+STDERR_TAIL = 64 * 1024
+
+
+def bounded(text: str, limit: int = MAX_REASON) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class _StepFailed(Exception):
     pass
+
+
+class BoundedLog:
+    """Appends to a job's log.txt up to ``limit`` bytes in all, then writes one line saying the rest was
+    dropped; safe to write from the threads that drain a step's stdout and stderr."""
+
+    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES):
+        self.path, self.limit = path, limit
+        self.lock = threading.Lock()
+        self.size = path.stat().st_size if path.exists() else 0
+        self.cut = self.size >= limit
+
+    def write(self, data: bytes | str) -> None:
+        data = data.encode("utf-8", "replace") if isinstance(data, str) else data
+        with self.lock:
+            if self.cut or not data:
+                return
+            room = self.limit - self.size
+            with open(self.path, "ab") as handle:
+                handle.write(data[:room])
+                if len(data) > room:
+                    handle.write(f"\n... truncated: log.txt is limited to {self.limit:,} bytes\n".encode())
+                    self.cut = True
+            self.size += min(len(data), room)
+
+
+def _drain(stream, log: BoundedLog, tail: bytearray | None) -> None:
+    """Copy ``stream`` into ``log`` as it comes (and keep its last STDERR_TAIL bytes in ``tail``)."""
+    while chunk := stream.read1(65536):
+        log.write(chunk)
+        if tail is not None:
+            tail += chunk
+            del tail[:-STDERR_TAIL]
+    stream.close()
 
 
 class _Runner:
@@ -64,23 +113,32 @@ class _Runner:
     def step(self, label: str, *argv: str) -> None:
         command = [sys.executable, "-m", "pegasus", *argv]
         remaining = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.01)
-        with open(self.log, "a") as log:
-            log.write("$ pegasus " + " ".join(argv) + "\n")
-            log.flush()
-            try:
-                proc = subprocess.run(command, stdout=log, stderr=subprocess.PIPE, text=True, timeout=remaining,
-                                      cwd=self.folder)
-            except subprocess.TimeoutExpired:
-                log.write(f"timed out after {self.job.timeout:g} s\n")
-                raise _StepFailed(f"{label}: timed out (timeout: {self.job.timeout:g} s)") from None
-            log.write(proc.stderr)
+        log = BoundedLog(self.log)
+        log.write("$ pegasus " + " ".join(argv) + "\n")
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.folder)
+        tail = bytearray()
+        pumps = [threading.Thread(target=_drain, args=(proc.stdout, log, None), daemon=True),
+                 threading.Thread(target=_drain, args=(proc.stderr, log, tail), daemon=True)]
+        for pump in pumps:
+            pump.start()
+        try:
+            proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            for pump in pumps:
+                pump.join()
+            log.write(f"timed out after {self.job.timeout:g} s\n")
+            raise _StepFailed(f"{label}: timed out (timeout: {self.job.timeout:g} s)") from None
+        for pump in pumps:
+            pump.join()
         if proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
             raise _StepFailed(f"{label}: crashed ({name})")
         if proc.returncode != 0:
-            lines = [line for line in proc.stderr.splitlines() if line.strip()]
+            lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
             reason = lines[-1].removeprefix("pegasus: error: ") if lines else f"exit code {proc.returncode}"
-            raise _StepFailed(f"{label}: {reason}")
+            raise _StepFailed(bounded(f"{label}: {reason}"))
 
     def convert(self) -> dict:
         job, options, folder = self.job, self.job.options, self.folder
@@ -143,7 +201,7 @@ def run_job(job: Job, force: bool = False) -> dict:
     except _StepFailed as exc:
         result.update(status="failed", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - a worker-side fault of this model only (disk full, ...)
-        result.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
+        result.update(status="failed", reason=bounded(f"{type(exc).__name__}: {exc}"))
     result["seconds"] = round(time.monotonic() - start, 2)
     result["digest"] = job.digest()
     atomic_write(folder / RESULT, json.dumps(result, indent=2) + "\n")
