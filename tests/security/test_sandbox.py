@@ -1,0 +1,156 @@
+"""The sandbox readers run in (pegasus/sandbox.py): a child acting as compromised code reaches no network, writes
+nothing outside its scratch folder, reads nothing but Python's files and the model, and is stopped, with one
+line, when it allocates past its limit, loops, burns CPU or crashes; the parent accepts only well-formed plain
+data from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pegasus import limits, sandbox
+from pegasus.errors import PegasusError
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _run(model: Path, function: str, *args, bounds: sandbox.Limits | None = None) -> sandbox.Reply:
+    """``sandbox_child.function`` in the sandbox (this folder alone is added, read-only)."""
+    return sandbox.run_sandboxed("sandbox_child", function, model, args, what="the test child", bounds=bounds,
+                                 import_paths=[HERE])
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"MODEL-BYTES")
+    return path
+
+
+def _one_line(exc: PegasusError, *words: str) -> str:
+    text = str(exc)
+    assert "\n" not in text and len(text) < 800, text
+    for word in words:
+        assert word.lower() in text.lower(), text
+    return text
+
+
+def test_no_network(model):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        found = _run(model, "network", listener.getsockname()[1]).data
+    assert all(v.startswith("refused") for v in found.values()), found
+
+
+def test_writes_stay_in_scratch(model, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    targets = [str(outside / "PWNED_abs"), str(ROOT / "PWNED_tree"), "/tmp/PWNED_sandbox_tmp", "/usr/PWNED",
+               str(Path.home() / "PWNED_home"), "/PWNED_root"]
+    found = _run(model, "write", targets).data
+    assert found.pop("scratch").startswith("done"), found
+    assert all(v.startswith("refused") for v in found.values()), found
+    for target in targets:
+        assert not Path(target).exists(), target
+    assert model.read_bytes() == b"MODEL-BYTES"
+
+
+def test_reads_see_only_python_and_the_model(model, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-MARKER-31337")
+    home = Path.home()
+    targets = ["/etc/hostname", "/etc/passwd", str(secret), str(tmp_path) + "/", str(home) + "/",
+               str(sandbox.MODEL_PATH)]
+    found = _run(model, "read", targets).data
+    assert found.pop(sandbox.MODEL_PATH) == "done: b'MODEL-BYTES'"
+    listed_home = found.pop(str(home) + "/")
+    for value in found.values():
+        assert value.startswith("refused"), found
+    # the home folder shows at most the folders leading to bound paths (the interpreter under ~/.pyenv)
+    if listed_home.startswith("done"):
+        real = set(os.listdir(home))
+        shown = set(eval(listed_home[len("done: "):]))  # noqa: S307 - a list of names the test child printed
+        assert shown <= real and len(shown) <= 2, shown
+        assert not any(name.startswith(".bash") or name == ".ssh" for name in shown), shown
+
+
+def test_memory_limit(model):
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "allocate", 3 * 2**30, bounds=sandbox.Limits(memory=2 * 2**30))
+    _one_line(caught.value, "out of memory", str(model))
+
+
+def test_wall_clock_and_cpu_limits(model):
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "spin", bounds=sandbox.Limits(wall_seconds=4))
+    _one_line(caught.value, "longer than 4 s", str(model))
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "burn", bounds=sandbox.Limits(cpu_seconds=2, wall_seconds=60))
+    _one_line(caught.value, "2 s of cpu", str(model))
+
+
+def test_crash_is_one_line(model):
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "crash")
+    _one_line(caught.value, "crashed", "SIGSEGV", str(model))
+
+
+def test_plain_data_round_trip_and_budget_passed_on(model):
+    with limits.tensor_budget(123456):
+        reply = _run(model, "noisy")
+    assert reply.data == {"budget": "123456", "size": len(b"MODEL-BYTES"), "home": "/scratch", "cwd": "/scratch"}
+    np.testing.assert_array_equal(reply.arrays[0], np.arange(6, dtype=np.int16).reshape(2, 3))
+    np.testing.assert_array_equal(reply.arrays[1], [1.5, -2.0])
+    assert reply.arrays[1].dtype == np.float64 and reply.arrays[2].shape == (0, 4)
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "objects")
+    _one_line(caught.value, "dtype object")
+
+
+def _reply(header: dict, blob: bytes = b"") -> bytes:
+    text = json.dumps(header).encode()
+    return sandbox.MAGIC + len(text).to_bytes(8, "little") + text + blob
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    (_reply({"ok": True, "data": 1, "arrays": [{"dtype": "float32", "shape": [2**40]}]}), ["needs"]),
+    (_reply({"ok": True, "data": 1, "arrays": [{"dtype": "float32", "shape": [4]}]}, b"\0" * 15), ["declares 16"]),
+    (_reply({"ok": True, "data": 1, "arrays": [{"dtype": "float32", "shape": [1]}]}, b"\0" * 5), ["beyond"]),
+    (_reply({"ok": True, "data": 1, "arrays": [{"dtype": "object", "shape": [1]}]}, b"\0" * 8), ["dtype"]),
+    (_reply({"ok": True, "data": 1, "arrays": [{"dtype": "int8", "shape": [-1]}]}), ["negative"]),
+    (_reply({"ok": True, "data": 1, "arrays": [{"dtype": "int8", "shape": [1.5]}]}), ["shape"]),
+    (_reply({"ok": False, "error": "bad\nthing\x1b[31m" + "x" * 5000}), ["bad thing"]),
+    (sandbox.MAGIC + (2**62).to_bytes(8, "little"), ["header"]),
+    (sandbox.MAGIC + (5).to_bytes(8, "little") + b"\x80(lp0", ["json"]),
+    (sandbox.MAGIC + (20000).to_bytes(8, "little") + b"[" * 20000, ["json"]),
+])
+def test_malformed_replies_are_one_line(raw, words):
+    with pytest.raises(PegasusError) as caught:
+        sandbox.parse_reply(raw, "the test child", "m.pt")
+    text = _one_line(caught.value, "m.pt", *words)
+    assert "\x1b" not in text
+
+
+def test_refuses_without_bwrap(model, monkeypatch):
+    monkeypatch.setenv("PATH", str(model.parent))
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "noisy")
+    _one_line(caught.value, "apt-get install bubblewrap")
+
+
+def test_symlink_and_fifo_models_are_refused(model, tmp_path):
+    link = tmp_path / "link.bin"
+    link.symlink_to(model)
+    fifo = tmp_path / "fifo.bin"
+    os.mkfifo(fifo)
+    for path in (link, fifo):
+        with pytest.raises(PegasusError) as caught:
+            _run(path, "noisy", bounds=sandbox.Limits(wall_seconds=20))
+        _one_line(caught.value, str(path))
