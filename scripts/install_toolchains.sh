@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the compilers and emulators the exporter tests run bundles on (Debian/Ubuntu apt): gcc (host bundles
 # are linked into shared libraries), arm-none-eabi-gcc + newlib (Cortex-M, bare metal), qemu-system-arm (mps2
-# boards), gcc-aarch64-linux-gnu and qemu-aarch64 (Cortex-A, Linux user mode). Idempotent: does nothing when everything is present, so
+# boards), gcc-aarch64-linux-gnu and qemu-aarch64 (Cortex-A, Linux user mode), bubblewrap (bwrap: the sandbox
+# TorchScript is read in and emulated programs run in, pegasus/sandbox.py). Idempotent: does nothing when
+# everything is present, so
 # `make test` can call it on every run.
 set -euo pipefail
 
 PACKAGES=(gcc gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu
-          libc6-dev-arm64-cross)
-TOOLS=(gcc arm-none-eabi-gcc qemu-system-arm qemu-aarch64 aarch64-linux-gnu-gcc)
+          libc6-dev-arm64-cross bubblewrap)
+TOOLS=(gcc arm-none-eabi-gcc qemu-system-arm qemu-aarch64 aarch64-linux-gnu-gcc bwrap)
 NEWLIB_DIR=/usr/lib/arm-none-eabi/newlib
 
 missing=()
