@@ -3,8 +3,7 @@
 # are linked into shared libraries), arm-none-eabi-gcc + newlib (Cortex-M, bare metal), qemu-system-arm (mps2
 # boards), gcc-aarch64-linux-gnu and qemu-aarch64 (Cortex-A, Linux user mode), bubblewrap (bwrap: the sandbox
 # TorchScript is read in and emulated programs run in, pegasus/sandbox.py). Idempotent: does nothing when
-# everything is present, so
-# `make test` can call it on every run.
+# everything is present, so `make test` can call it on every run.
 set -euo pipefail
 
 PACKAGES=(gcc gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu
