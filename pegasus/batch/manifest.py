@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,16 @@ EXPORT_KEYS = {"target": str, "mcpu": str, "float_abi": ("soft", "hard"), "reloc
 OWN_KEYS = {"name": str, "framework": tuple(sorted(set(FRAMEWORK_SUFFIXES.values()))), "model": "file",
             "timeout": float}
 KEYS = {**OWN_KEYS, **IMPORT_KEYS, **META_KEYS, **QUANTIZE_KEYS, **EXPORT_KEYS}
+
+
+#: longest option value (it becomes a command-line argument and a line of log.txt)
+MAX_VALUE_CHARS = 16384
+
+
+def _shown(value) -> str:
+    """``value`` as an error message shows it: repr, at most 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass
@@ -63,49 +74,54 @@ def framework_of(path: Path) -> str | None:
 
 def _check_value(where: str, key: str, value, kind, base: Path):
     if kind == "file":
-        if not isinstance(value, str) or not value:
-            raise PegasusError(f"{where}: '{key}' must be a path, got {value!r}")
+        if not isinstance(value, str) or not value or len(value) > MAX_VALUE_CHARS:
+            raise PegasusError(f"{where}: '{key}' must be a path, got {_shown(value)}")
         path = (base / value).resolve()
         if not path.exists():
             raise PegasusError(f"{where}: '{key}' file not found: {path}")
         return str(path)
     if isinstance(kind, tuple):
         if value not in kind:
-            raise PegasusError(f"{where}: '{key}' is {value!r}; valid: {', '.join(kind)}")
+            raise PegasusError(f"{where}: '{key}' is {_shown(value)}; valid: {', '.join(kind)}")
         return value
     if kind is bool:
         if not isinstance(value, bool):
-            raise PegasusError(f"{where}: '{key}' must be true or false, got {value!r}")
+            raise PegasusError(f"{where}: '{key}' must be true or false, got {_shown(value)}")
         return value
     if kind in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-            raise PegasusError(f"{where}: '{key}' must be a{'n integer' if kind is int else ' number'}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                (kind is int and value != int(value)):
+            what = "an integer" if kind is int else "a number"
+            raise PegasusError(f"{where}: '{key}' must be {what}, got {_shown(value)}")
         if value <= 0 and key != "subgraph":
-            raise PegasusError(f"{where}: '{key}' must be positive, got {value!r}")
+            raise PegasusError(f"{where}: '{key}' must be positive, got {_shown(value)}")
         return kind(value)
     if isinstance(value, (list, tuple)) and key in ("inputs", "outputs"):
-        return " ".join(str(v) for v in value)
+        value = " ".join(str(v) for v in value)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise PegasusError(f"{where}: '{key}' must be a string, got {value!r}")
-    return str(value)
+        raise PegasusError(f"{where}: '{key}' must be a string, got {_shown(value)}")
+    value = str(value)
+    if len(value) > MAX_VALUE_CHARS:
+        raise PegasusError(f"{where}: '{key}' is {len(value):,} characters long (at most {MAX_VALUE_CHARS:,})")
+    return value
 
 
 def _entry(raw, index: int, defaults: dict, base: Path, output_dir: Path) -> Job:
     if not isinstance(raw, dict):
-        raise PegasusError(f"models[{index}]: each entry must be a mapping (name: ..., model: ...), got {raw!r}")
-    where = f"models[{index}]" + (f" ({raw['name']})" if isinstance(raw.get("name"), str) else "")
+        raise PegasusError(f"models[{index}]: each entry must be a mapping (name: ..., model: ...), got {_shown(raw)}")
+    where = f"models[{index}]" + (f" ({raw['name'][:60]})" if isinstance(raw.get("name"), str) else "")
     merged = {**defaults, **raw}
     options = {}
     for key, value in merged.items():
         if key not in KEYS:
-            raise PegasusError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(KEYS))})")
+            raise PegasusError(f"{where}: unknown key {_shown(key)} (known: {', '.join(sorted(KEYS))})")
         options[key] = _check_value(where, key, value, KEYS[key], base)
     for key in ("name", "model"):
         if key not in options:
             raise PegasusError(f"{where}: '{key}' is missing")
     name = options.pop("name")
-    if name in (".", "..") or "/" in name or "\\" in name:
-        raise PegasusError(f"{where}: 'name' must be a plain folder name, got {name!r}")
+    if name in (".", "..") or "/" in name or "\\" in name or len(name) > 100:
+        raise PegasusError(f"{where}: 'name' must be a plain folder name, got {_shown(name)}")
     framework = options.pop("framework", None) or framework_of(Path(options["model"]))
     if framework is None:
         raise PegasusError(f"{where}: 'framework' is missing and cannot be taken from '{options['model']}' "
