@@ -32,9 +32,12 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
+from pegasus.limits import FLAG, max_tensor_bytes
 
 try:
     import h5py
+
+    from pegasus.importers.keras.h5data import H5Reader
 except ImportError:  # pragma: no cover - depends on the installed extras
     h5py = None
 
@@ -141,20 +144,22 @@ def _json(text: Any, what: str, path: Path) -> dict[str, Any]:
 def _read_h5(path: Path) -> KerasFile:
     try:
         with h5py.File(path, "r") as f:
+            h5 = H5Reader(path, path.stat().st_size)
             if "model_config" not in f.attrs:
-                what = "weights only (saved with save_weights)" if "layer_names" in f.attrs or "layers" in f else \
-                    "no Keras model config"
+                weights_only = "layer_names" in f.attrs or f.id.links.exists(b"layers")
+                what = "weights only (saved with save_weights)" if weights_only else "no Keras model config"
                 raise PegasusError(f"this HDF5 file holds {what}: save the whole model with model.save('m.h5') "
                                    "or model.save('m.keras')", where=str(path))
             config = _sequential_lists(_json(f.attrs["model_config"], "model_config", path))
             version = _text(f.attrs.get("keras_version", ""))
-            group = f["model_weights"] if "model_weights" in f else f
+            group = h5.child(f, "model_weights") or f
             version = version or _text(group.attrs.get("keras_version", ""))
             weights: dict[LayerPath, list[np.ndarray]] = {}
             for layer in _top_layers(config):
                 name = layer_name(layer)
-                if name in group:
-                    _route(weights, (name,), wrapped_model(layer) or layer, _h5_named(group[name], path))
+                found = h5.child(group, name) if name else None
+                if isinstance(found, h5py.Group):
+                    _route(weights, (name,), wrapped_model(layer) or layer, _h5_named(found, h5))
     except PegasusError:
         raise
     except (OSError, KeyError, ValueError) as exc:
@@ -181,13 +186,13 @@ def _top_layers(config: dict[str, Any]) -> list[dict[str, Any]]:
     return [config]   # a single layer saved as a model: not importable, but the error comes later
 
 
-def _h5_named(group, path: Path) -> list[tuple[str, np.ndarray]]:
+def _h5_named(group, h5: H5Reader) -> list[tuple[str, np.ndarray]]:
     names = [_text(n) for n in group.attrs.get("weight_names", [])]
-    missing = [n for n in names if n not in group]
+    missing = [n for n in names if h5.child(group, n) is None]
     if missing:
         raise PegasusError(f"weight '{missing[0]}' of layer '{group.name.rsplit('/', 1)[-1]}' is listed but not "
-                           "stored (is the file truncated?)", where=str(path))
-    return [(n, np.asarray(group[n])) for n in names]
+                           "stored (is the file truncated?)", where=str(h5.file))
+    return [(n, h5.array(group, n)) for n in names]
 
 
 def _route(out: dict[LayerPath, list[np.ndarray]], path: LayerPath, layer: dict[str, Any],
@@ -232,13 +237,13 @@ def _read_zip(path: Path) -> KerasFile:
             names = set(archive.namelist())
             if "config.json" not in names:
                 raise PegasusError("this zip archive holds no config.json: not a .keras model", where=str(path))
-            config = _json(archive.read("config.json"), "config.json", path)
-            meta = json.loads(archive.read("metadata.json")) if "metadata.json" in names else {}
+            config = _json(_member(archive, "config.json", path), "config.json", path)
+            meta = json.loads(_member(archive, "metadata.json", path)) if "metadata.json" in names else {}
             if "model.weights.h5" not in names:
                 other = sorted(n for n in names if n.startswith("model.weights"))
                 raise PegasusError("the archive holds no model.weights.h5" + (f" (it has {', '.join(other)}: "
                                    "sharded or npz weights are not supported)" if other else ""), where=str(path))
-            blob = archive.read("model.weights.h5")
+            blob = _member(archive, "model.weights.h5", path)
     except PegasusError:
         raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
@@ -246,13 +251,23 @@ def _read_zip(path: Path) -> KerasFile:
     weights: dict[LayerPath, list[np.ndarray]] = {}
     try:
         with h5py.File(io.BytesIO(blob), "r") as store:
-            _walk_model(store, config, (), weights, path)
+            _walk_model(store, config, (), weights, H5Reader(path, len(blob), "model.weights.h5 in the archive"))
     except PegasusError:
         raise
     except (OSError, KeyError, ValueError) as exc:
         raise PegasusError(f"cannot read model.weights.h5 in the archive ({exc})", where=str(path)) from None
     version = str(meta.get("keras_version", "3")) if isinstance(meta, dict) else "3"
     return KerasFile(path, config, version, weights, "keras")
+
+
+def _member(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
+    """A member's bytes, once its declared size is seen to be within what it can hold: its compressed bytes
+    plus one tensor budget (zipfile stops at the declared size)."""
+    info = archive.getinfo(name)
+    if info.file_size > info.compress_size + max_tensor_bytes():
+        raise PegasusError(f"archive member {name} declares {info.file_size:,} bytes from {info.compress_size:,} "
+                           f"compressed, more than {FLAG} allows (a zip bomb?)", where=str(path))
+    return archive.read(info)
 
 
 def snake_case(name: str) -> str:
@@ -282,27 +297,33 @@ def _container_keys(model: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return keys
 
 
+def _group(h5: H5Reader, group, name: str):
+    """``group[name]`` when ``group`` is given and holds a group of that name, else None."""
+    found = h5.child(group, name) if group is not None else None
+    return found if isinstance(found, h5py.Group) else None
+
+
 def _walk_model(group, model: dict[str, Any], path: LayerPath, out: dict[LayerPath, list[np.ndarray]],
-                file: Path) -> None:
-    container = group["layers"] if group is not None and "layers" in group else None
+                h5: H5Reader) -> None:
+    container = _group(h5, group, "layers")
     for key, layer in _container_keys(model):
-        child = container[key] if container is not None and key in container else None
+        child = _group(h5, container, key)
         name = layer_name(layer)
         if is_model(layer):
-            _walk_model(child, layer, path + (name,), out, file)
+            _walk_model(child, layer, path + (name,), out, h5)
             continue
         inner = wrapped_model(layer)
         if inner is not None:   # its layers' weights under the wrapper's path, as graph.py inlines them
-            _walk_model(child["layer"] if child is not None and "layer" in child else None, inner, path + (name,),
-                        out, file)
+            _walk_model(_group(h5, child, "layer"), inner, path + (name,), out, h5)
             continue
-        if child is not None and "vars" in child:
-            stored = _text(child["vars"].attrs.get("name", name))
+        own = _group(h5, child, "vars")
+        if own is not None:
+            stored = _text(own.attrs.get("name", name))
             if stored != name:
                 raise PegasusError(f"model.weights.h5 stores '{stored}' where the config has layer '{name}' "
                                    f"({'/'.join(path + (name,))}): the archive's weights do not match its config",
-                                   where=str(file))
-        out[path + (name,)] = _saveable(child, str(layer.get("class_name", "")))
+                                   where=str(h5.file))
+        out[path + (name,)] = _saveable(child, h5, str(layer.get("class_name", "")))
 
 
 #: classes whose sub-objects Keras saves in an order other than sorted by attribute name
@@ -310,18 +331,21 @@ _CHILD_ORDER = {"Bidirectional": ("forward_layer", "backward_layer"),
                 "MultiHeadAttention": ("query_dense", "key_dense", "value_dense", "output_dense")}
 
 
-def _saveable(group, class_name: str = "") -> list[np.ndarray]:
+def _saveable(group, h5: H5Reader, class_name: str = "") -> list[np.ndarray]:
     """A saved object's arrays: its own ``vars/0..n``, then its sub-objects' (an RNN's cell, a wrapper's
-    layer), as ``layer.weights`` lists them."""
+    layer), as ``layer.weights`` lists them. A group met twice (hard links) is refused."""
     if group is None:
         return []
+    if not h5.first_visit(group):
+        raise PegasusError(f"model.weights.h5 links group '{group.name}' more than once (a loop or a shared "
+                           "group, which Keras never writes)", where=str(h5.file))
     arrays = []
-    if "vars" in group:
-        own = group["vars"]
-        arrays += [np.asarray(own[str(i)]) for i in range(len(own))]
-    children = [k for k in group if k != "vars" and hasattr(group[k], "keys")]
+    own = _group(h5, group, "vars")
+    if own is not None:
+        arrays += [h5.array(own, str(i)) for i in range(len(own))]
+    children = [k for k in h5.groups(group) if k != "vars"]
     order = _CHILD_ORDER.get(class_name)
     children = [c for c in order if c in children] if order else sorted(children)
     for child in children:
-        arrays += _saveable(group[child])
+        arrays += _saveable(_group(h5, group, child), h5)
     return arrays
