@@ -173,7 +173,8 @@ def _group_buffers(graph: Graph, layers: list[Layer], reuse_inputs: bool) -> dic
     """Map every tensor a layer reads or writes (but constants) to its buffer (aliases and in-place
     writes share one); buffer lifetimes are layer indices. An in-place write over a graph input only with
     ``reuse_inputs``."""
-    placeholders = list(dict.fromkeys(graph.inputs + graph.outputs))
+    placeholders = set(graph.inputs) | set(graph.outputs)   # sets: linear in the graph (a 100k-layer chain)
+    inputs, outputs = set(graph.inputs), set(graph.outputs)
     last_use: dict[str, int] = {}
     for index, layer in enumerate(layers):
         for name in layer.present_inputs():
@@ -203,8 +204,8 @@ def _group_buffers(graph: Graph, layers: list[Layer], reuse_inputs: bool) -> dic
             if can_share and opdef and opdef.alias:
                 pass
             elif (can_share and (over or opdef.inplace) and last_use.get(source) == index
-                  and source not in graph.outputs
-                  and (reuse_inputs or not any(t in graph.inputs for t in shared.tensors))):
+                  and source not in outputs
+                  and (reuse_inputs or shared.tensors[0] not in inputs)):   # only a buffer's first can be one
                 pass   # (without reuse_inputs the caller's input stays intact)
             else:
                 shared = None
@@ -215,7 +216,7 @@ def _group_buffers(graph: Graph, layers: list[Layer], reuse_inputs: bool) -> dic
                 shared.placeholder = shared.placeholder or (out if out in placeholders else None)
                 of[out] = shared
     for name, buffer in of.items():
-        end = end_of_graph if name in graph.outputs else last_use.get(name, buffer.start)
+        end = end_of_graph if name in outputs else last_use.get(name, buffer.start)
         buffer.end = max(buffer.end, end)
     return of
 

@@ -8,6 +8,11 @@ Layer names and tensor names are two separate namespaces, as in ONNX, TFLite, Ke
 tf2onnx calls the last layer ``Identity`` next to the output tensor ``Identity``. New names are drawn
 from one namespace only (``unique_tensor_name`` / ``unique_node_name``), so a graph output keeps its
 name whatever the layers are called.
+
+Fresh names must stay cheap in a graph of 100k layers (every importer asks for one per layer): the names in
+use are indexed once and the index kept up to date while the graph only grows at the end (appends to
+``nodes``, ``inputs``, ``outputs``); any other edit (a layer renamed or rewired, a list reassigned, a node
+removed) marks every index stale (``_EDITS``), and the next fresh name re-indexes that graph in one sweep.
 """
 
 from __future__ import annotations
@@ -20,6 +25,43 @@ import numpy as np
 
 from pegasus.ir.tensor import Tensor, TensorType
 
+_EDITS = [0]   # bumped by every edit the name indexes cannot follow (see the module docstring)
+
+
+def _edited() -> None:
+    _EDITS[0] += 1
+
+
+class _EditedList(list):
+    """A list whose every change counts as an edit (a layer's inputs and outputs)."""
+
+    def _edit(method):  # noqa: N805 - wraps list's own methods
+        def changed(self, *args):
+            _edited()
+            return method(self, *args)
+        return changed
+
+    append = _edit(list.append)
+    extend = _edit(list.extend)
+    insert = _edit(list.insert)
+    remove = _edit(list.remove)
+    pop = _edit(list.pop)
+    clear = _edit(list.clear)
+    sort = _edit(list.sort)
+    reverse = _edit(list.reverse)
+    __setitem__ = _edit(list.__setitem__)
+    __delitem__ = _edit(list.__delitem__)
+    __iadd__ = _edit(list.__iadd__)
+    __imul__ = _edit(list.__imul__)
+
+
+class _GrowingList(_EditedList):
+    """A list that may grow at the end unseen (the index reads the new tail); other changes are edits."""
+
+    append = list.append
+    extend = list.extend
+    __iadd__ = list.__iadd__
+
 
 @dataclass
 class Node:
@@ -31,8 +73,45 @@ class Node:
     inputs: list[str]
     outputs: list[str]
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in ("inputs", "outputs") and not isinstance(value, _EditedList):
+            value = _EditedList(value)
+        if key in ("name", "inputs", "outputs") and "outputs" in self.__dict__:
+            _edited()   # a built layer renamed or rewired
+        object.__setattr__(self, key, value)
+
     def present_inputs(self) -> list[str]:
         return [name for name in self.inputs if name]
+
+
+class _NameIndex:
+    """The node names and the tensor names layers and graph inputs/outputs mention, as of edit count
+    ``edits`` and the first ``seen`` items of the lists it read; ``suffix`` remembers, per base name, the
+    last ``base_N`` found taken (names are only added while the index holds)."""
+
+    def __init__(self, graph: Graph):
+        self.edits = _EDITS[0]
+        self.lists = (graph.nodes, graph.inputs, graph.outputs)
+        self.seen = [0, 0, 0]
+        self.nodes: set[str] = set()
+        self.tensors: set[str] = set()
+        self.suffix: dict[tuple[bool, str], int] = {}
+        self.update()
+
+    def holds(self, graph: Graph) -> bool:
+        nodes, inputs, outputs = self.lists
+        return (self.edits == _EDITS[0] and nodes is graph.nodes and inputs is graph.inputs
+                and outputs is graph.outputs)   # the lists can only have grown: anything else is an edit
+
+    def update(self) -> None:
+        nodes, inputs, outputs = self.lists
+        for node in nodes[self.seen[0]:]:
+            self.nodes.add(node.name)
+            self.tensors.update(node.inputs)
+            self.tensors.update(node.outputs)
+        self.tensors.update(inputs[self.seen[1]:])
+        self.tensors.update(outputs[self.seen[2]:])
+        self.seen = [len(nodes), len(inputs), len(outputs)]
 
 
 @dataclass
@@ -42,6 +121,27 @@ class Graph:
     tensors: dict[str, Tensor] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in ("nodes", "inputs", "outputs"):
+            value = value if isinstance(value, _GrowingList) else _GrowingList(value)
+            _edited()
+        object.__setattr__(self, key, value)
+
+    def __getstate__(self) -> dict:   # copies and pickles leave the index behind
+        return {k: v for k, v in self.__dict__.items() if k != "_index"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def _names(self) -> _NameIndex:
+        index = self.__dict__.get("_index")
+        if index is None or not index.holds(self):
+            index = _NameIndex(self)
+            object.__setattr__(self, "_index", index)
+        else:
+            index.update()
+        return index
 
     # ---- tensors -------------------------------------------------------------------------------
     def type_of(self, name: str) -> TensorType:
@@ -62,11 +162,13 @@ class Graph:
 
     def unique_tensor_name(self, base: str) -> str:
         """``base``, or ``base_N`` if a tensor (or a graph output still to be produced) has that name."""
-        return _fresh(base, self.tensor_names())
+        index = self._names()
+        return _fresh(base, lambda name: name in self.tensors or name in index.tensors, index.suffix, True)
 
     def unique_node_name(self, base: str) -> str:
         """``base``, or ``base_N`` if a layer has that name (tensor names do not matter)."""
-        return _fresh(base, {node.name for node in self.nodes})
+        index = self._names()
+        return _fresh(base, index.nodes.__contains__, index.suffix, False)
 
     def add_constant(self, base: str, array: np.ndarray) -> str:
         name = self.unique_tensor_name(base)
@@ -108,6 +210,22 @@ class Graph:
         for node in self.nodes:
             node.inputs = [new if name == old else name for name in node.inputs]
         self.outputs = [new if name == old else name for name in self.outputs]
+
+    def rename_mentions(self, mapping: dict[str, str]) -> None:
+        """Apply ``mapping`` (old name -> new name; no new name is itself a key) to every layer's inputs and
+        outputs and the graph's inputs and outputs in one sweep (tensor entries are the caller's): many
+        ``rename_uses`` at the cost of one."""
+        if not mapping:
+            return
+        for node in self.nodes:
+            if any(name in mapping for name in node.inputs):
+                node.inputs = [mapping.get(name, name) for name in node.inputs]
+            if any(name in mapping for name in node.outputs):
+                node.outputs = [mapping.get(name, name) for name in node.outputs]
+        if any(name in mapping for name in self.inputs):
+            self.inputs = [mapping.get(name, name) for name in self.inputs]
+        if any(name in mapping for name in self.outputs):
+            self.outputs = [mapping.get(name, name) for name in self.outputs]
 
     def remove_nodes(self, doomed: Iterable[Node]) -> None:
         ids = {id(node) for node in doomed}
@@ -155,10 +273,12 @@ class Graph:
         self.nodes = order
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    if base not in taken:
+def _fresh(base: str, taken, suffix: dict[tuple[bool, str], int], kind: bool) -> str:
+    """``base`` or the first ``base_N`` not ``taken``; ``suffix`` holds the last N found taken for ``base``."""
+    if not taken(base):
         return base
-    i = 1
-    while f"{base}_{i}" in taken:
+    i = suffix.get((kind, base), 0) + 1
+    while taken(f"{base}_{i}"):
         i += 1
+    suffix[(kind, base)] = i - 1
     return f"{base}_{i}"

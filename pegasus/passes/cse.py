@@ -26,12 +26,16 @@ def _constant_key(graph: Graph, name: str) -> tuple | None:
 
 def eliminate_common_subexpressions(graph: Graph) -> bool:
     """Merge repeated layers (module docstring) in one pass over the layers in order: a merge renames the
-    readers before they are reached, so whole repeated chains merge. True if any layer went."""
+    readers as they are reached (``alias``, linear in the graph), so whole repeated chains merge. Merged
+    layers write no graph output, so the graph's outputs keep their names. True if any layer went."""
     outputs = set(graph.outputs)
     seen: dict[tuple, list[str]] = {}
     doomed = []
     constants: dict[str, tuple | None] = {}
+    alias: dict[str, str] = {}   # output of a merged layer -> the earlier layer's (never itself merged)
     for node in graph.nodes:
+        if alias and any(name in alias for name in node.inputs):
+            node.inputs = [alias.get(name, name) for name in node.inputs]
         inputs = []
         for name in node.inputs:
             if name not in constants:
@@ -48,9 +52,7 @@ def eliminate_common_subexpressions(graph: Graph) -> bool:
         theirs = earlier + [""] * (len(node.outputs) - len(earlier))
         if outputs & set(node.outputs) or any(mine and not their for mine, their in zip(node.outputs, theirs)):
             continue     # a graph output, or an optional output the earlier layer does not write
-        for mine, their in zip(node.outputs, theirs):
-            if mine:
-                graph.rename_uses(mine, their)
+        alias.update((mine, their) for mine, their in zip(node.outputs, theirs) if mine)
         doomed.append(node)
     if doomed:
         graph.remove_nodes(doomed)
