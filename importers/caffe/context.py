@@ -10,6 +10,7 @@ import (Acuity does the same), so a prototxt alone still gives a model to try th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +21,12 @@ from pegasus.errors import PegasusError
 from pegasus.importers.caffe.reader import Blob
 from pegasus.importers.common.converters import ConverterTable, ImportContext, SourceNode
 from pegasus.ir.builder import GraphBuilder
+from pegasus.limits import check_tensor
 
 TABLE = ConverterTable("Caffe")
 RANDOM_SEED = 0
+#: values drawn at a time for a random blob
+_DRAW_SLICE = 2**20
 
 
 converter = TABLE.converter
@@ -52,6 +56,7 @@ class CaffeContext(ImportContext):
     """The shared context plus the caffemodel's blobs by layer name (None: seeded random weights)."""
 
     def __init__(self, builder: GraphBuilder, blobs: dict[str, list[Blob]] | None, weights_file: str = ""):
+        """``weights_file`` names the caffemodel (or, without one, the prototxt) in errors about blobs."""
         super().__init__(builder)
         self._blobs = blobs
         self._file = weights_file
@@ -63,11 +68,13 @@ class CaffeContext(ImportContext):
         """The layer's blobs as float32 arrays of the expected shapes, in order."""
         if not specs:
             return []
+        layer = f"layer '{node.name}' ({node.op_type}, line {node.attrs['layer'].line})"
+        for spec in specs:   # what the prototxt implies, before drawing or comparing anything
+            check_tensor(spec.shape, 4, f"{layer}: blob {spec.what}", self._file or None)
         if self._blobs is None:
             self.randomised.append(node.name)
             return [self._draw(spec) for spec in specs]
         found = self._blobs.get(node.name)
-        layer = f"layer '{node.name}' ({node.op_type}, line {node.attrs['layer'].line})"
         expected = ", ".join(spec.what for spec in specs)
         if not found:
             raise PegasusError(f"{layer} has no blobs; it needs {len(specs)} ({expected})", where=self._file)
@@ -84,18 +91,26 @@ class CaffeContext(ImportContext):
         return arrays
 
     def _draw(self, spec: BlobSpec) -> np.ndarray:
-        rng, shape = self._rng, spec.shape
-        if spec.kind == "weight":
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-            value = rng.normal(0.0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
-        elif spec.kind in ("bias", "mean"):
-            value = rng.normal(0.0, 0.1, shape)
-        elif spec.kind in ("var", "scale"):
-            value = rng.uniform(0.5, 1.5, shape)
-        elif spec.kind == "slope":
-            value = rng.uniform(0.05, 0.3, shape)
-        elif spec.kind == "factor":
-            value = np.ones(shape)
-        else:
-            raise ValueError(f"unknown blob kind {spec.kind}")
-        return value.astype(np.float32)
+        """Random values for ``spec`` (its size already within the budget), drawn in float64 a slice at a time
+        into the float32 result: the same values as one draw, without a float64 copy of the whole blob."""
+        shape = spec.shape
+        if spec.kind == "factor":
+            return np.ones(shape, np.float32)
+        law, a, b = _law(spec)
+        draw = getattr(self._rng, law)   # Generator.normal(loc, scale, n) / .uniform(low, high, n)
+        values = np.empty(math.prod(shape), np.float32)
+        for start in range(0, values.size, _DRAW_SLICE):
+            values[start:start + _DRAW_SLICE] = draw(a, b, min(_DRAW_SLICE, values.size - start))
+        return values.reshape(shape)
+
+
+def _law(spec: BlobSpec) -> tuple[str, float, float]:
+    """The distribution a random blob of ``spec.kind`` is drawn from."""
+    if spec.kind == "weight":
+        fan_in = math.prod(spec.shape[1:]) if len(spec.shape) > 1 else 1
+        return "normal", 0.0, 1.0 / np.sqrt(max(fan_in, 1))
+    laws = {"bias": ("normal", 0.0, 0.1), "mean": ("normal", 0.0, 0.1), "var": ("uniform", 0.5, 1.5),
+            "scale": ("uniform", 0.5, 1.5), "slope": ("uniform", 0.05, 0.3)}
+    if spec.kind not in laws:
+        raise ValueError(f"unknown blob kind {spec.kind}")
+    return laws[spec.kind]

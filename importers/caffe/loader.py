@@ -114,7 +114,7 @@ def import_caffe(model: str | Path, weights: str | Path | None = None, *, proto:
     builder = GraphBuilder(graph)
     for input_name, shape in inputs:
         builder.add_input(input_name, TensorType(shape, DType.FLOAT32))
-    ctx = CaffeContext(builder, blobs, str(weights or ""))
+    ctx = CaffeContext(builder, blobs, str(weights if weights is not None else net.path))
     convert_nodes(TABLE, ctx, kept)
     graph.outputs = outputs
     if note and cut:

@@ -25,6 +25,7 @@ from google.protobuf import text_format
 from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
 from pegasus.importers.caffe.proto import message_classes
+from pegasus.limits import check_tensor, element_count
 
 #: V1 layer enum names whose type name is not their CamelCase form
 _V1_NAMES = {"ABSVAL": "AbsVal", "ARGMAX": "ArgMax", "BNLL": "BNLL", "HDF5_DATA": "HDF5Data",
@@ -203,27 +204,47 @@ def network_inputs(net: Network, layers: list[CaffeLayer]) -> list[tuple[str, tu
 
 
 # ---- the caffemodel -------------------------------------------------------------------------------
+#: raw_data_type -> the little-endian float type of NVCaffe's raw_data
+_RAW_TYPES = {0: np.float64, 1: np.float32, 2: np.float16}
+
+
+def _declared_shape(blob: Any, stored: int) -> tuple[tuple[int, ...], bool]:
+    """(shape, legacy) as the blob declares it; ``stored`` values stand for an undeclared legacy shape."""
+    if blob.HasField("shape"):
+        return tuple(int(d) for d in blob.shape.dim), False
+    if any(blob.HasField(f) for f in ("num", "channels", "height", "width")):
+        return (blob.num, blob.channels, blob.height, blob.width), True
+    return (stored,), True
+
+
 def _blob(blob: Any, layer: str, index: int, where: str) -> Blob:
+    """One blob's values, its declared shape checked first: integer dimensions (Python ints, no wrap-around),
+    none negative, the float32 tensor within the budget, and exactly the values the shape needs stored."""
+    what = f"blob {index} of layer '{layer}'"
     if blob.raw_data:
-        raw = {0: np.float64, 1: np.float32, 2: np.float16}.get(blob.raw_data_type)
+        raw = _RAW_TYPES.get(blob.raw_data_type)
         if raw is None:
-            raise PegasusError(f"blob {index} of layer '{layer}' stores raw data of type {blob.raw_data_type}, "
-                               "which is not a float type", where=where)
+            raise PegasusError(f"{what} stores raw data of type {blob.raw_data_type}, which is not a float type",
+                               where=where)
+        itemsize = np.dtype(raw).itemsize
+        if len(blob.raw_data) % itemsize:
+            raise PegasusError(f"{what} has {len(blob.raw_data)} bytes of raw_data, not a whole number of "
+                               f"{np.dtype(raw).name} values ({itemsize} bytes each)", where=where)
+        stored, source = len(blob.raw_data) // itemsize, "raw_data"
+    else:
+        stored, source = (len(blob.double_data), "double_data") if len(blob.double_data) else (len(blob.data), "data")
+    shape, legacy = _declared_shape(blob, stored)
+    count = element_count(shape, what, where)
+    check_tensor(shape, 4, what, where)
+    if count != stored:
+        raise PegasusError(f"{what} has {stored} values in {source} for shape {list(shape)} ({count} values)",
+                           where=where)
+    if source == "raw_data":
         data = np.frombuffer(blob.raw_data, dtype=np.dtype(raw).newbyteorder("<")).astype(np.float32)
-    elif len(blob.double_data):
+    elif source == "double_data":
         data = np.asarray(blob.double_data, dtype=np.float64).astype(np.float32)
     else:
         data = np.asarray(blob.data, dtype=np.float32)
-    legacy = not blob.HasField("shape")
-    if legacy and any(blob.HasField(f) for f in ("num", "channels", "height", "width")):
-        shape = (blob.num, blob.channels, blob.height, blob.width)
-    elif legacy:
-        shape = (data.size,)
-    else:
-        shape = tuple(int(d) for d in blob.shape.dim)
-    if int(np.prod(shape, dtype=np.int64)) != data.size:
-        raise PegasusError(f"blob {index} of layer '{layer}' has {data.size} values for shape {list(shape)}",
-                           where=where)
     return Blob(data.reshape(shape), shape, legacy)
 
 

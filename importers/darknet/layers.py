@@ -22,6 +22,7 @@ Darknet's arithmetic, as the converters reproduce it:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -120,7 +121,7 @@ def _as_image(ctx: DarknetContext, node: SourceNode, x: str) -> str:
     shape = ctx.type_of(x).shape
     if len(shape) == 4:
         return x
-    return ctx.emit("Reshape", [x], {"shape": (shape[0], int(np.prod(shape[1:])), 1, 1)}, node=node,
+    return ctx.emit("Reshape", [x], {"shape": (shape[0], math.prod(shape[1:]), 1, 1)}, node=node,
                     suffix="/as_map")[0]
 
 
@@ -146,7 +147,7 @@ def convolutional(ctx: DarknetContext, node: SourceNode) -> None:
     bias = ctx.floats(node, filters)
     bn = _batch_norm(ctx, node, filters, bias) if normalize else None
     kernel_shape = (filters, channels // groups, size, size)
-    kernel = ctx.floats(node, int(np.prod(kernel_shape))).reshape(kernel_shape)
+    kernel = ctx.floats(node, math.prod(kernel_shape)).reshape(kernel_shape)
     inputs = [x, ctx.add_constant(f"{node.name}/weights", kernel)]
     if not normalize:
         inputs.append(ctx.add_constant(f"{node.name}/bias", bias))
@@ -160,7 +161,7 @@ def connected(ctx: DarknetContext, node: SourceNode) -> None:
     s = section(node)
     x = node.inputs[0]
     shape = ctx.type_of(x).shape
-    depth = int(np.prod(shape[1:]))
+    depth = math.prod(shape[1:])
     outputs = s.int("output", 1, minimum=1)
     activation = _activation(s, "logistic")
     bias = ctx.floats(node, outputs)
@@ -269,7 +270,7 @@ def softmax(ctx: DarknetContext, node: SourceNode) -> None:
     shape = ctx.type_of(x).shape
     groups = s.int("groups", 1, minimum=1)
     temperature = s.float("temperature", 1.0)
-    total = int(np.prod(shape[1:]))
+    total = math.prod(shape[1:])
     if total % groups or temperature <= 0:
         raise s.error(f"must divide the {total} values per image (and temperature be positive)", "groups")
     layers = []

@@ -3,9 +3,9 @@
 Steps: parse the cfg (cfg.py) and the weights header (weights.py); the input ``data`` is 1 x channels x height
 x width from [net]; each later section is layer i, named ``conv_i`` ([convolutional]) or ``<section>_i``, and
 reads the layer before it, or the layers its ``layers``/``from`` indices name (negative: relative to i); list
-every unsupported section type at once; convert layer by layer, taking the weights in cfg order; then check the
-weights file was long enough (and note floats left over), and run the import passes (batch norm folds into the
-convolution).
+every unsupported section type at once; convert layer by layer, taking the weights in cfg order (each layer's
+count checked against the floats left and the tensor budget first); note floats left over, and run the import
+passes (batch norm folds into the convolution).
 
 [yolo] and [region] heads decode boxes: that is post-processing, so their raw input tensors become the graph's
 outputs (in cfg order; the last layer's output when there is no head). Apply the logistic/exponential decoding,
@@ -102,13 +102,13 @@ def import_darknet(cfg: str | Path, weights: str | Path, *, name: str | None = N
     shape = _input_shape(net)
     nodes, outputs = source_nodes(layers)
     TABLE.check_supported(nodes)
-    weights_file = read_weights(weights)
+    weights_file = read_weights(weights, Path(cfg).name)
 
     graph = Graph(name or Path(cfg).stem)
     builder = GraphBuilder(graph)
     builder.add_input(INPUT, TensorType(shape, DType.FLOAT32))
     convert_nodes(TABLE, DarknetContext(builder, weights_file), nodes)
-    left = weights_file.check_complete(Path(cfg).name)
+    left = weights_file.check_complete()
     if left and note:
         note(f"warning: {Path(weights).name} holds {left:,} floats more than {Path(cfg).name} reads (is it the "
              "weights of another cfg?)")

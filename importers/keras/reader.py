@@ -33,6 +33,7 @@ import numpy as np
 from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
 from pegasus.limits import FLAG, max_tensor_bytes
+from pegasus.safezip import open_archive
 
 try:
     import h5py
@@ -232,6 +233,10 @@ def _guess_version(config: dict[str, Any]) -> str:
 
 # ---- .keras (Keras 3 zip) ---------------------------------------------------------------------------
 def _read_zip(path: Path) -> KerasFile:
+    """The archive is validated first by pegasus.safezip (member names, duplicates, local headers against the
+    central directory, overlaps); its members are then read with zipfile, each no larger than its compressed
+    bytes plus one tensor budget (model.weights.h5 holds every weight, so one tensor's budget cannot bound it)."""
+    open_archive(path).close()
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())

@@ -9,7 +9,7 @@ a Reshape back.
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from pegasus.errors import PegasusError
 from pegasus.importers.caffe.context import BlobSpec, CaffeContext, converter, param
@@ -72,7 +72,7 @@ def inner_product(ctx: CaffeContext, node: SourceNode) -> None:
     p = param(node, "inner_product_param")
     shape = ctx.type_of(node.inputs[0]).shape
     axis = canonical_axis(node, p.axis, len(shape))
-    depth, rows = int(np.prod(shape[axis:], dtype=np.int64)), int(np.prod(shape[:axis], dtype=np.int64))
+    depth, rows = math.prod(shape[axis:]), math.prod(shape[:axis])
     if p.num_output < 1:
         raise PegasusError(f"{node.describe()}: num_output is required")
     n = p.num_output

@@ -10,6 +10,8 @@ in order; Crop cuts its first bottom to the second's size from ``axis`` on, at `
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pegasus.errors import PegasusError
@@ -95,7 +97,7 @@ def flatten(ctx: CaffeContext, node: SourceNode) -> None:
     end = canonical_axis(node, p.end_axis, len(shape), "end_axis")
     if end < start:
         raise PegasusError(f"{node.describe()}: end_axis {p.end_axis} comes before axis {p.axis}")
-    merged = int(np.prod(shape[start:end + 1], dtype=np.int64))
+    merged = math.prod(shape[start:end + 1])
     ctx.emit("Reshape", node.inputs[:1], {"shape": (*shape[:start], merged, *shape[end + 1:])}, node=node)
 
 
@@ -111,8 +113,8 @@ def reshaped(node: SourceNode, shape: tuple[int, ...], dims: list[int], axis: in
             any(d < -1 for d in middle):
         raise PegasusError(f"{node.describe()}: shape {dims} is not valid for input {list(shape)} (0 copies a "
                            "dimension, one -1 is inferred)")
-    total = int(np.prod(shape[start:end], dtype=np.int64))
-    known = int(np.prod([d for d in middle if d != -1], dtype=np.int64))
+    total = math.prod(shape[start:end])
+    known = math.prod([d for d in middle if d != -1])
     if -1 in middle:
         if known == 0 or total % known:
             raise PegasusError(f"{node.describe()}: cannot infer -1 in {dims} for input {list(shape)}")
