@@ -122,10 +122,12 @@ def sandbox_argv(command: Sequence[str], *, read_only: Iterable[str | Path] = ()
                  system: bool = True, what: str = "this program") -> list[str]:
     """The bwrap command line running ``command`` isolated: ``read_only`` paths bound read-only at the same
     place, ``writable`` ones read-write, a private tmpfs at /scratch (the cwd unless ``chdir``), /proc, a
-    minimal /dev, nothing else of the host (``system``: /usr and its /lib, /bin links too)."""
+    minimal /dev, the root read-only, nothing else of the host (``system``: all of /usr too; else only what
+    ``read_only`` names, e.g. /usr/lib without /usr/bin: no shell). /lib, /bin... are the host's links."""
     argv = [find_bwrap(what), *_isolation(), "--clearenv"]
     if system:
-        argv += ["--ro-bind", "/usr", "/usr", *_system_dirs()]
+        argv += ["--ro-bind", "/usr", "/usr"]
+    argv += _system_dirs()
     for path in read_only:
         argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
@@ -201,7 +203,8 @@ def run_sandboxed(module: str, function: str, model_path: str | Path, args: Sequ
     if code < 0:
         reason = {signal.SIGXCPU: f"used more than {bounds.cpu_seconds} s of CPU",
                   signal.SIGXFSZ: "wrote more than its file-size limit",
-                  signal.SIGKILL: "was killed (out of memory or CPU time)"}.get(-code, f"crashed ({_signal_name(-code)})")
+                  signal.SIGKILL: "was killed (out of memory or CPU time)"}.get(-code)
+        reason = reason or f"crashed ({_signal_name(-code)})"
         raise PegasusError(f"{what} {reason}", where=where)
     if not out.startswith(MAGIC):
         last = _clean(err.strip().splitlines()[-1]) if err.strip() else "no reply"

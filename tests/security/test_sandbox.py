@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from pegasus import limits, sandbox
 from pegasus.errors import PegasusError
+from tests.security.harness import assert_no_canary, snapshot
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -154,3 +156,89 @@ def test_symlink_and_fifo_models_are_refused(model, tmp_path):
         with pytest.raises(PegasusError) as caught:
             _run(path, "noisy", bounds=sandbox.Limits(wall_seconds=20))
         _one_line(caught.value, str(path))
+
+
+# ---------------------------------------------------------------------------------- QEMU semihosting
+
+_FIRMWARE = r"""
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+
+static int sh(uint32_t op, const void *arg)
+{
+    register uint32_t r0 __asm__("r0") = op;
+    register const void *r1 __asm__("r1") = arg;
+    __asm__ volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+    return (int)r0;
+}
+
+static int sh_open(const char *name, int mode)
+{
+    uint32_t args[3] = {(uint32_t)name, (uint32_t)mode, (uint32_t)strlen(name)};
+    return sh(0x01, args);
+}
+
+static void sh_write_file(const char *name)
+{
+    int fd = sh_open(name, 4);   /* "w" */
+    if (fd >= 0) {
+        uint32_t args[3] = {(uint32_t)fd, (uint32_t)"PWNED", 5};
+        sh(0x05, args);
+        sh(0x02, &fd);
+    }
+    printf("@open-w %s %d\n", name, fd);
+}
+
+int main(void)
+{
+    sh_write_file(ABS_CANARY);
+    sh_write_file("PWNED_relative");
+    int fd = sh_open(SECRET, 0);  /* "r" */
+    printf("@open-r %d\n", fd);
+    if (fd >= 0) {
+        static char buffer[64];
+        uint32_t args[3] = {(uint32_t)fd, (uint32_t)buffer, 48};
+        sh(0x06, args);
+        printf("@secret %s\n", buffer);
+    }
+    uint32_t remove_args[2] = {(uint32_t)VICTIM, strlen(VICTIM)};
+    printf("@remove %d\n", sh(0x0E, remove_args));
+    uint32_t system_args[2] = {(uint32_t)COMMAND, strlen(COMMAND)};
+    printf("@system %d\n", sh(0x12, system_args));
+    printf("@done\n");
+    return 0;
+}
+"""
+
+
+def test_semihosting_program_stays_in_its_scratch_folder(tmp_path):
+    """A firmware that opens, writes, reads and removes host files through semihosting, and runs a command
+    with SYS_SYSTEM, runs as `pegasus run` runs a bundle: nothing outside the scratch folder changes."""
+    from pegasus.exporters.glow.run import toolchains
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-MARKER-31337")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    defines = {"ABS_CANARY": outside / "PWNED_open", "SECRET": secret, "VICTIM": victim,
+               "COMMAND": f"touch {outside / 'PWNED_system'}; touch PWNED_system_relative"}
+    source = tmp_path / "attack.c"
+    source.write_text(_FIRMWARE)
+    board = toolchains.board_for("cortex-m4")
+    program = tmp_path / "attack.elf"
+    harness = toolchains.HARNESS_DIR
+    subprocess.run([toolchains.require_tool("arm-none-eabi-gcc"), f"-mcpu={board.mcpu}", "-mthumb",
+                    *toolchains.float_flags(board, False), "-O1", "--specs=rdimon.specs", "-nostartfiles",
+                    f"-L{harness}", f"-T{board.linker_script}",
+                    *[f'-D{key}="{value}"' for key, value in defines.items()],
+                    str(harness / "startup.c"), str(source), "-o", str(program)], check=True, cwd=tmp_path)
+    before = snapshot(tmp_path)
+    proc = toolchains.run_qemu_system(program, board, timeout=120)
+    assert "@done" in proc.stdout, proc.stdout
+    assert "SECRET-MARKER" not in proc.stdout and "@open-r -1" in proc.stdout, proc.stdout
+    assert snapshot(tmp_path) == before
+    assert victim.read_text() == "keep me"
+    assert_no_canary(tmp_path, Path.cwd())

@@ -11,6 +11,13 @@ the SysTick ticks the harness reports around the entry call count instructions (
 
 The toolchains are installed by ``scripts/install_toolchains.sh`` (``make test`` runs it); a missing tool is
 an error (naming the Debian packages to install), never a skip.
+
+The program runs confined (pegasus/sandbox.py, bubblewrap): semihosting with ``target=native`` gives an
+emulated program the host's files (SYS_OPEN/SYS_REMOVE/SYS_RENAME) and a shell (SYS_SYSTEM), and QEMU has no
+finer switch, so QEMU itself runs with no network, a read-only view of its own binary and libraries (/usr/lib,
+no /usr/bin: no shell for SYS_SYSTEM) and of the program, and a private empty tmpfs as its working directory:
+whatever the program opens or writes stays there and vanishes with it. Host and qemu-aarch64 programs likewise
+see only the system's files read-only, the weights read-only and their own build folder.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from pegasus.errors import PegasusError
+from pegasus.sandbox import sandbox_argv
 
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
 # The Debian packages that provide each tool (the list scripts/install_toolchains.sh installs).
@@ -110,6 +118,20 @@ def _run(command: list[str], what: str, timeout: float = QEMU_TIMEOUT) -> subpro
         raise ToolchainError(f"{what} failed (exit {proc.returncode}): {' '.join(command)}\n"
                              f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def _confined(command: list[str], read_only: list, writable: list = (), system: bool = True) -> list[str]:
+    """``command`` run in the sandbox: ``read_only`` and ``writable`` paths visible, the rest of the host not
+    (``system``: all of /usr, for a dynamically linked host program)."""
+    return sandbox_argv(command, read_only=read_only, writable=writable, system=system,
+                        what="running a bundle's program")
+
+
+def _qemu_system_confined(command: list[str], program: Path) -> list[str]:
+    """QEMU (system mode, semihosting) seeing its binary, its libraries and ROMs and the program, read-only."""
+    system_files = [p for p in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32", "/usr/share/qemu")
+                    if Path(p).is_dir()]
+    return _confined(command, [*system_files, command[0], str(program)], system=False)
 
 
 # ------------------------------------------------------------------------------------ harness sources
@@ -197,8 +219,9 @@ def _run_hosted(bundle_dir: Path, name: str, inputs: Mapping[str, np.ndarray], o
         _run([*compiler, "-O2", "-std=c11", "-Wall", "-Werror", f"-I{folder}", f"-I{bundle_dir}",
               str(HARNESS_DIR / "harness.c"), str(bundle_dir / f"{name}.o"), "-o", str(program)], "linking")
         (folder / "inputs.bin").write_bytes(_input_blob(inputs))
-        _run([*launcher, str(program), str(bundle_dir / f"{name}.weights.bin"), str(folder / "inputs.bin"),
-              str(folder / "outputs.bin")], "running the harness")
+        weights = bundle_dir / f"{name}.weights.bin"
+        _run(_confined([*launcher, str(program), str(weights), str(folder / "inputs.bin"), str(folder / "outputs.bin")],
+                       [*launcher, str(weights)], [str(folder.resolve())]), "running the harness")
         return _split_outputs((folder / "outputs.bin").read_bytes(), outputs)
 
 
@@ -276,6 +299,16 @@ def parse_semihosting(stdout: str, outputs: OutputSpec) -> tuple[dict[str, np.nd
     return _split_outputs(b"".join(bytes.fromhex("".join(chunk)) for chunk in chunks), outputs), ticks
 
 
+def run_qemu_system(program: Path, board: Board, *, icount: bool = False,
+                    timeout: float = QEMU_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run a bare-metal ELF on ``board`` under qemu-system-arm with semihosting, confined (see the module's
+    docstring): its semihosting files live in a private scratch folder, SYS_SYSTEM finds no shell."""
+    command = [require_tool("qemu-system-arm"), "-M", board.machine, *QEMU_QUIET, "-kernel", str(program)]
+    if icount:
+        command += ["-icount", "shift=0"]
+    return _run(_qemu_system_confined(command, program), f"running on {board.machine}", timeout)
+
+
 def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, np.ndarray],
                           outputs: OutputSpec, *, icount: bool = False,
                           timeout: float = QEMU_TIMEOUT, keep: Path | None = None,
@@ -284,13 +317,10 @@ def run_cortex_m_detailed(bundle_dir: Path, name: str, cpu: str, inputs: Mapping
     lines (the layer dumps of --compare-layers). Builds for the CPU's board (in ``keep`` when given) and runs
     under qemu-system-arm with semihosting."""
     board = board_for(cpu)
-    qemu = require_tool("qemu-system-arm")
+    require_tool("qemu-system-arm")
     with build_folder(keep, "pegasus-cortex-m-") as tmp:
         program = build_cortex_m(bundle_dir, name, cpu, inputs, outputs, Path(tmp), probes, extra)
-        command = [qemu, "-M", board.machine, *QEMU_QUIET, "-kernel", str(program)]
-        if icount:
-            command += ["-icount", "shift=0"]
-        proc = _run(command, f"running on {board.machine}", timeout)
+        proc = run_qemu_system(program, board, icount=icount, timeout=timeout)
     parsed, ticks = parse_semihosting(proc.stdout, outputs)
     stack = re.search(r"^@stack ([0-9a-f]+)$", proc.stdout, re.M)
     probe_ticks = tuple(int(value, 16) for value in re.findall(r"^@probe ([0-9a-f]+)$", proc.stdout, re.M))
