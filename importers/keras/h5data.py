@@ -56,9 +56,11 @@ class H5Reader:
         self._seen: set[tuple[int, int]] = set()
 
     def _refuse(self, message: str) -> PegasusError:
-        inside = f" ({self.what})" if self.what else ""
-        return PegasusError(f"{message}{inside}: pegasus reads only what is stored in the model file itself",
+        return PegasusError(f"{message}{self._inside()}: pegasus reads only what is stored in the model file itself",
                             where=str(self.file))
+
+    def _inside(self) -> str:
+        return f" ({self.what})" if self.what else ""
 
     def child(self, group: Any, name: str) -> Any:
         """``group[name]`` (``name`` may have several '/'-separated parts), or None when it does not exist;
@@ -104,6 +106,7 @@ class H5Reader:
         return self.read(dataset, path)
 
     def read(self, dataset: Any, path: str) -> np.ndarray:
+        where, label = str(self.file), f"weight '{path}'{self._inside()}"
         if dataset.is_virtual:
             raise self._refuse(f"weight '{path}' is a virtual dataset (its data is mapped from other datasets or "
                                "files)")
@@ -114,17 +117,16 @@ class H5Reader:
         for index in range(plist.get_nfilters()):
             code = plist.get_filter(index)[0]
             if code not in _BUILTIN_FILTERS:
-                raise PegasusError(f"weight '{path}' is stored with HDF5 filter {code}, which is not one of "
-                                   "HDF5's built-in filters", where=str(self.file))
+                raise PegasusError(f"{label} is stored with HDF5 filter {code}, which is not one of HDF5's built-in "
+                                   "filters", where=where)
         dtype = dataset.dtype
         if dtype.kind not in _NUMERIC or dtype.fields is not None or dtype.subdtype is not None:
-            raise PegasusError(f"weight '{path}' has type {dtype}, not numbers", where=str(self.file))
+            raise PegasusError(f"{label} has type {dtype}, not numbers", where=where)
         shape = dataset.shape if dataset.shape is not None else ()
-        where = str(self.file)
-        nbytes = check_tensor(shape, dtype.itemsize, f"weight '{path}'", where)
+        nbytes = check_tensor(shape, dtype.itemsize, label, where)
         allowed = self.size + max_tensor_bytes()
         if self.read_bytes + nbytes > allowed:
-            raise PegasusError(f"weight '{path}' of shape {list(shape)} brings the weights read to "
+            raise PegasusError(f"{label} of shape {list(shape)} brings the weights read to "
                                f"{self.read_bytes + nbytes:,} bytes, more than a {self.size:,}-byte file holds "
                                f"(plus {max_tensor_bytes():,} bytes for compressed data): a compressed, unwritten "
                                "or repeated dataset", where=where)
