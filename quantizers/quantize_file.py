@@ -75,7 +75,7 @@ def _line(node: Any, key: Any = None) -> str:
 #: what a table's numbers may be: beyond these no integer grid or float32 value makes sense, and the integer
 #: arithmetic's multipliers and shifts (2**-fl, scale ratios) stay finite
 MAX_FL = 100
-SCALE_RANGE = (1e-30, 1e30)
+SCALE_RANGE = (1e-38, 1e30)  # 1e-38: about float32's smallest normal; older tables hold 8e-33
 MAX_RANGE_VALUE = 1e30
 MAX_AXIS = 64
 ZERO_POINT_RANGES = {qtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
@@ -131,7 +131,7 @@ def _entry_from_yaml(name: str, entry: Any, where: str) -> TensorQuant:
     q = TensorQuant(qtype=qtype, dtype=dtype, method=str(entry.get("method", "layer")),
                     min_value=numbers("min_value", float, -MAX_RANGE_VALUE, MAX_RANGE_VALUE, ranges),
                     max_value=numbers("max_value", float, -MAX_RANGE_VALUE, MAX_RANGE_VALUE, ranges),
-                    scale=numbers("scale", float, *SCALE_RANGE, "a list of numbers in [1e-30, 1e30]"),
+                    scale=numbers("scale", float, *SCALE_RANGE, "a list of numbers in [1e-38, 1e30]"),
                     zero_point=numbers("zero_point", int, zero_low, zero_high,
                                        f"a list of integers in [{zero_low}, {zero_high}] ({qtype})"),
                     fl=integer("fl", -MAX_FL, MAX_FL, f"an integer in [-{MAX_FL}, {MAX_FL}]"),
