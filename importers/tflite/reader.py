@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from pegasus.errors import PegasusError
-from pegasus.fileio import require_file
+from pegasus.fileio import read_model_input
 from pegasus.importers.common.converters import SourceNode
+from pegasus.limits import check_tensor, element_count
 
 try:
     import tflite
@@ -217,12 +218,14 @@ def _tensor(model, sg, index: int, buf: bytes, path: Path) -> TfliteTensor:
     sparsity = t.Sparsity()
     tensor = TfliteTensor(index, name, shape, signature, dtype, is_variable=bool(t.IsVariable()),
                           sparsity=None if sparsity is None else _sparsity(sparsity))
+    itemsize = np.dtype(dtype).itemsize
+    element_count(shape, f"tensor '{name}'", str(path))   # integers, none negative
     raw = _buffer_bytes(model, t.Buffer(), buf, path)
+    if raw is not None or tensor.is_variable:  # what the import allocates (sparse ones: dense) held to the budget
+        nbytes = check_tensor(shape, itemsize, f"tensor '{name}'", str(path))
     if raw is not None:
-        itemsize = np.dtype(dtype).itemsize
-        count = len(raw) // itemsize if tensor.sparse else int(np.prod(shape, dtype=np.int64))
-        if len(raw) != count * itemsize:
-            raise PegasusError(f"tensor '{name}' {list(shape)} {dtype} needs {count * itemsize} bytes, its buffer "
+        if tensor.sparse and len(raw) % itemsize or not tensor.sparse and len(raw) != nbytes:
+            raise PegasusError(f"tensor '{name}' {list(shape)} {dtype} needs {nbytes} bytes, its buffer "
                                f"holds {len(raw)}", where=str(path))
         values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
         tensor.data = values if tensor.sparse else values.reshape(shape)  # sparse: densified at import
@@ -232,7 +235,35 @@ def _tensor(model, sg, index: int, buf: bytes, path: Path) -> TfliteTensor:
         tensor.zero_point = (q.ZeroPointAsNumpy().astype(np.int64) if q.ZeroPointLength()
                              else np.zeros(tensor.scale.size, np.int64))
         tensor.axis = int(q.QuantizedDimension())
+        _check_quantization(tensor, path)
     return tensor
+
+
+def _check_quantization(tensor: TfliteTensor, path: Path) -> None:
+    """Scales positive and finite (a NaN or zero scale has no meaning and breaks every later step), one scale
+    per channel of ``quantized_dimension`` (an axis of the tensor) or one for all, zero points as many and
+    within the tensor's integer type."""
+    what = f"tensor '{tensor.name}'"
+    scale, zero = tensor.scale, tensor.zero_point
+    bad = [float(s) for s in scale if not (np.isfinite(s) and s >= np.finfo(np.float32).tiny)]
+    if bad:
+        raise PegasusError(f"{what} has quantization scale {bad[0]}, which is not a positive finite number",
+                           where=str(path))
+    if scale.size > 1:
+        rank = len(tensor.shape)
+        if not 0 <= tensor.axis < rank:
+            raise PegasusError(f"{what} {list(tensor.shape)}: quantized_dimension {tensor.axis} is not an axis of "
+                               "the tensor", where=str(path))
+        if tensor.shape[tensor.axis] != scale.size:
+            raise PegasusError(f"{what} {list(tensor.shape)}: {scale.size} per-channel scales for "
+                               f"{tensor.shape[tensor.axis]} channels (axis {tensor.axis})", where=str(path))
+    if zero.size not in (1, scale.size):
+        raise PegasusError(f"{what}: {zero.size} zero points for {scale.size} scales", where=str(path))
+    if np.dtype(tensor.dtype).kind in "iu":
+        info = np.iinfo(tensor.dtype)
+        outside = [int(z) for z in zero if not info.min <= z <= info.max]
+        if outside:
+            raise PegasusError(f"{what}: zero point {outside[0]} lies outside {tensor.dtype}", where=str(path))
 
 
 def _operator_name(model, op) -> tuple[str, str]:
@@ -261,8 +292,8 @@ def read_tflite(path: str | Path, subgraph: int = 0) -> TfliteSubgraph:
     """Parse ``path`` and return subgraph ``subgraph`` with its tensors and operators."""
     if tflite is None:
         raise PegasusError("importing TFLite models needs the 'tflite' package: pip install 'pegasus-nn[tflite]'")
-    path = require_file(path, "TFLite model")
-    buf = path.read_bytes()
+    path = Path(path)
+    buf = read_model_input(path, "TFLite model")
     _check_bytes(buf, path)
     try:
         model = tflite.Model.GetRootAsModel(buf, 0)

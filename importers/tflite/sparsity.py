@@ -12,6 +12,7 @@ directly by an op (a sparse FULLY_CONNECTED) is dense as well.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,7 +49,11 @@ def densify(name: str, values: np.ndarray, shape: Sequence[int], sparsity: Spars
             raise ValueError(f"{len(order)} traversal dimensions and {len(dims)} dimension metadata for a "
                              f"rank-{rank} tensor with {len(sparsity.block_map)} block dimension(s)")
         prev, columns = np.zeros(1, np.int64), []
+        total = math.prod(shape)  # a valid walk never reaches more positions than the dense tensor has elements
         for level, meta in enumerate(dims):
+            if meta.format == "DENSE" and not 0 <= len(prev) * meta.dense_size <= total:
+                raise ValueError(f"traversal dimension {level} has dense_size {meta.dense_size}, which walks more "
+                                 f"positions than the tensor's {total} elements")
             if meta.format == "DENSE":
                 prev, columns = _expand_dense(prev, columns, meta.dense_size)
             elif meta.format == "SPARSE_CSR" and meta.array_segments is not None and meta.array_indices is not None:

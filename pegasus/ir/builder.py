@@ -5,9 +5,9 @@ inferred at once, and when all its inputs are constants the node is evaluated wi
 kernel and replaced by its result. That is what makes shape chains (Shape → Gather → Concat →
 Reshape) collapse during import, so converters can ask for a parameter with ``constant()``.
 
-Every type a shape rule gives (and every graph input) is held to the tensor budget of ``pegasus.limits``
-before anything is computed: a tiny file may declare a ConstantOfShape, Expand, Tile or Pad whose result
-would take the machine's memory, and folding must refuse it, not allocate it.
+Every result folding is about to compute is held to the tensor budget of ``pegasus.limits`` first (its
+type comes from the shape rule, which allocates nothing): a tiny file may declare a ConstantOfShape, Expand,
+Tile or Pad whose result would take the machine's memory, and folding must refuse it, not allocate it.
 
 Layer and tensor names are separate namespaces: a layer may be called like any tensor. A tensor the
 builder named itself (an extra output, a constant) steps aside when a later layer's output is given
@@ -29,17 +29,19 @@ from pegasus.ops.registry import OpDef, ShapeError, get_op, make_attrs
 
 
 def infer_node(opdef: type[OpDef], attrs: Any, types: Sequence[TensorType | None], node: str) -> list[TensorType]:
-    """Run an op's shape rule, turning a mismatch into a user-facing shape-conflict error, and refuse an output
-    larger than the tensor budget (before any kernel could allocate it)."""
+    """Run an op's shape rule, turning a mismatch into a user-facing shape-conflict error."""
     try:
-        out_types = opdef.infer(attrs, types)
+        return opdef.infer(attrs, types)
     except (ShapeError, ValueError, IndexError, OverflowError) as exc:
         shapes = ", ".join("-" if t is None else str(t) for t in types)
         raise PegasusError(f"shape conflict at layer '{node}' ({opdef.name}) with inputs ({shapes}): {exc}") from exc
-    for index, ttype in enumerate(out_types):
-        output = f" output {index}" if len(out_types) > 1 else ""
+
+
+def check_outputs(opdef: type[OpDef], types: Sequence[TensorType], node: str) -> None:
+    """Refuse, before the kernel runs, to compute outputs larger than the tensor budget."""
+    for index, ttype in enumerate(types):
+        output = f" output {index}" if len(types) > 1 else ""
         check_tensor(ttype.shape, ttype.dtype.itemsize, f"layer '{node}' ({opdef.name}){output}")
-    return out_types
 
 
 def evaluate(opdef: type[OpDef], attrs: Any, values: Sequence[np.ndarray | None], node: str = "") -> list[np.ndarray]:
@@ -56,14 +58,20 @@ def fold_arguments(graph: Graph, opdef: type[OpDef], inputs: Sequence[str]) -> l
     """The reference kernel's arguments when a layer can be evaluated at compile time, else None.
 
     Foldable: every present input is a constant, or the op reads only shapes (``needs_values`` False),
-    whose run-time inputs are then stood in for by arrays of the right shape and no memory (one element
-    broadcast: the shape of a huge input costs nothing).
+    whose run-time inputs are then stood in for by ``ShapeOnly`` (no memory: the shape of a huge input
+    costs nothing).
     """
     tensors = [graph.tensors[n] if n else None for n in inputs]
     if opdef.needs_values and not all(t.is_constant for t in tensors if t is not None):
         return None
-    return [None if t is None else t.data if t.is_constant else
-            np.broadcast_to(np.zeros((), t.type.dtype.numpy), t.type.shape) for t in tensors]
+    return [None if t is None else t.data if t.is_constant else ShapeOnly(t.type) for t in tensors]
+
+
+class ShapeOnly:
+    """What a shape-only kernel (``needs_values`` False) reads of a run-time input: shape, size, ndim, dtype."""
+
+    def __init__(self, ttype: TensorType):
+        self.shape, self.size, self.ndim, self.dtype = ttype.shape, ttype.size, ttype.rank, ttype.dtype.numpy
 
 
 class GraphBuilder:
@@ -76,7 +84,6 @@ class GraphBuilder:
 
     # ---- tensors -------------------------------------------------------------------------------
     def add_input(self, name: str, ttype: TensorType) -> None:
-        check_tensor(ttype.shape, ttype.dtype.itemsize, f"input '{name}'")
         self.graph.tensors[name] = Tensor(name, ttype)
         self.graph.inputs.append(name)
 
@@ -143,6 +150,7 @@ class GraphBuilder:
                                f"{len(outputs)} requested")
         values = fold_arguments(self.graph, opdef, inputs) if self.fold else None
         if values is not None:
+            check_outputs(opdef, out_types, node_name)
             for out, value in zip(outputs, evaluate(opdef, attrs, values, node_name)):
                 if out:
                     self.set_constant(out, value)

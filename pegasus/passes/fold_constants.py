@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pegasus.ir.builder import evaluate, fold_arguments
+from pegasus.ir.builder import check_outputs, evaluate, fold_arguments
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import Tensor
-from pegasus.limits import check_tensor
 from pegasus.ops.registry import get_op
 
 
@@ -23,10 +22,7 @@ def fold_constants(graph: Graph) -> bool:
         args = fold_arguments(graph, opdef, node.inputs)
         if args is None:
             continue
-        for out in node.outputs:
-            if out:
-                ttype = graph.type_of(out)
-                check_tensor(ttype.shape, ttype.dtype.itemsize, f"layer '{node.name}' ({node.op}) output '{out}'")
+        check_outputs(opdef, [graph.type_of(out) for out in node.outputs if out], node.name)
         for out, value in zip(node.outputs, evaluate(opdef, node.attrs, args, node.name)):
             if out:
                 value = np.asarray(value).astype(graph.type_of(out).dtype.numpy, copy=False)

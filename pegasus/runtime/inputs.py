@@ -8,10 +8,12 @@ samples cheaply (image headers, tensor sizes) so ``generate inputmeta`` can vet 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
+from pegasus import limits
 from pegasus.errors import PegasusError
 from pegasus.fileio import require_file
 from pegasus.ir.tensor import TensorType
@@ -21,18 +23,31 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
 TENSOR_SUFFIXES = {".npy", ".pb", ".tensor", ".txt"}
 
 
+def read_npy(path: Path) -> np.ndarray:
+    """A .npy file, its header's shape held to the tensor budget and to the bytes in the file before NumPy
+    allocates the array; never unpickled (model inputs are data)."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(handle)
+        size = os.fstat(handle.fileno()).st_size - handle.tell()
+    if dtype.hasobject:
+        raise PegasusError("holds Python objects, not numbers", where=str(path))
+    nbytes = limits.check_tensor(shape, dtype.itemsize, "sample", str(path))
+    limits.check_present(nbytes, size, "sample", str(path))
+    return np.load(path, allow_pickle=False)
+
+
 def read_tensor_file(path: Path) -> np.ndarray:
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            return np.load(path, allow_pickle=False)  # model inputs are data: never unpickle
-        if suffix == ".pb":
-            import onnx
-            from onnx import numpy_helper
+            return read_npy(path)
+        if suffix == ".pb":  # an ONNX TensorProto; its external data only from inside the sample's folder
+            from pegasus.importers.onnx.tensor_data import read_tensor_file as read_tensor_proto
 
-            proto = onnx.TensorProto()
-            proto.ParseFromString(path.read_bytes())
-            return numpy_helper.to_array(proto)
+            return read_tensor_proto(path, path.read_bytes())
         return np.loadtxt(path, dtype=np.float64, ndmin=1)
     except PegasusError:
         raise

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from pegasus.errors import PegasusError
+from pegasus.ir.builder import check_outputs
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.registry import get_op
 
@@ -51,6 +52,7 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, on_layer: LayerHook | 
     for node in graph.nodes:
         opdef = get_op(node.op)
         args = [env[name] if name else None for name in node.inputs]
+        check_outputs(opdef, [graph.type_of(out) for out in node.outputs if out], node.name)  # before allocating
         results = opdef.reference(node.attrs, args)
         results = [np.asarray(r) for r in results]
         for out, value in zip(node.outputs, results):

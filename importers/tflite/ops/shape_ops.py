@@ -17,6 +17,7 @@ from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
 from pegasus.importers.common.slicing import emit_index, emit_unpack, strided_index
 from pegasus.importers.tflite.context import TfliteContext, converter
+from pegasus.limits import check_tensor
 from pegasus.ops.shape_ops import resolve_reshape, resolve_squeeze_axes, resolve_unsqueeze_axes
 
 _INT_TYPES = {2: "int32", 4: "int64"}   # SHAPE's out_type (TensorType enum)
@@ -109,4 +110,5 @@ def fill(ctx: TfliteContext, node: SourceNode) -> None:
     value = ctx.constant(node, 1, "value")
     if dims is None or value is None or value.size != 1 or min(dims, default=0) < 0:
         raise PegasusError(f"{node.describe()}: dims {dims} and value {value} are not a shape and a scalar")
+    check_tensor(dims, value.dtype.itemsize, node.describe())  # before np.full allocates it
     ctx.builder.set_constant(node.outputs[0], np.full(dims, value.reshape(()), dtype=value.dtype))
