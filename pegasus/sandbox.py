@@ -119,12 +119,13 @@ def _system_dirs() -> list[str]:
 
 def sandbox_argv(command: Sequence[str], *, read_only: Iterable[str | Path] = (), writable: Iterable[str | Path] = (),
                  env: dict[str, str] | None = None, scratch_bytes: int = 64 * 2**20, chdir: str = SCRATCH,
-                 system: bool = True, what: str = "this program") -> list[str]:
+                 system: bool = True, what: str = "this program", binds: Sequence[str] = ()) -> list[str]:
     """The bwrap command line running ``command`` isolated: ``read_only`` paths bound read-only at the same
     place, ``writable`` ones read-write, a private tmpfs at /scratch (the cwd unless ``chdir``), /proc, a
     minimal /dev, the root read-only, nothing else of the host (``system``: all of /usr too; else only what
-    ``read_only`` names, e.g. /usr/lib without /usr/bin: no shell). /lib, /bin... are the host's links."""
-    argv = [find_bwrap(what), *_isolation(), "--clearenv"]
+    ``read_only`` names, e.g. /usr/lib without /usr/bin: no shell). /lib, /bin... are the host's links.
+    ``binds``: more bwrap mount arguments (``--ro-bind-fd FD DEST``)."""
+    argv = [find_bwrap(what), *_isolation(), "--clearenv", *binds]
     if system:
         argv += ["--ro-bind", "/usr", "/usr"]
     argv += _system_dirs()
@@ -144,12 +145,19 @@ def rlimits(bounds: Limits):
     """A preexec function setting ``bounds`` as hard limits (inherited by bwrap and everything it starts)."""
     address_space = bounds.address_space()
 
+    def lower(which: int, soft: int, hard: int) -> None:
+        """Lower a limit (never above the one this process already has: raising it would fail)."""
+        _, current = resource.getrlimit(which)
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        resource.setrlimit(which, (soft, hard))
+
     def apply() -> None:
         for which, value in ((resource.RLIMIT_AS, address_space), (resource.RLIMIT_FSIZE, bounds.file_bytes),
                              (resource.RLIMIT_NOFILE, bounds.open_files), (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(which, (value, value))
+            lower(which, value, value)
         # SIGXCPU at the soft limit (reported as such), SIGKILL a few seconds later if it is caught
-        resource.setrlimit(resource.RLIMIT_CPU, (bounds.cpu_seconds, bounds.cpu_seconds + 5))
+        lower(resource.RLIMIT_CPU, bounds.cpu_seconds, bounds.cpu_seconds + 5)
     return apply
 
 
@@ -191,8 +199,7 @@ def run_sandboxed(module: str, function: str, model_path: str | Path, args: Sequ
         child = [sys.executable, "-I", "-B", "-c", "from pegasus.sandbox import child_main; child_main()",
                  module, function, MODEL_PATH, json.dumps(list(args)), json.dumps(extra)]
         argv = sandbox_argv(child, read_only=[*_python_paths(), *extra], env=env, scratch_bytes=bounds.scratch_bytes,
-                            what=what)
-        argv[argv.index("--clearenv"):argv.index("--clearenv")] = ["--ro-bind-fd", str(fd), MODEL_PATH]
+                            what=what, binds=["--ro-bind-fd", str(fd), MODEL_PATH])
         out, err, code, stopped = _communicate(argv, bounds, pass_fds=(fd,))
     finally:
         os.close(fd)

@@ -147,6 +147,14 @@ def test_refuses_without_bwrap(model, monkeypatch):
     _one_line(caught.value, "apt-get install bubblewrap")
 
 
+def test_refuses_when_bwrap_cannot_create_a_sandbox(model, monkeypatch):
+    monkeypatch.setattr(sandbox, "_WORKING", set())
+    monkeypatch.setattr(sandbox, "_isolation", lambda: ["--unshare-all", "--no-such-option"])
+    with pytest.raises(PegasusError) as caught:
+        _run(model, "noisy")
+    _one_line(caught.value, "bubblewrap cannot create one here")
+
+
 def test_symlink_and_fifo_models_are_refused(model, tmp_path):
     link = tmp_path / "link.bin"
     link.symlink_to(model)
