@@ -1,7 +1,8 @@
 """Import a PyTorch model into the pegasus IR.
 
-Steps: classify the file and run the guard (archive.py: a pickle, an empty or truncated file is refused
-in one line, nothing in it run); read it with its front end (torchscript.py, exported.py) into a
+Steps: classify the file (archive.py: a pickle, an empty or truncated file is refused in one line, nothing
+in it run; a .pt2 is then read entirely as data, never by torch's loaders); read it with its front end
+(torchscript.py, exported.py) into a
 SourceGraph; fix each input's static shape (TorchScript keeps none, so ``--input-size-list`` is required;
 a .pt2 carries its shapes, a symbolic batch becomes 1 with a note and other symbolic dims take
 ``--input-size-list``); list every unsupported op in one error; convert node by node through the converter
