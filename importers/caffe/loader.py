@@ -13,7 +13,8 @@ the import passes (BatchNorm + Scale fold into the convolution before them).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pegasus.errors import PegasusError
@@ -91,6 +92,18 @@ def cut_post_processing(nodes: list[SourceNode]) -> tuple[list[SourceNode], list
     return kept, cut, outputs
 
 
+@contextmanager
+def errors_named(where: str) -> Iterator[None]:
+    """Errors raised inside without a file (a converter's, the IR builder's budget check) name ``where``."""
+    try:
+        yield
+    except PegasusError as exc:
+        if exc.where is None:
+            exc.where = where
+            exc.args = (f"{where}: {exc.message}",)
+        raise
+
+
 def import_caffe(model: str | Path, weights: str | Path | None = None, *, proto: str = "caffe",
                  name: str | None = None, optimize: bool = True,
                  note: Callable[[str], None] | None = None) -> Graph:
@@ -112,10 +125,11 @@ def import_caffe(model: str | Path, weights: str | Path | None = None, *, proto:
 
     graph = Graph(name or net.message.name or Path(model).stem)
     builder = GraphBuilder(graph)
-    for input_name, shape in inputs:
-        builder.add_input(input_name, TensorType(shape, DType.FLOAT32))
     ctx = CaffeContext(builder, blobs, str(weights if weights is not None else net.path))
-    convert_nodes(TABLE, ctx, kept)
+    with errors_named(where):
+        for input_name, shape in inputs:
+            builder.add_input(input_name, TensorType(shape, DType.FLOAT32))
+        convert_nodes(TABLE, ctx, kept)
     graph.outputs = outputs
     if note and cut:
         listed = ", ".join(f"{node.op_type} {node.name}" for node in cut)

@@ -14,7 +14,8 @@ anchors and NMS of the head to them after inference.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pegasus.errors import PegasusError
@@ -93,6 +94,18 @@ def _input_shape(net: Section) -> tuple[int, int, int, int]:
     return (1, net.int("channels", minimum=1), net.int("height", minimum=1), net.int("width", minimum=1))
 
 
+@contextmanager
+def errors_named(where: str) -> Iterator[None]:
+    """Errors raised inside without a file (a converter's, the IR builder's budget check) name ``where``."""
+    try:
+        yield
+    except PegasusError as exc:
+        if exc.where is None:
+            exc.where = where
+            exc.args = (f"{where}: {exc.message}",)
+        raise
+
+
 def import_darknet(cfg: str | Path, weights: str | Path, *, name: str | None = None, optimize: bool = True,
                    note: Callable[[str], None] | None = None) -> Graph:
     """Convert a Darknet cfg + weights to a verified pegasus Graph. ``note`` receives one-line remarks (floats
@@ -106,8 +119,9 @@ def import_darknet(cfg: str | Path, weights: str | Path, *, name: str | None = N
 
     graph = Graph(name or Path(cfg).stem)
     builder = GraphBuilder(graph)
-    builder.add_input(INPUT, TensorType(shape, DType.FLOAT32))
-    convert_nodes(TABLE, DarknetContext(builder, weights_file), nodes)
+    with errors_named(str(cfg)):
+        builder.add_input(INPUT, TensorType(shape, DType.FLOAT32))
+        convert_nodes(TABLE, DarknetContext(builder, weights_file), nodes)
     left = weights_file.check_complete()
     if left and note:
         note(f"warning: {Path(weights).name} holds {left:,} floats more than {Path(cfg).name} reads (is it the "
