@@ -22,19 +22,17 @@ graph computes first.
 from __future__ import annotations
 
 import dataclasses
-import pickle
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from pegasus.errors import PegasusError
-from pegasus.fileio import require_file
 from pegasus.importers.common.converters import SourceNode, convert_node
 from pegasus.importers.tensorflow import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.tensorflow.context import TABLE, TfContext
 from pegasus.importers.tensorflow.control_flow import Deadness, known_values
+from pegasus.importers.tensorflow.predef import load_predef  # noqa: F401  (the CLI and tests find it here)
 from pegasus.importers.tensorflow.reader import TfModel, read_tensorflow
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
@@ -149,51 +147,6 @@ def _input_type(model: TfModel, name: str, tensor: str, given: Sequence[int] | N
     return TensorType(tuple(dims), dtype)
 
 
-# ---- --predef-file --------------------------------------------------------------------------------------
-class _ArraysOnly(pickle.Unpickler):
-    """Unpickles the ``map`` entry of a predef file (a dict of names in a 0-d object array) and nothing that
-    could run code: only NumPy's array reconstruction and builtin containers are allowed."""
-
-    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                ("numpy", "ndarray"), ("numpy", "dtype"), ("builtins", "dict"), ("builtins", "list")}
-
-    def find_class(self, module, name):
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a predef file")
-        return super().find_class(module, name)
-
-
-def _read_npy(member) -> np.ndarray:
-    """One .npy member; an object array (the ``map`` entry) through ``_ArraysOnly``, never plain pickle."""
-    version = np.lib.format.read_magic(member)
-    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = header(member)
-    if dtype.hasobject:
-        return np.asarray(_ArraysOnly(member).load())
-    data = np.frombuffer(member.read(), dtype=dtype, count=int(np.prod(shape, dtype=np.int64)))
-    return data.reshape(shape, order="F" if fortran else "C")
-
-
-def load_predef(path: str | Path) -> dict[str, np.ndarray]:
-    """An .npz of values by name (Acuity's predef file); an entry ``map`` ({alias: name}) renames entries."""
-    path = require_file(path, "--predef-file")
-    values = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                with archive.open(member) as f:
-                    values[member[:-4] if member.endswith(".npy") else member] = _read_npy(f)
-    except (zipfile.BadZipFile, ValueError, OSError, pickle.UnpicklingError, EOFError) as exc:
-        raise PegasusError(f"--predef-file: not a NumPy .npz file ({exc})", where=str(path)) from None
-    aliases = values.pop("map", None)
-    if aliases is not None:
-        aliases = aliases.item() if aliases.dtype.hasobject else None
-        if not isinstance(aliases, dict):
-            raise PegasusError("--predef-file: its 'map' entry is not a dict {alias: name}", where=str(path))
-        values = {str(aliases.get(key, key)): value for key, value in values.items()}
-    return values
-
-
 # ---- nodes -------------------------------------------------------------------------------------------
 def needed_nodes(model: TfModel, outputs: Sequence[str], stop: set[str]) -> list[SourceNode]:
     """The nodes ``outputs`` depend on (not looking past ``stop`` and constants), each after its inputs."""
@@ -292,6 +245,10 @@ def import_tensorflow(model: str | Path | TfModel, *, inputs: Sequence[str] | No
         if values is not None and len(values) != len(ins):
             raise PegasusError(f"{flag} gives {len(values)} values for {len(ins)} input(s)")
     predef = {_tensor(model, key, "--predef-file", {}): value for key, value in (predef or {}).items()}
+    clash = [name for name, tensor in ins if tensor in predef]
+    if clash:
+        raise PegasusError(f"--predef-file gives a value for {', '.join(repr(n) for n in clash)}, which is also an "
+                           "input of the graph: leave it out of the predef file or out of --inputs")
 
     stop = {tensor for _, tensor in ins} | set(predef)
     value_of = known_values(model, predef, stop)

@@ -14,6 +14,12 @@ values. Inside a function a node's output is named ``node:output_arg:index``; it
 op's OpDef (TensorFlow's op registry: how many tensors each output argument holds, and their types), or from
 the called function's signature. Inlined nodes keep their names when those are free (``sequential/conv2d/
 Conv2D``), else they get the call's name as a prefix, as TensorFlow's own inliner does.
+
+Inlining is bounded: a function may call another twice, which calls another twice..., so 40 levels in an 8 KB
+file would inline 2^40 nodes. The nodes inlined in all are limited to a budget that grows with the file (every
+node of the file may be inlined many times over, as real models do, but not exponentially often) up to a fixed
+cap, and calls nest at most ``MAX_DEPTH`` deep; past either, one error names the function. Each inlined node
+costs a constant amount of work, so reading is linear in the size of the inlined graph.
 """
 
 from __future__ import annotations
@@ -26,20 +32,21 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.tensorflow.dtypes import dtype_name
+from pegasus.importers.tensorflow.tensors import decode_tensor
 
-#: TensorFlow DataType enum -> NumPy dtype name (or TensorFlow's name for types pegasus has no use for)
-DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
-          9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32", 14: "bfloat16", 15: "qint16",
-          16: "quint16", 17: "uint16", 18: "complex128", 19: "float16", 20: "resource", 21: "variant",
-          22: "uint32", 23: "uint64"}
+#: nodes inlined in all: a base plus this many per node in the file, at most MAX_INLINED
+INLINED_PER_FILE_NODE = 100
+INLINED_BASE = 100_000
+MAX_INLINED = 1_000_000
+#: outputs one node may declare (a Split's num_split...)
+MAX_OUTPUTS = 1 << 16
+#: calls nested deeper than this are refused
+MAX_DEPTH = 100
 #: ops that call a function named by their attribute ``f``
 CALL_OPS = ("StatefulPartitionedCall", "PartitionedCall")
 #: ops that call then_branch or else_branch on inputs 1.. as input 0 says
 IF_OPS = ("If", "StatelessIf")
-
-
-def dtype_name(enum: int) -> str:
-    return DTYPES.get(int(enum) % 100, f"type {enum}")   # 101.. are reference types (TF1 variables)
 
 
 def tensor_name(node: str, index: int) -> str:
@@ -49,7 +56,7 @@ def tensor_name(node: str, index: int) -> str:
 def graph_ref(ref: str) -> str:
     """A GraphDef input reference (``n``, ``n:0``, ``n:2``) as a tensor name."""
     node, _, index = ref.partition(":")
-    return tensor_name(node, int(index)) if index.isdigit() else ref
+    return tensor_name(node, int(index)) if index.isdecimal() else ref
 
 
 def shape_dims(shape) -> list[int | None] | None:
@@ -60,33 +67,34 @@ def shape_dims(shape) -> list[int | None] | None:
 
 
 _LIST_DECODERS = {
-    "s": lambda entry, api: entry.decode(errors="replace"),
-    "i": lambda entry, api: int(entry),
-    "f": lambda entry, api: float(entry),
-    "b": lambda entry, api: bool(entry),
-    "type": lambda entry, api: dtype_name(entry),
-    "shape": lambda entry, api: shape_dims(entry),
-    "tensor": lambda entry, api: api.make_ndarray(entry),
-    "func": lambda entry, api: entry.name,
+    "s": lambda entry, api, what: entry.decode(errors="replace"),
+    "i": lambda entry, api, what: int(entry),
+    "f": lambda entry, api, what: float(entry),
+    "b": lambda entry, api, what: bool(entry),
+    "type": lambda entry, api, what: dtype_name(entry),
+    "shape": lambda entry, api, what: shape_dims(entry),
+    "tensor": decode_tensor,              # its declared size checked before anything is allocated
+    "func": lambda entry, api, what: entry.name,
 }
 
 
-def decode_attr(value, api) -> Any:
-    """An AttrValue as a plain Python value (a list value as a list of them)."""
+def decode_attr(value, api, what: str = "attribute") -> Any:
+    """An AttrValue as a plain Python value (a list value as a list of them); ``what`` names it for errors."""
     kind = value.WhichOneof("value")
     if kind == "list":
         for name, decode in _LIST_DECODERS.items():
             entries = getattr(value.list, name)
             if len(entries):
-                return [decode(entry, api) for entry in entries]
+                return [decode(entry, api, what) for entry in entries]
         return []
     if kind in _LIST_DECODERS:
-        return _LIST_DECODERS[kind](getattr(value, kind), api)
+        return _LIST_DECODERS[kind](getattr(value, kind), api, what)
     return None      # a placeholder of a generic function: traced functions have none
 
 
-def decode_attrs(node_def, api) -> dict[str, Any]:
-    return {key: decode_attr(value, api) for key, value in node_def.attr.items()}
+def decode_attrs(node_def, api, where: str = "") -> dict[str, Any]:
+    node = f"node '{node_def.name}' ({node_def.op}{', ' + where if where else ''})"
+    return {key: decode_attr(value, api, f"{node}, attribute '{key}'") for key, value in node_def.attr.items()}
 
 
 @dataclass
@@ -114,44 +122,71 @@ class GraphReader:
     """Turns a GraphDef into a ``ReadGraph``; ``expand`` inlines the function calls a set of tensors needs (only
     those, in the order they are met, so the signature a user imports gets the clean names)."""
 
-    def __init__(self, api, library):
-        self.api = api
+    def __init__(self, api, library, where: str | None = None):
+        self.api, self.where = api, where
         self.functions = {f.signature.name: f for f in library.function}
         self.out = ReadGraph()
         self._taken: set[str] = set()
+        self._suffix: dict[str, int] = {}       # a taken name -> the next _k to try for it
         self._calls: dict[str, _Call] = {}      # call node name -> what it calls, until inlined
+        self._templates: dict[str, tuple] = {}
+        self._specs: dict[str, list] = {}       # op type or function -> its output arguments
+        self._file_nodes = sum(len(f.node_def) for f in library.function)
+        self._inlined = 0
+
+    @property
+    def budget(self) -> int:
+        """How many nodes inlining may add in all."""
+        return min(MAX_INLINED, INLINED_BASE + INLINED_PER_FILE_NODE * self._file_nodes)
 
     # ---- outputs of a node -----------------------------------------------------------------------
+    def _arg_specs(self, op: str) -> list[tuple[str, str, int, str, str]]:
+        """An op's (or a library function's) output arguments as plain tuples (name, type_list_attr, type,
+        type_attr, number_attr), read from the protobuf once per op type."""
+        if op not in self._specs:
+            if op in self.functions:
+                args = self.functions[op].signature.output_arg
+            else:
+                op_def = self.api.op_def(op)
+                args = op_def.output_arg if op_def is not None else []
+            self._specs[op] = [(a.name, a.type_list_attr, int(a.type), a.type_attr, a.number_attr) for a in args]
+        return self._specs[op]
+
     def _output_args(self, op: str, attrs: dict[str, Any]) -> list[tuple[str, list[str | None]]]:
         """(output argument name, the dtype of each tensor it holds) of a node, in order."""
         if op in self.functions:
-            return [(arg.name, [dtype_name(arg.type) if arg.type else attrs.get(arg.type_attr)])
-                    for arg in self.functions[op].signature.output_arg]
-        op_def = self.api.op_def(op)
-        if op_def is None:
-            return []
+            return [(name, [dtype_name(enum) if enum else attrs.get(type_attr)])
+                    for name, _, enum, type_attr, _ in self._arg_specs(op)]
         args = []
-        for arg in op_def.output_arg:
-            if arg.type_list_attr:
-                types = list(attrs.get(arg.type_list_attr) or [])
+        for name, type_list_attr, enum, type_attr, number_attr in self._arg_specs(op):
+            if type_list_attr:
+                types = attrs.get(type_list_attr)
+                types = list(types) if isinstance(types, list) else []
             else:
-                dtype = dtype_name(arg.type) if arg.type else attrs.get(arg.type_attr)
-                types = [dtype] * (int(attrs.get(arg.number_attr, 1)) if arg.number_attr else 1)
-            args.append((arg.name, types))
+                dtype = dtype_name(enum) if enum else attrs.get(type_attr)
+                count = attrs.get(number_attr, 1) if number_attr else 1
+                count = count if isinstance(count, int) else 1
+                if count > MAX_OUTPUTS:
+                    raise PegasusError(f"a {op} node declares {count} outputs ({number_attr}); pegasus reads at "
+                                       f"most {MAX_OUTPUTS}", where=self.where)
+                types = [dtype] * count
+            args.append((name, types))
         return args
 
     def _fresh(self, name: str, prefix: str) -> str:
         candidate = name if name not in self._taken else f"{prefix}/{name}"
-        base, k = candidate, 0
+        base, k = candidate, self._suffix.get(candidate, 0)
         while candidate in self._taken:
             k += 1
             candidate = f"{base}_{k}"
+        self._suffix[base] = k
         self._taken.add(candidate)
         return candidate
 
     # ---- nodes -------------------------------------------------------------------------------------
     def read_graph(self, graph_def) -> ReadGraph:
         self._taken.update(node.name for node in graph_def.node)
+        self._file_nodes += len(graph_def.node)
         for node_def in graph_def.node:
             inputs = [graph_ref(ref) for ref in node_def.input if not ref.startswith("^")]
             control = [ref[1:] for ref in node_def.input if ref.startswith("^")]
@@ -160,15 +195,23 @@ class GraphReader:
 
     def _add(self, op: str, attrs: dict[str, Any], name: str, inputs: list[str], control: list[str], where: str,
              chain: tuple[str, ...]) -> None:
+        if not all(inputs) or not all(control):
+            raise PegasusError(f"node '{name}' ({op}{', ' + where if where else ''}) has an empty input reference",
+                               where=self.where)
         if control:
             self.out.control[name] = control
         types = [t for _, ts in self._output_args(op, attrs) for t in ts]
         for index, dtype in enumerate(types):
             if dtype:
                 self.out.dtypes[tensor_name(name, index)] = dtype
-        for index, shape in enumerate(attrs.pop("_output_shapes", None) or []):
-            self.out.shapes[tensor_name(name, index)] = shape
+        if "_output_shapes" in attrs:      # kept as shapes, not as an attribute (attrs may be shared: no pop)
+            for index, shape in enumerate(attrs["_output_shapes"] or []):
+                self.out.shapes[tensor_name(name, index)] = shape
+            attrs = {key: value for key, value in attrs.items() if key != "_output_shapes"}
         if op == "Const":
+            if not isinstance(attrs.get("value"), np.ndarray):
+                raise PegasusError(f"Const node '{name}'{', ' + where if where else ''} has no tensor value",
+                                   where=self.where)
             self.out.constants[name] = attrs["value"]
             return
         function = attrs.get("f") if op in CALL_OPS else op if op in self.functions else None
@@ -181,6 +224,16 @@ class GraphReader:
         self.out.nodes.append(node)
         for output in node.outputs:
             self.out.producer[output] = node
+
+    def _template(self, function: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+        """A function's nodes by name, their decoded attributes and (filled as references need them) the flat
+        index where each output argument starts: worked out once per function, shared by every call of it."""
+        if function not in self._templates:
+            inner = {node_def.name: node_def for node_def in self.functions[function].node_def}
+            decoded = {name: decode_attrs(node_def, self.api, f"in function {function}")
+                       for name, node_def in inner.items()}
+            self._templates[function] = (inner, decoded, {})
+        return self._templates[function]
 
     def expand(self, tensors: Iterable[str], stop: Iterable[str] = (),
                value_of: Callable[[str], np.ndarray | None] | None = None) -> None:
@@ -222,22 +275,28 @@ class GraphReader:
             raise PegasusError(f"function '{function}' calls itself (through node '{node.name}')")
         fdef = self.functions[function]
         signature = fdef.signature
+        if len(call.chain) >= MAX_DEPTH:
+            raise PegasusError(f"function '{function}' is called {len(call.chain) + 1} calls deep; pegasus inlines "
+                               f"at most {MAX_DEPTH} nested calls", where=self.where)
+        self._inlined += len(fdef.node_def) + len(signature.output_arg)
+        if self._inlined > self.budget:
+            raise PegasusError(f"inlining function '{function}' ({len(call.chain) + 1} calls deep) takes the graph "
+                               f"past {self.budget} inlined nodes: its functions call each other too many times "
+                               "(nested calls multiply)", where=self.where)
         if len(args) != len(signature.input_arg):
             raise PegasusError(f"node '{node.name}' passes {len(args)} inputs to function '{function}', which "
                                f"takes {len(signature.input_arg)}")
         bound = {arg.name: tensor for arg, tensor in zip(signature.input_arg, args)}
-        inner = {node_def.name: node_def for node_def in fdef.node_def}
+        inner, decoded, offsets = self._template(function)
         renamed = {node_name: self._fresh(node_name, node.name) for node_name in inner}
-        decoded = {node_name: decode_attrs(node_def, self.api) for node_name, node_def in inner.items()}
-        offsets: dict[str, dict[str, int]] = {}
 
         def resolve(ref: str) -> str:
             name, _, rest = ref.partition(":")
             if not rest:
                 return bound[name] if name in bound else renamed.get(name, name)
             arg, _, index = rest.rpartition(":")
-            if name not in inner:
-                raise PegasusError(f"function '{function}' reads '{ref}', which it does not define")
+            if name not in inner or not index.isdecimal():
+                raise PegasusError(f"function '{function}' reads '{ref}', which it does not define", where=self.where)
             if name not in offsets:
                 start, offsets[name] = 0, {}
                 for arg_name, types in self._output_args(inner[name].op, decoded[name]):
@@ -251,6 +310,9 @@ class GraphReader:
             control = [renamed.get(ref[1:], ref[1:]) for ref in node_def.input if ref.startswith("^")]
             self._add(node_def.op, decoded[node_def.name], renamed[node_def.name], inputs, control, where, chain)
         for index, arg in enumerate(signature.output_arg):
+            if not fdef.ret.get(arg.name):
+                raise PegasusError(f"function '{function}' does not say which tensor its output '{arg.name}' is",
+                                   where=self.where)
             output = tensor_name(node.name, index)
             identity = SourceNode(f"{node.name}/output_{index}" if index else node.name, "Identity",
                                   [resolve(fdef.ret[arg.name])], [output], where=where)

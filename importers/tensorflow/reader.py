@@ -7,10 +7,11 @@ restored, so SavedModels written by older TensorFlow versions read even where ``
   the signature's output is a ``StatefulPartitionedCall`` of a function in the graph's library, inlined as
   data (nodes.py).
 - Variables (``VarHandleOp``, TF1's ``VariableV2``) take their values from the checkpoint (``variables/
-  variables`` of a SavedModel, the ``.meta`` file's prefix for a MetaGraph), read with TensorFlow's checkpoint
-  reader. Which checkpoint key holds which variable is read from the graph's own restore op (the saver_def's
-  ``restore_op_name``: a ``RestoreV2`` whose values are assigned to the variables, in a function for TF2 and
-  in the graph for TF1); a variable the restore op does not name is looked up by its own name.
+  variables`` of a SavedModel, the ``.meta`` file's prefix for a MetaGraph), read as data too (checkpoint.py),
+  never by TensorFlow's C++ reader. Which checkpoint key holds which variable is read from the graph's own
+  restore op (the saver_def's ``restore_op_name``: a ``RestoreV2`` whose values are assigned to the variables,
+  in a function for TF2 and in the graph for TF1); a variable the restore op does not name is looked up by its
+  own name.
 
 The result is a ``TfModel``: ``SourceNode``s in file order, constants, the dtypes (and TF1 shapes) known for
 tensors, and the signature's inputs and outputs as (key, tensor name) pairs.
@@ -20,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from pegasus.errors import PegasusError
-from pegasus.fileio import require_file
+from pegasus.fileio import read_model_input, require_file
 from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.tensorflow.checkpoint import Checkpoint
 from pegasus.importers.tensorflow.nodes import GraphReader, ReadGraph, graph_ref
 from pegasus.importers.tensorflow.tfapi import tensorflow
 
@@ -46,7 +47,7 @@ class TfModel:
     graph: GraphReader
     inputs: list[tuple[str, str]] = field(default_factory=list)    # the signature's (key, tensor)
     outputs: list[tuple[str, str]] = field(default_factory=list)
-    checkpoint: Any = None
+    checkpoint: Checkpoint | None = None
     restore_op: str = ""                         # the saver's restore op (a tensor name)
     _keys: dict[str, str] | None = None          # variable tensor -> checkpoint key, worked out when first needed
 
@@ -120,7 +121,7 @@ def _parse(message_class, data: bytes, path: Path, what: str):
             api.text_format.Parse(data.decode(), message)
         else:
             message.ParseFromString(data)
-    except (api.DecodeError, api.text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+    except (api.DecodeError, api.text_format.ParseError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PegasusError(f"not a TensorFlow {what}{_other_format(data)}: {detail}", where=str(path)) from None
     return message
@@ -135,7 +136,15 @@ def _check_graph(graph_def, path: Path, what: str, data: bytes) -> None:
 
 def read_tensorflow(path: str | Path, signature: str | None = None) -> TfModel:
     """Read a frozen graph file, a SavedModel folder (or its saved_model.pb) or a TF1 ``.meta`` file."""
-    path = Path(path)
+    try:
+        return _read(Path(path), signature)
+    except PegasusError as exc:
+        if exc.where is None and type(exc) is PegasusError:     # a node's problem: say which file it is in
+            raise PegasusError(exc.message, where=str(path)) from None
+        raise
+
+
+def _read(path: Path, signature: str | None) -> TfModel:
     if path.is_dir() or path.name in ("saved_model.pb", "saved_model.pbtxt"):
         return _read_saved_model(path if path.is_dir() else path.parent, signature)
     path = require_file(path, "TensorFlow model")
@@ -151,7 +160,7 @@ def read_tensorflow(path: str | Path, signature: str | None = None) -> TfModel:
         return _from_meta_graph(meta, path.stem, "MetaGraph", path.with_suffix(""), signature, path)
     graph_def = _parse(api.GraphDef, data, path, "GraphDef (frozen .pb)")
     _check_graph(graph_def, path, "GraphDef (frozen .pb)", data)
-    reader = GraphReader(api, graph_def.library)
+    reader = GraphReader(api, graph_def.library, str(path))
     reader.read_graph(graph_def)
     return TfModel(path.stem, "frozen graph", reader)
 
@@ -162,7 +171,7 @@ def _read_saved_model(folder: Path, signature: str | None) -> TfModel:
     found = next((f for f in files if f.is_file()), None)
     if found is None:
         raise PegasusError("not a SavedModel folder: it has no saved_model.pb", where=str(folder))
-    data = found.read_bytes()
+    data = read_model_input(found, "SavedModel file")
     saved = _parse(api.SavedModel, data, found, "SavedModel")
     if not saved.meta_graphs:
         raise PegasusError(f"not a TensorFlow SavedModel{_other_format(data)}: it has no MetaGraphDef",
@@ -178,12 +187,12 @@ def _read_saved_model(folder: Path, signature: str | None) -> TfModel:
 
 def _from_meta_graph(meta, name: str, kind: str, checkpoint: Path, signature: str | None, where: Path) -> TfModel:
     api = tensorflow()
-    reader = GraphReader(api, meta.graph_def.library)
+    reader = GraphReader(api, meta.graph_def.library, str(where))
     read = reader.read_graph(meta.graph_def)
     model = TfModel(name, kind, reader, restore_op=graph_ref(meta.saver_def.restore_op_name))
     _signature(model, meta, signature, where)
     if any(n.op_type in VARIABLE_OPS for n in read.nodes):
-        model.checkpoint = _checkpoint(api, checkpoint, where)
+        model.checkpoint = _checkpoint(api, checkpoint, where, kind == "SavedModel")
     return model
 
 
@@ -209,16 +218,17 @@ def _signature(model: TfModel, meta, wanted: str | None, where: Path) -> None:
 
 
 # ---- variables -----------------------------------------------------------------------------------------
-def _checkpoint(api, prefix: Path, where: Path):
-    if not Path(f"{prefix}.index").is_file():
+def _checkpoint(api, prefix: Path, where: Path, inside: bool) -> Checkpoint:
+    """The checkpoint at ``prefix``; ``inside``: a SavedModel's, whose variables folder may not be a link."""
+    if not Path(f"{prefix}.index").exists() and not Path(f"{prefix}.index").is_symlink():
         raise PegasusError(f"the graph has variables but their checkpoint {prefix}.index is missing", where=str(where))
-    try:
-        return api.checkpoint_reader(str(prefix))
-    except Exception as exc:   # TensorFlow raises its own error types (DataLossError...) on damaged files
-        raise PegasusError(f"cannot read checkpoint {prefix}: {str(exc).splitlines()[0]}", where=str(where)) from None
+    if inside and prefix.parent.is_symlink():
+        raise PegasusError(f"the checkpoint folder {prefix.parent} is a symbolic link; pegasus reads checkpoints "
+                           "only from the model's own folder", where=str(where))
+    return Checkpoint(api, prefix)
 
 
-def _variable_keys(read: ReadGraph, checkpoint) -> dict[str, str]:
+def _variable_keys(read: ReadGraph, checkpoint: Checkpoint) -> dict[str, str]:
     """Variable tensor -> checkpoint key, from the restore ops' assignments, else the variable's own name."""
     producer = read.producer
 
@@ -228,7 +238,7 @@ def _variable_keys(read: ReadGraph, checkpoint) -> dict[str, str]:
         return tensor
 
     keys: dict[str, str] = {}
-    stored = set(checkpoint.get_variable_to_shape_map())
+    stored = checkpoint.keys()
     for node in read.nodes:
         if node.op_type not in ("Assign", "AssignVariableOp") or len(node.inputs) < 2:
             continue

@@ -1,6 +1,8 @@
 """The pieces of TensorFlow the reader uses, imported on first use: the protobuf classes (GraphDef, SavedModel,
-MetaGraphDef, TrackableObjectGraph), ``MakeNdarray`` (TensorProto -> NumPy), the op registry's OpDefs (how many
-outputs a node has and of which types) and the checkpoint reader. Nothing here runs a model's graph.
+MetaGraphDef, TrackableObjectGraph, the checkpoint index's BundleHeaderProto/BundleEntryProto), ``MakeNdarray``
+(TensorProto -> NumPy, called only after tensors.py has checked the declared size) and the op registry's OpDefs
+(how many outputs a node has and of which types). Nothing here runs a model's graph, and no TensorFlow C++ reader
+sees model bytes: checkpoints are read by checkpoint.py.
 
 TensorFlow is an optional extra (``pip install 'pegasus-nn[tensorflow]'``); its import prints C++ start-up lines
 on stderr (CUDA stubs, absl), which would break pegasus's one-line errors, so file descriptor 2 is pointed at
@@ -38,9 +40,13 @@ def tensorflow() -> SimpleNamespace:
     try:
         with _quiet_stderr():
             from tensorflow.core.framework import graph_pb2
-            from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2, trackable_object_graph_pb2
+            from tensorflow.core.protobuf import (
+                meta_graph_pb2,
+                saved_model_pb2,
+                tensor_bundle_pb2,
+                trackable_object_graph_pb2,
+            )
             from tensorflow.python.framework import op_def_registry, tensor_util
-            from tensorflow.python.training import py_checkpoint_reader
     except ImportError as exc:
         raise PegasusError(f"importing TensorFlow models needs TensorFlow ({exc}): "
                            "pip install 'pegasus-nn[tensorflow]'") from None
@@ -50,5 +56,6 @@ def tensorflow() -> SimpleNamespace:
                            SavedModel=saved_model_pb2.SavedModel,
                            TrackableObjectGraph=trackable_object_graph_pb2.TrackableObjectGraph,
                            make_ndarray=tensor_util.MakeNdarray, op_def=op_def_registry.get,
-                           checkpoint_reader=py_checkpoint_reader.NewCheckpointReader,
+                           BundleHeaderProto=tensor_bundle_pb2.BundleHeaderProto,
+                           BundleEntryProto=tensor_bundle_pb2.BundleEntryProto,
                            DecodeError=message.DecodeError, text_format=text_format)

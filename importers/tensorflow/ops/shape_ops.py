@@ -5,7 +5,8 @@ GatherV2/Gather, ZerosLike/OnesLike and Range.
 Every input shape is static, so Shape, Size, Rank and the chains built on them (Shape -> StridedSlice -> Pack
 -> Reshape, the tf.function plumbing Keras leaves in a graph) fold to constants as they are converted;
 parameters passed as tensors (a Reshape's shape, a slice's bounds) must be constants. StridedSlice's masks
-are read once for every TF-family importer (importers/common/slicing.py).
+are read once for every TF-family importer (importers/common/slicing.py). A tensor folded here (Fill, ZerosLike,
+Range) is checked against the size budget (pegasus.limits) before it is allocated.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pegasus.importers.common.converters import SourceNode
 from pegasus.importers.common.slicing import emit_index, emit_split, emit_unpack, strided_index
 from pegasus.importers.tensorflow.context import TfContext, converter
 from pegasus.ir.dtypes import DType
+from pegasus.limits import check_count, check_tensor
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.shape_ops import resolve_reshape, resolve_squeeze_axes, resolve_unsqueeze_axes
 
@@ -49,6 +51,7 @@ def rank(ctx: TfContext, node: SourceNode) -> None:
 def zeros_like(ctx: TfContext, node: SourceNode) -> None:
     ttype = ctx.type_of(node.inputs[0])
     fill = np.zeros if node.op_type == "ZerosLike" else np.ones
+    check_tensor(ttype.shape, ttype.dtype.numpy.itemsize, node.describe())
     ctx.builder.set_constant(node.outputs[0], fill(ttype.shape, ttype.dtype.numpy))
 
 
@@ -146,6 +149,7 @@ def fill(ctx: TfContext, node: SourceNode) -> None:
     dims = tuple(ctx.ints(node, 0, "dims"))
     value = ctx.value(node.inputs[1])
     if value is not None:
+        check_tensor(dims, value.dtype.itemsize, node.describe())
         ctx.builder.set_constant(node.outputs[0], np.full(dims, value.reshape(()), dtype=value.dtype))
         return
     ctx.emit("Expand", [node.inputs[1]], {"shape": dims}, node=node, outputs=node.outputs[:1])
@@ -170,5 +174,9 @@ def gather(ctx: TfContext, node: SourceNode) -> None:
 def range_(ctx: TfContext, node: SourceNode) -> None:
     start, limit, delta = (ctx.constant(node, i, what).reshape(()) for i, what in
                            ((0, "start"), (1, "limit"), (2, "delta")))
-    dtype = str(node.attrs.get("Tidx") or ctx.output_dtype(node))
-    _constant_output(ctx, node, np.arange(start, limit, delta), DType.parse(dtype).numpy)
+    dtype = DType.parse(str(node.attrs.get("Tidx") or ctx.output_dtype(node))).numpy
+    if not np.all(np.isfinite([start, limit, delta])) or delta == 0:
+        raise PegasusError(f"{node.describe()}: Range({start}, {limit}, {delta}) is not a finite range")
+    check_count(max(0, int(np.ceil((float(limit) - float(start)) / float(delta)))), np.dtype(dtype).itemsize,
+                node.describe())
+    _constant_output(ctx, node, np.arange(start, limit, delta), dtype)
