@@ -340,7 +340,7 @@ def child_main() -> None:
         data, arrays = getattr(importlib.import_module(module), function)(Path(model_path), *json.loads(args))
         header, blobs = {"ok": True, "data": data, "arrays": []}, []
         for array in arrays:
-            array = np.ascontiguousarray(array)
+            array = np.asarray(array, order="C")   # (ascontiguousarray would make a 0-d array 1-d)
             name = array.dtype.name
             if name not in DTYPES:
                 raise PegasusError(f"a tensor has dtype {name}, which pegasus does not import")

@@ -77,7 +77,8 @@ def noisy(model: Path) -> tuple[dict, list]:
     os.write(1, b"PGSB\xff\xff\xff\xff\xff\xff\xff\xff garbage")
     return {"budget": os.environ.get("PEGASUS_MAX_TENSOR_BYTES"), "size": model.stat().st_size,
             "home": os.environ.get("HOME"), "cwd": os.getcwd()}, \
-        [np.arange(6, dtype=np.int16).reshape(2, 3), np.array([1.5, -2.0], np.float64), np.zeros((0, 4), np.float32)]
+        [np.arange(6, dtype=np.int16).reshape(2, 3), np.array([1.5, -2.0], np.float64), np.zeros((0, 4), np.float32),
+         np.array(2.5, np.float32)]
 
 
 def objects(model: Path) -> tuple[dict, list]:

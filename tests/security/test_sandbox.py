@@ -111,6 +111,7 @@ def test_plain_data_round_trip_and_budget_passed_on(model):
     np.testing.assert_array_equal(reply.arrays[0], np.arange(6, dtype=np.int16).reshape(2, 3))
     np.testing.assert_array_equal(reply.arrays[1], [1.5, -2.0])
     assert reply.arrays[1].dtype == np.float64 and reply.arrays[2].shape == (0, 4)
+    assert reply.arrays[3].shape == () and reply.arrays[3] == 2.5
     with pytest.raises(PegasusError) as caught:
         _run(model, "objects")
     _one_line(caught.value, "dtype object")
