@@ -22,7 +22,7 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import InvalidGraphError, verify
-from pegasus.limits import check_present, check_tensor
+from pegasus.limits import check_present, check_tensor, element_count
 from pegasus.ops.registry import attrs_to_dict, get_op, make_attrs
 
 FORMAT = "pegasus-model"
@@ -144,10 +144,11 @@ def _tensor_from_entry(name: str, entry: Any, blob: bytes) -> Tensor:
         dtype = DType(_need(entry.get("dtype"), str, f"{what} dtype"))
     except ValueError:
         raise PegasusError(f"{what} has unknown dtype {entry.get('dtype')!r}") from None
-    nbytes = check_tensor(shape, dtype.itemsize, what)
+    element_count(shape, what)  # integers, none negative (activations over the budget: refused where computed)
     ttype = TensorType(tuple(int(d) for d in shape), dtype)
     if "constant" not in entry:
         return Tensor(name, ttype)
+    nbytes = check_tensor(shape, dtype.itemsize, what)
     place = _need(entry["constant"], dict, f"{what} constant")
     offset = _need(place.get("offset"), int, f"{what} constant offset")
     size = _need(place.get("bytes"), int, f"{what} constant bytes")
