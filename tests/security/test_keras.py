@@ -3,7 +3,8 @@
 Each crafted file is written here with h5py: a Dense layer whose kernel is HDF5 external storage, an
 ExternalLink (on the dataset, and on the ``model_weights`` group), a SoftLink, a virtual dataset mapping
 another file, a chunked dataset of 2^28 floats that takes no room, a small compressed dataset hard-linked
-three times, a group that contains itself; each as ``.h5`` and, where the format allows, as ``.keras`` (the
+three times, a group that contains itself, a LayerNormalization/Normalization whose constants would be
+made from a declared [65536, 65536] input; each as ``.h5`` and, where the format allows, as ``.keras`` (the
 h5 inside a zip, opened from memory). The other file holds a unique marker, which must never reach the
 output. All run in one pegasus process under the harness's address-space limit; each must exit 2 with one
 line naming the dataset. The same files made legitimately import and compute ``x @ kernel + bias``.
@@ -119,6 +120,18 @@ def _crafted(folder: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
                                                                                    "layers": [INPUT, DENSE]}})
         f["model_weights"] = h5py.ExternalLink(str(other), "/")
     out.append(("extgroup.h5", [], ("extgroup.h5", "'/model_weights' is an external link", str(other))))
+
+    big_input = {**INPUT, "config": {**INPUT["config"], "batch_shape": [None, 65536, 65536]}}
+    for name, layer, words in (
+            ("lnorm.h5", {"class_name": "LayerNormalization", "config": {"name": "ln", "dtype": "float32",
+                          "axis": [1, 2], "center": False, "scale": False}}, ("'ln'", "gamma", "[65536, 65536]")),
+            ("norm.h5", {"class_name": "Normalization", "config": {"name": "nm", "dtype": "float32", "axis": [1, 2],
+                         "mean": 0.5, "variance": 2.0}}, ("'nm'", "mean and variance", "[4294967296]"))):
+        with h5py.File(folder / name, "w") as f:   # no weights: the constant would be made from the config's shape
+            f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {
+                "name": "seq", "layers": [big_input, layer]}})
+            f.attrs["keras_version"] = "3.5.0"
+        out.append((name, [], (name,) + words))
 
     def loop(group, f):   # layers/dense holds itself: a walk over its sub-objects would never end
         group["0"] = KERNEL

@@ -11,11 +11,14 @@ LayerNormalization (Keras 3's rms_scaling is refused).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.importers.keras.context import KerasContext, converter
 from pegasus.importers.keras.graph import KerasNode
+from pegasus.limits import check_tensor
 
 
 def axes(node: KerasNode, rank: int, default: int = -1) -> list[int]:
@@ -49,7 +52,7 @@ def batch_normalization(ctx: KerasContext, node: KerasNode) -> None:
     roles = (["gamma"] if cfg.get("scale", True) else []) + (["beta"] if cfg.get("center", True) else []) + \
         ["moving_mean", "moving_variance"]
     w = {k: v.astype(np.float64) for k, v in ctx.weights(node, roles).items()}
-    size = int(np.prod([shape[a] for a in on]))
+    size = math.prod(shape[a] for a in on)
     if any(v.size != size for v in w.values()):
         raise PegasusError(f"{node.describe()}: parameters of {w['moving_mean'].size} values do not fit axis {on} "
                            f"of {list(shape)}")
@@ -78,6 +81,7 @@ def layer_normalization(ctx: KerasContext, node: KerasNode) -> None:
     roles = (["gamma"] if cfg.get("scale", True) else []) + (["beta"] if cfg.get("center", True) else [])
     w = ctx.weights(node, roles)
     normalized = tuple(shape[on[0]:])
+    check_tensor(normalized, 4, f"{node.describe()}: gamma")   # made from the declared shape when not stored
     gamma = w.get("gamma", np.ones(normalized, np.float32)).reshape(normalized)
     params = [ctx.param(node, "gamma", gamma)]
     if "beta" in w:

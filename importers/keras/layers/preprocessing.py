@@ -6,6 +6,8 @@ refused) and CenterCrop (a Slice of the middle window of an image at least the c
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pegasus.errors import PegasusError
@@ -14,6 +16,7 @@ from pegasus.importers.keras.context import KerasContext, converter
 from pegasus.importers.keras.graph import KerasNode
 from pegasus.importers.keras.layers.conv import channels_last
 from pegasus.importers.keras.layers.normalization import axes, emit_affine
+from pegasus.limits import check_tensor
 
 EPSILON = 1e-7   # keras.backend.epsilon(), Normalization's floor on the standard deviation
 
@@ -37,7 +40,8 @@ def normalization(ctx: KerasContext, node: KerasNode) -> None:
     else:
         w = ctx.weights(node, ["mean", "variance", "count"])
         mean, variance = w["mean"].astype(np.float64), w["variance"].astype(np.float64)
-    size = int(np.prod([shape[a] for a in keep]))
+    size = math.prod(shape[a] for a in keep)
+    check_tensor([size], 8, f"{node.describe()}: mean and variance")   # broadcast from the config's scalars
     mean = np.broadcast_to(mean.reshape(-1), (size,)) if mean.size in (1, size) else None
     variance = np.broadcast_to(variance.reshape(-1), (size,)) if variance.size in (1, size) else None
     if mean is None or variance is None:
