@@ -1,7 +1,8 @@
 """The ``pegasus`` command line: sub-commands mirroring Acuity's pegasus flags.
 
 Bad input (a ``PegasusError``) prints one line on stderr and exits with 2; ``--verbose`` adds the
-traceback. Any other exception is a bug in pegasus and exits with 1, saying so.
+traceback. Any other exception is a bug in pegasus and exits with 1, saying so. Names in a message come from
+model files, which may put a newline in an op's name: control characters are printed escaped (``one_line``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(text: object) -> str:
+    """``text`` with every character that is not printable (newlines, line separators) escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
@@ -41,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv = limits.pop_flag(argv)  # accepted anywhere on the line too
     except PegasusError as exc:
-        print(f"pegasus: error: {exc}", file=sys.stderr)
+        print(f"pegasus: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     args = build_parser().parse_args(argv)
     try:
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except PegasusError as exc:
         if verbose:
             traceback.print_exc()
-        print(f"pegasus: error: {exc}", file=sys.stderr)
+        print(f"pegasus: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except MemoryError:  # a reader's budget (--max-tensor-bytes) should have refused this first
         if verbose:
@@ -66,6 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if verbose:
             traceback.print_exc()
-        print(f"pegasus: internal error: {type(exc).__name__}: {exc} (re-run with --verbose for the traceback "
-              "and please report it)", file=sys.stderr)
+        print(f"pegasus: internal error: {type(exc).__name__}: {one_line(exc)} (re-run with --verbose for the "
+              "traceback and please report it)", file=sys.stderr)
         return 1
