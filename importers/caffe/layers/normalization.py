@@ -90,8 +90,8 @@ def _scale_or_bias(ctx: CaffeContext, node: SourceNode, p, scale: bool) -> None:
         return
     factor = second
     if axis + len(covered) != rank:
-        factor = ctx.emit("Reshape", [second], {"shape": along(np.empty(covered), axis, rank).shape}, node=node,
-                          suffix="/broadcast")[0]
+        broadcast = tuple(covered) + (1,) * (rank - axis - len(covered))   # along()'s shape, nothing allocated
+        factor = ctx.emit("Reshape", [second], {"shape": broadcast}, node=node, suffix="/broadcast")[0]
     if not blobs:
         ctx.emit(op, [x, factor], node=node)
         return
