@@ -43,15 +43,18 @@ def parse_size(text: str, what: str = FLAG) -> int:
 
 
 def max_tensor_bytes() -> int:
-    """The current budget for one tensor, in bytes."""
-    if _budget is not None:
-        return _budget
-    env = os.environ.get(ENV_VAR)
-    return parse_size(env, ENV_VAR) if env else DEFAULT_MAX_TENSOR_BYTES
+    """The current budget for one tensor, in bytes (asked once per tensor: kept, not re-read from the
+    environment each time)."""
+    global _budget
+    if _budget is None:
+        env = os.environ.get(ENV_VAR)
+        _budget = parse_size(env, ENV_VAR) if env else DEFAULT_MAX_TENSOR_BYTES
+    return _budget
 
 
 def set_max_tensor_bytes(value: int | None) -> None:
-    """Set the budget for this process (None: back to the environment variable or the default)."""
+    """Set the budget for this process (None: back to the environment variable or the default, read at the
+    next check)."""
     global _budget
     _budget = value
 
