@@ -3,7 +3,8 @@ LevelDB-table writer of this file's own, then imported by pegasus under the harn
 
 - GraphDef Consts that declare [2^30] and [2^33] floats with one value (133 bytes: 4 GB before), a
   tensor_content too short, a Split of 2^40 parts, a Fill folded to 2^36 elements, the graph input named in
-  ``--predef-file``, functions f_i calling f_(i+1) twice 40 levels deep (8 KB: exponential inlining), and byte
+  ``--predef-file``, a predef member declaring 2^40 floats (1 MB deflated to a few KB) or an object array,
+  functions f_i calling f_(i+1) twice 40 levels deep (8 KB: exponential inlining), and byte
   flips and truncations of small legit files: each one line, exit 2 (never 1, never a crash).
 - SavedModel checkpoints (``variables.index`` + data shard): a dimension of -5, dims [2^62, 2^62, 4], dtype
   12345, a string tensor [2^30] (these aborted or crashed TensorFlow's reader), sizes that disagree, offset 2^62,
@@ -16,11 +17,13 @@ LevelDB-table writer of this file's own, then imported by pegasus under the harn
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
 import struct
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -272,10 +275,21 @@ def test_graph_cases_refused(tmp_path):
     (tmp_path / "plain.pb").write_bytes(_graph().SerializeToString())
     cases.append(_import(tmp_path / "plain.pb", out, "--inputs", "x", "--outputs", "y", "--predef-file",
                          tmp_path / "prd.npz"))
+    predefs = {"bomb": (np.float32, (1 << 40,), "needs"), "object": (object, (), "object array")}
+    for name, (dtype, shape, _) in predefs.items():
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                      "fortran_order": False, "shape": shape})
+        with zipfile.ZipFile(tmp_path / f"{name}.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("is_training.npy", header.getvalue() + b"\0" * (1 << 20))
+        cases.append(_import(tmp_path / "plain.pb", out, "--inputs", "x", "--outputs", "y", "--predef-file",
+                             tmp_path / f"{name}.npz"))
     results = run_many(cases)
     for (name, (_, *words)), result in zip(graphs.items(), results):
         assert_refused(result, f"{name}.pb", *words)
-    assert_refused(results[-1], "--predef-file", "'x'", "input")
+    assert_refused(results[len(graphs)], "--predef-file", "'x'", "input")
+    for (name, (*_, words)), result in zip(predefs.items(), results[len(graphs) + 1:]):
+        assert_refused(result, f"{name}.npz", "is_training", words)
 
 
 def test_exponential_inlining_refused_in_seconds(tmp_path):
