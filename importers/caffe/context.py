@@ -69,8 +69,8 @@ class CaffeContext(ImportContext):
         if not specs:
             return []
         layer = f"layer '{node.name}' ({node.op_type}, line {node.attrs['layer'].line})"
-        for spec in specs:   # what the prototxt implies, before drawing or comparing anything
-            check_tensor(spec.shape, 4, f"{layer}: blob {spec.what}", self._file or None)
+        for spec in specs:   # what the prototxt implies (the loader names it), before drawing or comparing anything
+            check_tensor(spec.shape, 4, f"{layer}: blob {spec.what}")
         if self._blobs is None:
             self.randomised.append(node.name)
             return [self._draw(spec) for spec in specs]

@@ -50,7 +50,7 @@ class WeightsFile:
             raise PegasusError(f"too short for {self.cfg}: its layers need {self.position + count:,} floats or more "
                                f"after the {self.header_bytes}-byte header, the file holds {self.values.size:,} "
                                f"(they run out in layer {layer}, line {line})", where=str(self.path))
-        check_count(count, 4, f"layer {layer} (line {line}): {count:,} weights", str(self.path))
+        check_count(count, 4, f"layer {layer} (line {line}): {count:,} weights")   # the loader names the cfg
         start, self.position = self.position, self.position + count
         return self.values[start:self.position].astype(np.float32)
 

@@ -104,7 +104,7 @@ def _darknet_cases(folder: Path) -> list[tuple[list, tuple[str, ...]]]:
     cases = [([big_fc, empty], ("empty.weights", "too short for big_fc.cfg", "connected_0, line 7")),
              ([big_fc, sixteen], ("sixteen.weights", "not a Darknet weights file", "16 bytes")),
              ([big_conv, empty], ("empty.weights", "too short for big_conv.cfg", "conv_0")),
-             ([mid_fc, plenty, "--max-tensor-bytes", "1M"], ("plenty.weights", "layer connected_0 (line 7)",
+             ([mid_fc, plenty, "--max-tensor-bytes", "1M"], ("mid_fc.cfg", "layer connected_0 (line 7)",
                                                              "--max-tensor-bytes")),
              # activations are only declared at import (nothing allocated): refused or let through, in bounds
              ([huge_input, empty], None),
