@@ -91,6 +91,10 @@ def _torch_save_with(pickle_bytes: bytes) -> bytes:
     return out.getvalue()
 
 
+def _top(path: Path) -> str:
+    return _members(path)[0][0].split("/", 1)[0]
+
+
 def _fullwidth(text: str) -> str:
     return "".join(chr(ord(c) + 0xFEE0) if c.isalpha() else c for c in text)
 
@@ -127,20 +131,24 @@ def crafted(tmp_path_factory):
 
     # 1. full-width letters in a shape expression (sympy would normalise and evaluate them)
     program = _json_of(dyn, "models/model.json")
+    code = f"__import__('os').system({canary('sym')!r})"  # spelt one character at a time: no ASCII name in it
+    char = "S(CHR." + _fullwidth("name") + "." + _fullwidth("lower") + "())"
     program["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0]["as_expr"]["expr_str"] = \
-        "S(" + _fullwidth(f"__import__('os').system('{canary('sym')}')") + ")"
+        "S(" + "+".join(f"{char}({ord(c)})" for c in code) + ")"
     case("sym", _edit(dyn, folder / "sym.pt2", {"models/model.json": json.dumps(program).encode()}), 2,
          "not plain arithmetic")
     # 2. sample inputs that pickletools cannot parse but the C unpickler runs: never read, import works
     bad_inputs = _torch_save_with(_posix_pickle(canary("int"), lead=b"I0x1\n0"))
     case("int", _edit(base, folder / "int.pt2", {"data/sample_inputs/model.pt": bad_inputs}), 0)
     # 3. an opaque-object constant whose member name climbs out ('opaque_obj_/../x')
-    evil = dict(constants["config"]["lifted_tensor_0"], path_name="opaque_obj_/../x", use_pickle=False)
-    opaque = {"config": {**constants["config"], "evil": evil}}
     raw = _posix_pickle(canary("opaque"))
+    evil = dict(constants["config"]["lifted_tensor_0"], path_name="opaque_obj_/../x", use_pickle=False)
+    evil["tensor_meta"] = dict(evil["tensor_meta"], dtype=1, sizes=[{"as_int": len(raw)}], strides=[{"as_int": 1}])
+    opaque = {"config": {**constants["config"], "evil": evil}}
     case("opaque", _edit(base, folder / "opaque.pt2", {"data/constants/model_constants_config.json":
                                                        json.dumps(opaque).encode()},
                          [("data/constants/opaque_obj_/../x", raw)]), 2, "'..'")
+    raw = _posix_pickle(canary("unused"))
     # 3b. the same path on a constant the program uses, the member itself absent
     used = {"config": {"lifted_tensor_0": evil}}
     case("opaque_used", _edit(base, folder / "opaque_used.pt2", {"data/constants/model_constants_config.json":
@@ -157,6 +165,7 @@ def crafted(tmp_path_factory):
     # 4. an absolute weight path (torch joins it to '/evil'); the archive also holds '<top>//evil'
     absolute = json.loads(json.dumps(weights))
     absolute["config"]["fc.weight"] = {"path_name": "/evil", "is_param": True, "use_pickle": True, "tensor_meta": None}
+    raw = _posix_pickle(canary("abs"))
     case("abs", _edit(base, folder / "abs.pt2", {"data/weights/model_weights_config.json":
                                                  json.dumps(absolute).encode()},
                       [("/evil", _torch_save_with(raw))]), 2, "zip member")
@@ -164,9 +173,14 @@ def crafted(tmp_path_factory):
                                                                json.dumps(absolute).encode()}), 2,
          "not a plain relative path")
     # 5. a second program models/a/b.json (torch resolves its weights elsewhere than a guard would)
+    second = json.loads(json.dumps(weights))
+    second["config"]["fc.weight"] = {"path_name": "evil", "is_param": True, "use_pickle": True, "tensor_meta": None}
     case("subprog", _edit(base, folder / "subprog.pt2", extra=[
-        ("models/a/b.json", json.dumps(program).encode()),
-        ("data/weights/evil", _torch_save_with(raw))]), 2, "one program")
+        ("models/a/b.json", json.dumps(_json_of(base, "models/model.json")).encode()),
+        ("data/constants/a/b_constants_config.json", json.dumps(constants).encode()),
+        ("data/weights/a/b_weights_config.json", json.dumps(second).encode()),
+        ("data/sample_inputs/a/b.pt", dict(_members(base))[f"{_top(base)}/data/sample_inputs/model.pt"]),
+        ("data/weights/evil", _torch_save_with(_posix_pickle(canary("subprog"))))]), 2, "one program")
     # 6. zip member tricks
     members = _members(base)
     case("dir_first", _write(folder / "dir_first.pt2", [(zipfile.ZipInfo("evil/"), b"")] + members), 2,
@@ -205,6 +219,7 @@ def crafted(tmp_path_factory):
     # 9. a pickled weight (use_pickle) whose pickle would call posix.system
     pickled = json.loads(json.dumps(weights))
     pickled["config"]["fc.weight"].update(path_name="weight_x", use_pickle=True)
+    raw = _posix_pickle(canary("pickled_weight"))
     case("pickled_weight", _edit(base, folder / "pickled_weight.pt2", {"data/weights/model_weights_config.json":
                                                                        json.dumps(pickled).encode()},
                                  [("data/weights/weight_x", _torch_save_with(raw))]), 2, "would call posix.system")
