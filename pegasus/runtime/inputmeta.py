@@ -25,6 +25,7 @@ survive when pegasus rewrites the file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
@@ -121,11 +122,11 @@ def read_yaml(path: str | Path) -> Any:
 
 def _floats(value: Any, key: str, where: str) -> list[float]:
     values = value if isinstance(value, (list, tuple)) else [value]
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise PegasusError(f"preprocess '{key}' must be a number or a list of numbers, got {value!r}",
-                           where=where) from None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise PegasusError(f"preprocess '{key}' must be a finite number or a list of them, got {shown}",
+                           where=where)
+    return [float(v) for v in values]
 
 
 def _mapping(value: Any, what: str, where: str) -> dict:
@@ -145,11 +146,11 @@ def _port(entry: Any, where: str) -> PortMeta:
     if "lid" not in entry or "shape" not in entry:
         raise PegasusError("every port needs 'lid' (the input name) and 'shape'", where=where)
     name = str(entry["lid"])
-    try:
-        shape = [int(d) for d in _list(entry["shape"], f"port '{name}': shape", where)]
-    except (TypeError, ValueError):
-        raise PegasusError(f"port '{name}': shape must be a list of integers, got {entry['shape']!r}",
-                           where=where) from None
+    shape = _list(entry["shape"], f"port '{name}': shape", where)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape):
+        shown = repr(shape) if len(repr(shape)) <= 60 else repr(shape)[:57] + "..."
+        raise PegasusError(f"port '{name}': shape must be a list of integers >= 0, got {shown}", where=where)
+    shape = [int(d) for d in shape]
     pre = _mapping(entry.get("preprocess") or {}, f"port '{name}': preprocess", where)
     port = PortMeta(
         name=name, shape=shape, layout=str(entry.get("layout", "nchw")).lower(),

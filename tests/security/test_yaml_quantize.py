@@ -99,20 +99,27 @@ def test_glow_profile_aliases_are_refused(lenet: Path, tmp_path: Path):
     assert len(lines) == 1 and "profile.yml: line 3: YAML anchors (&l0) are not accepted" in lines[0], proc.stderr
 
 
-def test_tags_and_deep_nesting_are_refused(lenet: Path):
+def test_tags_deep_nesting_and_bad_meta_numbers_are_refused(lenet: Path):
     table = (lenet / "lenet.quantize").read_text()
     payload = '!!python/object/apply:os.system ["touch PWNED_yaml_tag"]'
     tagged = table.replace("    method: layer", f"    method: layer\n    evil: {payload}", 1)
     (lenet / "tag.quantize").write_text(tagged)
     (lenet / "local_tag.quantize").write_text(table.replace("qtype: u8", "qtype: !custom u8", 1))
     (lenet / "deep.quantize").write_text(table + "deep: " + "[" * 20000 + "]" * 20000 + "\n")
+    meta = (lenet / "meta.yml").read_text()
+    (lenet / "nan_meta.yml").write_text(meta.replace("mean: [0.0]", "mean: [.nan]"))
+    (lenet / "shape_meta.yml").write_text(meta.replace("shape: [1, 1, 28, 28]", "shape: [1, 1, 28, 1e99]"))
     results = run_many([quantize(lenet, "tag.quantize"), inference(lenet, "tag.quantize"),
-                        quantize(lenet, "local_tag.quantize"), quantize(lenet, "deep.quantize")], cwd=lenet)
+                        quantize(lenet, "local_tag.quantize"), quantize(lenet, "deep.quantize"),
+                        quantize(lenet, "y.quantize", "--rebuild", "nan_meta.yml"),
+                        quantize(lenet, "y.quantize", "--rebuild", "shape_meta.yml")], cwd=lenet)
     evil = line_of((lenet / "tag.quantize").read_text(), "evil:")
     for result in results[:2]:  # the first used to be 'internal error: TypeError' (exit 1) under --hybrid
         assert_refused(result, "tag.quantize", f"line {evil}:", "YAML tag !!python/object/apply:os.system")
     assert_refused(results[2], "local_tag.quantize", "YAML tag !custom is not accepted")
     assert_refused(results[3], "deep.quantize", "nested more than")
+    assert_refused(results[4], "nan_meta.yml", "preprocess 'mean' must be a finite number")
+    assert_refused(results[5], "shape_meta.yml", "shape must be a list of integers")
     assert_no_canary(lenet, Path.cwd())
 
 
