@@ -212,7 +212,8 @@ class GraphReader:
             if not isinstance(attrs.get("value"), np.ndarray):
                 raise PegasusError(f"Const node '{name}'{', ' + where if where else ''} has no tensor value",
                                    where=self.where)
-            self.out.constants[name] = attrs["value"]
+            # an inlined function's attributes are decoded once for all its calls: each call gets its own copy
+            self.out.constants[name] = attrs["value"].copy() if where else attrs["value"]
             return
         function = attrs.get("f") if op in CALL_OPS else op if op in self.functions else None
         if function is not None:

@@ -19,6 +19,8 @@ tensors, and the signature's inputs and outputs as (key, tensor name) pairs.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,11 +138,19 @@ def _check_graph(graph_def, path: Path, what: str, data: bytes) -> None:
 
 def read_tensorflow(path: str | Path, signature: str | None = None) -> TfModel:
     """Read a frozen graph file, a SavedModel folder (or its saved_model.pb) or a TF1 ``.meta`` file."""
-    try:
+    with in_file(str(path)):
         return _read(Path(path), signature)
+
+
+@contextlib.contextmanager
+def in_file(where: str | None) -> Iterator[None]:
+    """A plain error raised inside (a node's problem: its op, its attribute) names the model file too, unless
+    it names it (or a file in its folder) already."""
+    try:
+        yield
     except PegasusError as exc:
-        if exc.where is None and type(exc) is PegasusError:     # a node's problem: say which file it is in
-            raise PegasusError(exc.message, where=str(path)) from None
+        if exc.where is None and type(exc) is PegasusError and where and where not in exc.message:
+            raise PegasusError(exc.message, where=where) from None
         raise
 
 
