@@ -33,7 +33,7 @@ from pegasus.importers.tensorflow import ops as _ops  # noqa: F401  (registers t
 from pegasus.importers.tensorflow.context import TABLE, TfContext
 from pegasus.importers.tensorflow.control_flow import Deadness, known_values
 from pegasus.importers.tensorflow.predef import load_predef  # noqa: F401  (the CLI and tests find it here)
-from pegasus.importers.tensorflow.reader import TfModel, read_tensorflow
+from pegasus.importers.tensorflow.reader import TfModel, in_file, read_tensorflow
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
@@ -237,57 +237,58 @@ def import_tensorflow(model: str | Path | TfModel, *, inputs: Sequence[str] | No
     """Convert a TensorFlow model to a verified pegasus Graph (see the module docstring for the options)."""
     if not isinstance(model, TfModel):
         model = read_tensorflow(model, signature)
-    ins, outs = interface(model, inputs, outputs, subgraphs)
-    if input_shapes and len(input_shapes) != len(ins):
-        raise PegasusError(f"--input-size-list gives {len(input_shapes)} entries but the model has {len(ins)} "
-                           f"input(s): {' '.join(n for n, _ in ins)}")
-    for flag, values in (("--mean-values", mean_values), ("--std-values", std_values)):
-        if values is not None and len(values) != len(ins):
-            raise PegasusError(f"{flag} gives {len(values)} values for {len(ins)} input(s)")
-    predef = {_tensor(model, key, "--predef-file", {}): value for key, value in (predef or {}).items()}
-    clash = [name for name, tensor in ins if tensor in predef]
-    if clash:
-        raise PegasusError(f"--predef-file gives a value for {', '.join(repr(n) for n in clash)}, which is also an "
-                           "input of the graph: leave it out of the predef file or out of --inputs")
+    with in_file(model.graph.where):
+        ins, outs = interface(model, inputs, outputs, subgraphs)
+        if input_shapes and len(input_shapes) != len(ins):
+            raise PegasusError(f"--input-size-list gives {len(input_shapes)} entries but the model has {len(ins)} "
+                               f"input(s): {' '.join(n for n, _ in ins)}")
+        for flag, values in (("--mean-values", mean_values), ("--std-values", std_values)):
+            if values is not None and len(values) != len(ins):
+                raise PegasusError(f"{flag} gives {len(values)} values for {len(ins)} input(s)")
+        predef = {_tensor(model, key, "--predef-file", {}): value for key, value in (predef or {}).items()}
+        clash = [name for name, tensor in ins if tensor in predef]
+        if clash:
+            raise PegasusError(f"--predef-file gives a value for {', '.join(repr(n) for n in clash)}, which is also an "
+                               "input of the graph: leave it out of the predef file or out of --inputs")
 
-    stop = {tensor for _, tensor in ins} | set(predef)
-    value_of = known_values(model, predef, stop)
-    model.expand([tensor for _, tensor in outs], stop, value_of)
-    deadness = Deadness(model, value_of, stop)
-    nodes = [n for n in needed_nodes(model, [tensor for _, tensor in outs], stop) if not deadness.node_dead(n)]
-    TABLE.check_supported([n for n in nodes if n.op_type not in _PLACEHOLDERS])
-    _check_placeholders(nodes)
+        stop = {tensor for _, tensor in ins} | set(predef)
+        value_of = known_values(model, predef, stop)
+        model.expand([tensor for _, tensor in outs], stop, value_of)
+        deadness = Deadness(model, value_of, stop)
+        nodes = [n for n in needed_nodes(model, [tensor for _, tensor in outs], stop) if not deadness.node_dead(n)]
+        TABLE.check_supported([n for n in nodes if n.op_type not in _PLACEHOLDERS])
+        _check_placeholders(nodes)
 
-    graph = Graph(name or model.name or "model")
-    builder = GraphBuilder(graph)
-    renamed: dict[str, str] = {}
-    for index, (input_name, tensor) in enumerate(ins):
-        builder.add_input(input_name, _input_type(model, input_name, tensor,
-                                                  input_shapes[index] if input_shapes else None, note))
-        renamed[tensor] = input_name
-        if mean_values is not None or std_values is not None:
-            mean = float(mean_values[index]) if mean_values is not None else 0.0
-            std = float(std_values[index]) if std_values is not None else 1.0
-            renamed[tensor] = _preprocess(builder, input_name, mean, std)
-    for tensor, value in predef.items():
-        dtype = model.dtypes.get(tensor)
-        builder.set_constant(tensor, value.astype(dtype) if dtype in {d.value for d in DType} else value)
-    for tensor in {t for node in nodes for t in node.inputs if t} | {t for _, t in outs}:
-        value = model.value(tensor) if tensor not in stop else None
-        if value is not None and value.dtype.kind not in "OSUV":
-            builder.set_constant(tensor, value)
-    nodes = [dataclasses.replace(n, inputs=[renamed.get(t, t) for t in n.inputs]) if renamed.keys() & set(n.inputs)
-             else n for n in nodes]
-    ctx = TfContext(builder, model.dtypes)
-    _convert(ctx, nodes, model.control, deadness)
+        graph = Graph(name or model.name or "model")
+        builder = GraphBuilder(graph)
+        renamed: dict[str, str] = {}
+        for index, (input_name, tensor) in enumerate(ins):
+            builder.add_input(input_name, _input_type(model, input_name, tensor,
+                                                      input_shapes[index] if input_shapes else None, note))
+            renamed[tensor] = input_name
+            if mean_values is not None or std_values is not None:
+                mean = float(mean_values[index]) if mean_values is not None else 0.0
+                std = float(std_values[index]) if std_values is not None else 1.0
+                renamed[tensor] = _preprocess(builder, input_name, mean, std)
+        for tensor, value in predef.items():
+            dtype = model.dtypes.get(tensor)
+            builder.set_constant(tensor, value.astype(dtype) if dtype in {d.value for d in DType} else value)
+        for tensor in {t for node in nodes for t in node.inputs if t} | {t for _, t in outs}:
+            value = model.value(tensor) if tensor not in stop else None
+            if value is not None and value.dtype.kind not in "OSUV":
+                builder.set_constant(tensor, value)
+        nodes = [dataclasses.replace(n, inputs=[renamed.get(t, t) for t in n.inputs]) if renamed.keys() & set(n.inputs)
+                 else n for n in nodes]
+        ctx = TfContext(builder, model.dtypes)
+        _convert(ctx, nodes, model.control, deadness)
 
-    for out_name, tensor in outs:
-        tensor = renamed.get(tensor, tensor)
-        if tensor in ctx.dead or deadness.dead(tensor):
-            raise PegasusError(f"output '{out_name}' is on the untaken side of a tf.cond (Switch)")
-        if not builder.has(tensor):
-            raise PegasusError(f"output '{out_name}' was not produced by the converted graph")
-        if out_name != tensor:
-            builder.emit("Identity", [tensor], name=out_name, outputs=[out_name])
-    graph.outputs = [out_name for out_name, _ in outs]
-    return run_import_passes(graph, optimize=optimize)
+        for out_name, tensor in outs:
+            tensor = renamed.get(tensor, tensor)
+            if tensor in ctx.dead or deadness.dead(tensor):
+                raise PegasusError(f"output '{out_name}' is on the untaken side of a tf.cond (Switch)")
+            if not builder.has(tensor):
+                raise PegasusError(f"output '{out_name}' was not produced by the converted graph")
+            if out_name != tensor:
+                builder.emit("Identity", [tensor], name=out_name, outputs=[out_name])
+        graph.outputs = [out_name for out_name, _ in outs]
+        return run_import_passes(graph, optimize=optimize)
