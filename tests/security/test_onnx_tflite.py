@@ -113,6 +113,8 @@ def onnx_cases(d: Path, secret: Path) -> dict[str, tuple[Path, list[str]]]:
         # the shape of a 4 TiB input costs nothing; filling it is refused
         "shape_of_huge_input": (_save(d / "shape.onnx", shape_of_x, [], x_shape=(1 << 20, 1 << 20)),
                                 ["ConstantOfShape", "TiB"]),
+        "dropout_mask": (_save(d / "dropout.onnx", [helper.make_node("Dropout", ["x"], ["y", "m"])], [],
+                               x_shape=(1 << 15, 1 << 15), outputs=("y", "m")), ["Dropout", "mask", "1.0 GiB"]),
         "initializer_dims": (_save(d / "init_dims.onnx", [add_w], [_declared("w", [1 << 28], [1.0])], x_shape=(1,)),
                              ["initializer 'w'", "GiB"]),
         "initializer_values": (_save(d / "init_values.onnx", [add_w], [_declared("w", [1, 4], [1.0, 2.0])]),
