@@ -145,11 +145,18 @@ def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     return path
 
 
-def open_model_input(path: str | os.PathLike, what: str = "model file") -> BinaryIO:
+def open_model_input(path: str | os.PathLike, what: str = "model file", given: bool = False) -> BinaryIO:
     """Open a file pegasus reads model bytes from (a model, its .data, external data) for reading in binary,
     refusing a symbolic link (a crafted model folder could point it at any file: its bytes would end up in the
-    outputs) and anything but a regular file (a FIFO or device would hang or never end)."""
+    outputs) and anything but a regular file (a FIFO or device would hang or never end).
+
+    ``given``: the path is the one the user named on the command line; a link there is the user's own choice
+    (model caches such as Hugging Face's keep files as links into a blob store), so it is resolved once and
+    its target must be a regular file. Files a reader finds by itself (a .data beside NAME.json, external
+    data, checkpoint shards) are never followed."""
     path = Path(path)
+    if given and os.path.islink(path):
+        path = Path(os.path.realpath(path))
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -172,7 +179,7 @@ def open_model_input(path: str | os.PathLike, what: str = "model file") -> Binar
     return os.fdopen(fd, "rb")
 
 
-def read_model_input(path: str | os.PathLike, what: str = "model file") -> bytes:
+def read_model_input(path: str | os.PathLike, what: str = "model file", given: bool = False) -> bytes:
     """The whole content of a model input file, opened as ``open_model_input`` does."""
-    with open_model_input(path, what) as handle:
+    with open_model_input(path, what, given) as handle:
         return handle.read()

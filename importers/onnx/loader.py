@@ -37,7 +37,7 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     """Parse an .onnx file (a regular file, not a link); external data is read from files inside its folder,
     each tensor held to the budget and to the bytes there (``tensor_data``)."""
     path = Path(path)
-    data = read_model_input(path, "ONNX model")
+    data = read_model_input(path, "ONNX model", given=True)
     try:
         model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf raises DecodeError and others for non-ONNX bytes

@@ -293,7 +293,7 @@ def read_tflite(path: str | Path, subgraph: int = 0) -> TfliteSubgraph:
     if tflite is None:
         raise PegasusError("importing TFLite models needs the 'tflite' package: pip install 'pegasus-nn[tflite]'")
     path = Path(path)
-    buf = read_model_input(path, "TFLite model")
+    buf = read_model_input(path, "TFLite model", given=True)
     _check_bytes(buf, path)
     try:
         model = tflite.Model.GetRootAsModel(buf, 0)

@@ -86,7 +86,7 @@ def load(json_path: str | Path, data_path: str | Path | None = None) -> Graph:
     """
     json_path = Path(json_path)
     data_path = Path(data_path or json_path.with_suffix(".data"))
-    text = read_model_input(json_path, "model file")
+    text = read_model_input(json_path, "model file", given=True)
     where = str(json_path)
     try:
         doc = json.loads(text.decode("utf-8"))
