@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 DEMO := conversion_scripts/demo
 OUT := out/demo
 
-.PHONY: install demo test lint clean toolchains
+.PHONY: install demo test lint clean toolchains fuzz
 
 # pegasus and what the demo needs (the first time: a venv)
 $(STAMP): pyproject.toml setup.py
@@ -59,6 +59,13 @@ toolchains:
 
 test: $(TEST_STAMP) lint toolchains
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+# Fuzz every reader of untrusted bytes for FUZZ_SECONDS each (fuzz/: seeded mutation of the corpus in
+# fuzz/corpus/; an input that breaks a reader is saved in fuzz/regressions/, which the tests replay).
+# Coverage-guided with atheris: .venv/bin/python -m fuzz --target onnx --atheris --seconds 600
+FUZZ_SECONDS ?= 300
+fuzz: $(TEST_STAMP)
+	$(BIN)/python -m fuzz --target all --seconds $(FUZZ_SECONDS) --seed $$(date +%s)
 
 clean:
 	rm -rf $(VENV) out
