@@ -29,7 +29,7 @@ def _set_byte(data: bytearray, rng: random.Random) -> None:
 
 
 def _set_int(data: bytearray, rng: random.Random) -> None:
-    if len(data) < 8:
+    if len(data) <= 8:
         return _flip(data, rng)
     pos = rng.randrange(len(data) - 8)
     if rng.random() < 0.7:
