@@ -145,5 +145,7 @@ def check_present(needed: int, available: int, what: str, where: str | None = No
 def _human(nbytes: int) -> str:
     if nbytes < 2**20:
         return f"{nbytes} bytes"
+    if nbytes >= 2**1000:  # a float cannot hold it (dims multiplied from a crafted file)
+        return f"about 2^{nbytes.bit_length() - 1} bytes"
     exponent = min(int(math.log(nbytes, 1024)), 4)
     return f"{nbytes / 1024 ** exponent:.1f} {' KMGT'[exponent]}iB".replace("  ", " ")

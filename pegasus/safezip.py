@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 from pegasus import limits
@@ -116,7 +117,7 @@ class Archive:
         try:
             with self._zip.open(info) as stream:
                 data = stream.read(info.file_size + 1)
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, zlib.error) as exc:
             raise PegasusError(f"damaged zip archive: member {self.relative(name)} cannot be read ({exc})",
                                where=self.where) from None
         if len(data) != info.file_size:
@@ -183,6 +184,9 @@ def _validate(zf: zipfile.ZipFile, stream, where: str) -> None:
 def _local_span(info: zipfile.ZipInfo, stream, where: str) -> tuple[int, int, str]:
     """Compare the member's local header with its central-directory entry; returns (header start, data end, name)."""
     name = info.orig_filename
+    if info.header_offset < 0:  # zipfile derives it from the end record's offsets, which a damaged file gets wrong
+        raise PegasusError(f"zip member {name[:80]!r}: its local header offset points before the start of the file "
+                           "(damaged directory): refused", where=where)
     stream.seek(info.header_offset)
     head = stream.read(_LOCAL.size)
     if len(head) != _LOCAL.size:
