@@ -120,7 +120,8 @@ def _profile(args, graph, target, name: str, feeds, spec, folder: Path, whole: i
 
 def run(args: argparse.Namespace) -> int:
     from pegasus.exporters.glow.lower import lower_for_export
-    from pegasus.exporters.glow.run.target_run import check_runnable, output_spec, run_bundle
+    from pegasus.exporters.glow.run import toolchains
+    from pegasus.exporters.glow.run.target_run import check_runnable, input_bytes, output_spec, run_bundle
     from pegasus.exporters.glow.target import resolve_target
 
     board = apply_board(args)
@@ -137,11 +138,16 @@ def run(args: argparse.Namespace) -> int:
     keep = Path(args.keep_build) if args.keep_build else None
     if keep is not None:
         check_folder(keep, "--keep-build")
+        keep = keep.resolve()   # the emulator runs in a sandbox that binds the program by its absolute path
     _, graph = model_for(args)
-    spec = output_spec(lower_for_export(graph))
+    lowered = lower_for_export(graph)
+    spec = output_spec(lowered)
     args.batch_size = None
     with tempfile.TemporaryDirectory(prefix="pegasus-run-") as tmp:
         folder, name = _prepare(args, graph, target, (keep or Path(tmp)) / "bundle")
+        if target.is_cortex_m:   # one line with the figures, before any sample is read or anything linked
+            toolchains.check_board_fit(folder, name, target.cpu, input_bytes(lowered),
+                                       quantized=args.dtype == "quantized")
         stacked: dict[str, list[np.ndarray]] = {key: [] for key in spec}
         worst: dict[str, tuple[float, bool]] = {}   # per output: largest difference, beyond the tolerance
         measured = None

@@ -31,6 +31,12 @@ def output_spec(graph: Graph) -> dict[str, tuple[tuple[int, ...], object]]:
     return {name: (tuple(graph.type_of(name).shape), graph.type_of(name).dtype.numpy) for name in graph.outputs}
 
 
+def input_bytes(graph: Graph) -> int:
+    """Bytes of one sample of every input placeholder (the harness links them into the board's flash)."""
+    return sum(int(np.prod(graph.type_of(name).shape, dtype=np.int64)) * np.dtype(graph.type_of(name).dtype.numpy)
+               .itemsize for name in graph.inputs)
+
+
 def check_runnable(target: Target) -> None:
     """Refuse, before anything is compiled, a target with no emulator here (or a missing tool)."""
     if target.is_cortex_m:

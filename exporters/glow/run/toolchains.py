@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from pegasus.errors import PegasusError
+from pegasus.exporters.glow.run import emulated_fit
+from pegasus.exporters.glow.target import host_arch
 from pegasus.sandbox import sandbox_argv
 
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
@@ -247,6 +249,25 @@ def board_for(cpu: str) -> Board:
     return BOARDS[cpu]
 
 
+def board_memory(board: Board) -> emulated_fit.BoardMemory:
+    """The flash, RAM and stack the board's linker script gives the program."""
+    return emulated_fit.board_memory(HARNESS_DIR / board.linker_script)
+
+
+def _other_boards() -> list[tuple[str, Board, emulated_fit.BoardMemory]]:
+    return [(cpu, board, board_memory(board)) for cpu, board in BOARDS.items()]
+
+
+def check_board_fit(bundle_dir: Path, name: str, cpu: str, input_bytes: int, *, extra_ram: int = 0,
+                    quantized: bool = False) -> emulated_fit.Needs | None:
+    """Refuse, before linking, a bundle that cannot fit the board of ``cpu`` (one line: its needs, the board's
+    memory, what to try; ``quantized``: the bundle is already quantized, so that is not suggested)."""
+    board = board_for(cpu)
+    needs = emulated_fit.bundle_needs(Path(bundle_dir), name, input_bytes, extra_ram)
+    emulated_fit.check_fits(needs, board, board_memory(board), _other_boards(), host_arch(), quantized)
+    return needs
+
+
 def object_uses_hard_float(obj: Path) -> bool:
     """Whether an ARM object passes floats in VFP registers (EABI attribute Tag_ABI_VFP_args)."""
     attributes = _run([require_tool("arm-none-eabi-readelf"), "-A", str(obj)], "reading ARM attributes").stdout
@@ -268,15 +289,24 @@ def build_cortex_m(bundle_dir: Path, name: str, cpu: str, inputs: Mapping[str, n
     bundle_dir = Path(bundle_dir)
     board = board_for(cpu)
     obj = bundle_dir / f"{name}.o"
+    blob = _input_blob(inputs)
+    needs = check_board_fit(bundle_dir, name, cpu, len(blob), extra_ram=8 * (probes + 1) if probes else 0)
     write_config(folder, name, inputs, outputs, probes, extra)
-    (folder / "inputs.bin").write_bytes(_input_blob(inputs))
+    (folder / "inputs.bin").write_bytes(blob)
     data = write_embedded_data(folder, bundle_dir / f"{name}.weights.bin", folder / "inputs.bin")
     program = folder / "prog.elf"
-    _run([require_tool("arm-none-eabi-gcc"), f"-mcpu={board.mcpu}", "-mthumb",
-          *float_flags(board, object_uses_hard_float(obj)), "-O2", "-std=c11", "-Wall", "-Werror",
-          "-DHARNESS_BARE_METAL", "--specs=rdimon.specs", "-nostartfiles", f"-L{HARNESS_DIR}",
-          f"-T{board.linker_script}", f"-I{folder}", f"-I{bundle_dir}", str(HARNESS_DIR / "startup.c"),
-          str(HARNESS_DIR / "harness.c"), str(data), str(obj), "-o", str(program)], f"linking for {cpu}")
+    try:
+        _run([require_tool("arm-none-eabi-gcc"), f"-mcpu={board.mcpu}", "-mthumb",
+              *float_flags(board, object_uses_hard_float(obj)), "-O2", "-std=c11", "-Wall", "-Werror",
+              "-DHARNESS_BARE_METAL", "--specs=rdimon.specs", "-nostartfiles", f"-L{HARNESS_DIR}",
+              f"-T{board.linker_script}", f"-I{folder}", f"-I{bundle_dir}", str(HARNESS_DIR / "startup.c"),
+              str(HARNESS_DIR / "harness.c"), str(data), str(obj), "-o", str(program)], f"linking for {cpu}")
+    except ToolchainError as error:   # the allowance for the harness fell short: still one line with the figures
+        overflow = emulated_fit.linker_overflow(str(error), needs, board, board_memory(board), _other_boards(),
+                                                host_arch())
+        if overflow is None:
+            raise
+        raise overflow from None
     return program
 
 
