@@ -59,6 +59,37 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--dump-memory-plan", metavar="FILE.png",
                       help="draw the activation memory plan (lifetime × address) as a PNG")
     glow.set_defaults(run=run_glow)
+    _add_ovxlib(kinds)
+
+
+def _add_ovxlib(kinds) -> None:
+    """The Acuity guide's ``export ovxlib`` (VeriSilicon NPU case code), every flag of its table accepted, so that
+    the guide's command line gets one line naming the ``export glow`` command that does the same job here."""
+    ovx = kinds.add_parser("ovxlib", help="(Acuity) not an exporter of pegasus: prints the equivalent export glow "
+                                          "command", description="Acuity's OVXLIB case code for VeriSilicon NPUs "
+                                                                 "is not something pegasus makes; this names the "
+                                                                 "equivalent pegasus export glow command (exit 2).")
+    for flag in ("--model", "--model-data", "--with-input-meta", "--postprocess-file", "--output-path", "--optimize",
+                 "--viv-sdk", "--build-platform", "--batch-size", "--customer-lids", "--customer-ops", "--dtype"):
+        ovx.add_argument(flag)
+    ovx.add_argument("--model-quantize", "-model-quantize", dest="model_quantize")  # the guide writes it both ways
+    for flag in ("--save-fused-graph", "--force-remove-permute", "--pack-nbg-unify", "--pack-nbg-viplite"):
+        ovx.add_argument(flag, action="store_true")
+    ovx.set_defaults(run=run_ovxlib)
+
+
+def run_ovxlib(args: argparse.Namespace) -> int:
+    import shlex
+
+    model = args.model or "NAME.json"
+    stem = Path(model).name.removesuffix(".json").removesuffix(".quantize")
+    line = ["pegasus", "export", "glow", "--model", model, "--model-data", args.model_data or f"{stem}.data",
+            "--output-path", args.output_path or f"{stem}_bundle", "--target", "arm"]
+    if args.dtype == "quantized" or args.model_quantize:
+        line += ["--dtype", "quantized", "--model-quantize", args.model_quantize or f"{stem}.quantize"]
+    raise PegasusError("export ovxlib (OVXLIB case code for VeriSilicon NPUs) is not something pegasus makes: "
+                       "pegasus exports Glow bundles for Arm CPUs; the equivalent is: "
+                       + " ".join(shlex.quote(arg) for arg in line))
 
 
 #: names a bundle's entry point cannot take: C keywords, ``main`` (the example program's and the run harness's) and

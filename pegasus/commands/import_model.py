@@ -40,6 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     keras.add_argument("--allow-unsafe", action="store_true",
                        help="import Lambda layers and custom objects where their config maps onto registry ops "
                             "(a Lambda naming a Keras activation); their code is still never run")
+    keras.add_argument("--convert-engine", choices=("Keras", "TFLite"),
+                       help="Acuity's (reserved for future use there): pegasus reads the Keras file itself either way "
+                            "(a note on stderr says so)")
     _add_common(keras, dtypes=False)
     keras.set_defaults(run=run_keras)
     _add_tensorflow(frameworks)
@@ -211,6 +214,9 @@ def run_keras(args: argparse.Namespace) -> int:
     from pegasus.importers.keras.loader import import_keras
     from pegasus.importers.keras.reader import read_keras
 
+    if args.convert_engine:
+        note(f"pegasus: note: --convert-engine {args.convert_engine}: pegasus reads the Keras file itself (no "
+             "conversion engine); the flag changes nothing")
     json_path, data_path, name = output_paths(args)
     model = read_keras(args.model)
     inputs = names(args.inputs)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from pegasus.fileio import check_folder
+from pegasus.commands.quantize import acuity_notes, add_device, default_table_path
+from pegasus.fileio import check_folder, require_file
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.runtime import interpreter, samples
@@ -32,13 +34,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "several inputs join one sample's files with '#', e.g. a.npy#b.npy")
     parser.add_argument("--batch-size", type=int, help="samples per batch (default: 1)")
     parser.add_argument("--iterations", type=int, help="number of batches (default: all samples once)")
-    parser.add_argument("--postprocess", choices=POSTPROCESS_CHOICES, default="classification_classic",
-                        help="print_topn: top-5 of each output; dump_result: .tensor files of inputs and outputs "
-                             "+ outputs.npz; classification_classic: both (default)")
+    post = parser.add_mutually_exclusive_group()
+    post.add_argument("--postprocess", choices=POSTPROCESS_CHOICES, default="classification_classic",
+                      help="print_topn: top-5 of each output; dump_result: .tensor files of inputs and outputs "
+                           "+ outputs.npz; classification_classic: both (default)")
+    post.add_argument("--postprocess-file", metavar="FILE.yml",
+                      help="Acuity's post-processing configuration: pegasus has none; the file must exist and "
+                           "classification_classic runs (a note on stderr says so)")
     parser.add_argument("--output-dir", default=".", help="where dumps go (created if missing; default: current "
                                                           "directory)")
-    parser.add_argument("--device", choices=("CPU",), default="CPU", help="accepted for Acuity compatibility")
+    add_device(parser)
     parser.set_defaults(run=run)
+
+
+def acuity_flags(args: argparse.Namespace) -> None:
+    """The Acuity guide's inference flags: --device, --postprocess-file, and --dtype quantized without
+    --model-quantize (the guide's step 4), which takes NAME.quantize next to the model when there is one."""
+    acuity_notes(args)
+    if args.postprocess_file:
+        require_file(args.postprocess_file, "--postprocess-file")
+        print(f"pegasus: note: --postprocess-file {args.postprocess_file}: pegasus has no post-processing "
+              "configuration files; running --postprocess classification_classic (top-5 and dumps)", file=sys.stderr)
+    if args.dtype == "quantized" and not args.model_quantize:
+        table = default_table_path(Path(args.model))
+        if table.is_file():
+            print(f"pegasus: note: --dtype quantized without --model-quantize: using {table}", file=sys.stderr)
+            args.model_quantize = str(table)
 
 
 def iterate_samples(args: argparse.Namespace, graph: Graph) -> Iterator[dict[str, np.ndarray]]:
@@ -58,6 +79,7 @@ def model_for(args: argparse.Namespace) -> tuple[Graph, Graph]:
 
 
 def run(args: argparse.Namespace) -> int:
+    acuity_flags(args)
     _, graph = model_for(args)
     dump = args.postprocess in ("dump_result", "classification_classic")
     show = args.postprocess in ("print_topn", "classification_classic")

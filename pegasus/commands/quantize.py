@@ -30,7 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--qtype", help="uint8 (default; with --hybrid: the table's), int8, int16, bfloat16 "
                                         "(qbfloat16)")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--rebuild", action="store_true", help="compute a new table even if the .quantize exists")
+    mode.add_argument("--rebuild", "--quantized-rebuild", dest="rebuild", action="store_true",
+                      help="compute a new table even if the .quantize exists (--quantized-rebuild: the Acuity "
+                           "guide's name for it)")
     mode.add_argument("--rebuild-all", action="store_true", help="like --rebuild (Acuity: needed for qbfloat16)")
     mode.add_argument("--hybrid", action="store_true",
                       help="apply the customized_quantize_layers of --model-quantize: writes NAME.quantize.json "
@@ -38,9 +40,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                            "(only tensors missing from it are calibrated)")
     parser.add_argument("--batch-size", type=int, help="samples per calibration batch (default: 1)")
     parser.add_argument("--iterations", type=int, help="number of batches (default: 1)")
-    parser.add_argument("--algorithm", default="normal", choices=("normal", "kl_divergence", "moving_average"),
+    parser.add_argument("--algorithm", default="normal", choices=("normal", "kl_divergence", "moving_average", "auto"),
                         help="normal: min/max (default); kl_divergence: KL threshold search; moving_average: "
-                             "exponential average of per-batch min/max")
+                             "exponential average of per-batch min/max; auto (Acuity's automatic hybrid): here "
+                             "kl_divergence with --compute-entropy, whose suggested layers --hybrid then applies")
     parser.add_argument("--moving-average-weight", type=float, default=0.01,
                         help="weight of each new batch for moving_average (default 0.01)")
     parser.add_argument("--divergence-nbins", type=int, help="KL histogram bins, a power of two (deprecated: use "
@@ -55,8 +58,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "calibration data")
     parser.add_argument("--report", metavar="DIR", help="also write the per-layer float-vs-quantized comparison "
                                                         "(table + bar chart) into DIR")
-    parser.add_argument("--device", choices=("CPU",), default="CPU", help="accepted for Acuity compatibility")
+    add_device(parser)
     parser.set_defaults(run=run)
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """Acuity's --device CPU|GPU: pegasus computes with NumPy on the CPU either way (GPU says so on stderr)."""
+    parser.add_argument("--device", type=str.upper, choices=("CPU", "GPU"), default="CPU",
+                        help="accepted for Acuity compatibility: pegasus computes on the CPU (GPU: the same, "
+                             "with a note)")
+
+
+def acuity_notes(args: argparse.Namespace) -> None:
+    """One line on stderr for each Acuity flag that means something else (or nothing) here."""
+    if getattr(args, "device", "CPU") == "GPU":
+        print("pegasus: note: --device GPU: pegasus computes with NumPy on the CPU", file=sys.stderr)
+    if getattr(args, "algorithm", None) == "auto":
+        print("pegasus: note: --algorithm auto: pegasus has no automatic hybrid search; quantizing with kl_divergence "
+              "and --compute-entropy (its suggested layers go to customized_quantize_layers for --hybrid)",
+              file=sys.stderr)
+        args.algorithm, args.compute_entropy = "kl_divergence", True
 
 
 def _first_quantize_bits(args: argparse.Namespace) -> int:
@@ -76,10 +97,11 @@ def _first_quantize_bits(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from pegasus.quantizers import workflow
 
+    acuity_notes(args)
     graph = serialize.load(args.model, args.model_data)
     meta = load_input_meta(args.with_input_meta)
     model_path = Path(args.model)
-    target = check_target(args.model_quantize or _default_table_path(model_path), "--model-quantize")
+    target = check_target(args.model_quantize or default_table_path(model_path), "--model-quantize")
     if args.report:
         check_folder(args.report, "--report")
     if args.hybrid and not args.model_quantize:
@@ -125,7 +147,7 @@ def _scheme(args: argparse.Namespace, target: Path) -> tuple[str, str]:
     return quantizer, qtype
 
 
-def _default_table_path(model: Path) -> Path:
+def default_table_path(model: Path) -> Path:
     name = model.name
     stem = name[: -len(".quantize.json")] if name.endswith(".quantize.json") else model.stem
     return model.with_name(f"{stem}.quantize")
