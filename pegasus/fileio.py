@@ -138,9 +138,13 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
 def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     """Return ``path`` as a Path, or raise a one-line error if it is not an existing file."""
     path = Path(path)
-    if not path.exists():
+    try:
+        exists, is_file = path.exists(), path.is_file()
+    except OSError as exc:  # a name too long for the file system, a loop of links...
+        raise PegasusError(f"{what} cannot be looked up: {exc.strerror}: {str(path)[:200]}") from None
+    if not exists:
         raise PegasusError(f"{what} not found: {path}")
-    if not path.is_file():
+    if not is_file:
         raise PegasusError(f"{what} is not a file: {path}")
     return path
 

@@ -76,8 +76,13 @@ def _check_value(where: str, key: str, value, kind, base: Path):
     if kind == "file":
         if not isinstance(value, str) or not value or len(value) > MAX_VALUE_CHARS:
             raise PegasusError(f"{where}: '{key}' must be a path, got {_shown(value)}")
-        path = (base / value).resolve()
-        if not path.exists():
+        try:
+            path = (base / value).resolve()
+            exists = path.exists()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a loop of links
+            raise PegasusError(f"{where}: '{key}' cannot be looked up: {getattr(exc, 'strerror', None) or exc}: "
+                               f"{_shown(value)}") from None
+        if not exists:
             raise PegasusError(f"{where}: '{key}' file not found: {path}")
         return str(path)
     if isinstance(kind, tuple):

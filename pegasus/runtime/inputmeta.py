@@ -25,7 +25,6 @@ survive when pegasus rewrites the file.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
@@ -120,12 +119,21 @@ def read_yaml(path: str | Path) -> Any:
     return yamlsafe.load(path)
 
 
+#: the largest |mean| and |scale|: (pixel - mean) * scale stays a finite float32 for any pixel 0..255 and
+#: beyond any preprocessing a real model uses
+MAX_PREPROCESS = 1e15
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_PREPROCESS  # NaN fails too
+
+
 def _floats(value: Any, key: str, where: str) -> list[float]:
     values = value if isinstance(value, (list, tuple)) else [value]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+    if not all(_finite(v) for v in values):
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise PegasusError(f"preprocess '{key}' must be a finite number or a list of them, got {shown}",
-                           where=where)
+        raise PegasusError(f"preprocess '{key}' must be a number (|value| <= {MAX_PREPROCESS:g}) or a list of them, "
+                           f"got {shown}", where=where)
     return [float(v) for v in values]
 
 
