@@ -45,6 +45,18 @@ class SourceNode:
         return f"{self.op_type} node '{self.name}'{place}"
 
 
+class NodeAttrs(dict):
+    """A node's decoded attributes: one a converter requires but the file lacks is a one-line error naming the
+    node (``attrs["pads"]``), not a KeyError; ``get`` keeps its default for optional ones."""
+
+    def __init__(self, values: dict[str, Any], node: str):
+        super().__init__(values)
+        self.node = node
+
+    def __missing__(self, key: str) -> Any:
+        raise PegasusError(f"{self.node} lacks the attribute '{key}'")
+
+
 ConvertFn = Callable[[Any, Any], None]
 
 

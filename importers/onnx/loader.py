@@ -9,6 +9,7 @@ import passes.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from pegasus.fileio import read_model_input
 from pegasus.importers.common.converters import convert_nodes
 from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.onnx.registry import TABLE, OnnxContext, OnnxNode
+from pegasus.importers.onnx.schema_check import check_node
 from pegasus.importers.onnx.tensor_data import load_external_data, tensor_to_array
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
@@ -115,7 +117,47 @@ def _needed_nodes(graph: onnx.GraphProto, outputs: Sequence[str], stop_at: set[s
             continue
         needed.add(index)
         stack.extend(i for i in graph.node[index].input if i and i not in stop_at)
-    return sorted(needed)
+    return _in_order(graph, sorted(needed), stop_at)
+
+
+def _in_order(graph: onnx.GraphProto, indices: list[int], stop_at: set[str]) -> list[int]:
+    """``indices`` in an order where each node comes after the nodes whose outputs it reads (the file's order
+    when it already is one, as ONNX requires); a cycle is a one-line error naming the nodes on it."""
+    producer = {out: i for i in indices for out in graph.node[i].output if out}
+    deps = {i: {producer[n] for n in graph.node[i].input if n and n not in stop_at and n in producer}
+            for i in indices}
+    if all(d < i for i in indices for d in deps[i]):
+        return indices
+    users: dict[int, list[int]] = {i: [] for i in indices}
+    for i in indices:
+        for d in deps[i]:
+            users[d].append(i)
+    waiting = {i: len(deps[i]) for i in indices}
+    ready = [i for i in indices if not waiting[i]]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            waiting[user] -= 1
+            if not waiting[user]:
+                heapq.heappush(ready, user)
+    if len(order) == len(indices):
+        return order
+    raise PegasusError(f"the graph has a cycle: {_cycle(graph, deps, set(indices) - set(order))}")
+
+
+def _cycle(graph: onnx.GraphProto, deps: dict[int, set[int]], left: set[int]) -> str:
+    """One cycle among the nodes ``left`` (each reads a node that is left too), as 'Add 'a' -> Relu 'b' -> ...'."""
+    node = min(left)
+    path: list[int] = []
+    while node not in path:
+        path.append(node)
+        node = min(d for d in deps[node] if d in left)
+    ring = path[path.index(node):][::-1]  # producers first
+    names = [f"{graph.node[i].op_type} '{graph.node[i].name or f'{graph.node[i].op_type}_{i}'}'" for i in ring]
+    return " -> ".join(names + names[:1])
 
 
 def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | None = None,
@@ -192,6 +234,9 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         builder.add_input(input_name, TensorType(shape, dtype))
     stop_at = set(input_names)
     node_indices = _needed_nodes(onnx_graph, output_names, stop_at)
+    for i in node_indices:
+        proto = onnx_graph.node[i]
+        check_node(proto, opset, f"{proto.op_type} node '{proto.name or f'{proto.op_type}_{i}'}'")
     nodes = [OnnxNode.from_proto(onnx_graph.node[i], i) for i in node_indices]
     try:
         TABLE.check_supported(nodes, opset)

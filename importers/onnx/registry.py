@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from pegasus.errors import PegasusError
-from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, SourceNode
+from pegasus.importers.common.converters import ConverterTable, ConvertFn, ImportContext, NodeAttrs, SourceNode
 from pegasus.importers.onnx.tensor_data import tensor_to_array
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ops.registry import get_op
@@ -28,8 +28,8 @@ class OnnxNode(SourceNode):
     @classmethod
     def from_proto(cls, proto: onnx.NodeProto, index: int) -> OnnxNode:
         name = proto.name or f"{proto.op_type}_{index}"
-        attrs = {a.name: _attribute_value(a, f"{proto.op_type} node '{name}' attribute '{a.name}'")
-                 for a in proto.attribute}
+        attrs = NodeAttrs({a.name: _attribute_value(a, f"{proto.op_type} node '{name}' attribute '{a.name}'")
+                           for a in proto.attribute}, f"{proto.op_type} node '{name}'")
         domain = "" if proto.domain in ("", "ai.onnx") else proto.domain
         return cls(name, proto.op_type, list(proto.input), list(proto.output), attrs, domain)
 

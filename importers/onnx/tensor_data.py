@@ -40,9 +40,22 @@ def _element_type(proto: TensorProto, what: str, where: str | None) -> np.dtype:
         raise PegasusError(f"{_describe(what, where)} has unknown data type {proto.data_type}") from None
 
 
+def _held(proto: TensorProto, dtype: np.dtype, what: str, where: str | None) -> None:
+    """Refuse a type pegasus has no tensors of (complex, strings, ...): a model's tensor or a sample."""
+    from pegasus.ir.dtypes import DType
+
+    try:
+        DType.from_numpy(dtype)
+    except TypeError:
+        name = TensorProto.DataType.Name(proto.data_type) if proto.data_type in TensorProto.DataType.values() else dtype
+        raise PegasusError(f"{_describe(what, where)} has data type {name}, which pegasus does not "
+                           "hold") from None
+
+
 def data_bytes(proto: TensorProto, what: str, where: str | None = None) -> int:
     """The bytes of raw data the tensor's dims and type call for, after holding them to the budget."""
     dtype = _element_type(proto, what, where)
+    _held(proto, dtype, what, where)
     dims = list(proto.dims)
     nbytes = check_tensor(dims, dtype.itemsize, what, where)
     return (nbytes + 1) // 2 if proto.data_type in _PACKED else nbytes
@@ -64,9 +77,10 @@ def tensor_to_array(proto: TensorProto, what: str, where: str | None = None) -> 
     needed = data_bytes(proto, what, where)
     if proto.HasField("raw_data"):
         present = len(proto.raw_data)
-        check_present(needed, present, what, where)
         if present != needed:
-            raise PegasusError(f"{_describe(what, where)} declares {needed} bytes but holds {present}")
+            raise PegasusError(f"{_describe(what, where)} of dims {list(proto.dims)} "
+                               f"({TensorProto.DataType.Name(proto.data_type)}) needs {needed} bytes of raw data "
+                               f"but holds {present}")
     else:
         count = 1
         for dim in proto.dims:

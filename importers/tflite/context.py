@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import ConverterTable, ImportContext, SourceNode
 from pegasus.importers.tflite.reader import TfliteTensor
 from pegasus.ir.builder import GraphBuilder
@@ -41,9 +42,17 @@ class TfliteContext(ImportContext):
         #: integer weight tensors ``weights`` turned into float (a dynamic-range model's), by name -> dtype
         self.dequantized: dict[str, str] = {}
 
-    def weights(self, node: SourceNode, index: int, what: str) -> np.ndarray | None:
+    @staticmethod
+    def require(node: SourceNode, index: int, what: str) -> None:
+        """A required input the file left out (index -1, or fewer inputs) is one line naming the node."""
+        if not node.input(index):
+            raise PegasusError(f"{node.describe()} lacks its {what} (input {index})")
+
+    def weights(self, node: SourceNode, index: int, what: str, optional: bool = False) -> np.ndarray | None:
         """Input ``index`` as float32 constant values (float16 and int8/uint8 weights converted); None if
-        the input is omitted."""
+        an ``optional`` input is omitted (a required one omitted is an error)."""
+        if not optional:
+            self.require(node, index, what)
         value = self.constant(node, index, what)
         if value is None:
             return None
@@ -53,7 +62,9 @@ class TfliteContext(ImportContext):
         self.dequantized[tensor.name] = str(value.dtype)
         return dequantized(tensor, value)
 
-    def ints(self, node: SourceNode, index: int, what: str) -> list[int] | None:
+    def ints(self, node: SourceNode, index: int, what: str, optional: bool = False) -> list[int] | None:
+        if not optional:
+            self.require(node, index, what)
         value = self.constant(node, index, what)
         return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
 

@@ -40,6 +40,8 @@ def _input_shape(tensor: TfliteTensor, given: Sequence[int] | None, note: Callab
     if given is not None:
         return tuple(int(d) for d in given)
     shape = list(tensor.shape)
+    if tensor.signature and len(tensor.signature) != len(shape):
+        raise PegasusError(f"input '{tensor.name}' has shape {shape} but shape signature {list(tensor.signature)}")
     for axis, dim in enumerate(tensor.signature):
         if dim >= 0:
             continue

@@ -21,7 +21,7 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.fileio import read_model_input
-from pegasus.importers.common.converters import SourceNode
+from pegasus.importers.common.converters import NodeAttrs, SourceNode
 from pegasus.limits import check_tensor, element_count
 
 try:
@@ -312,7 +312,8 @@ def read_tflite(path: str | Path, subgraph: int = 0) -> TfliteSubgraph:
             inputs = [names[j] if j >= 0 else "" for j in (op.InputsAsNumpy() if op.InputsLength() else [])]
             outputs = [names[j] for j in (op.OutputsAsNumpy() if op.OutputsLength() else [])]
             node_name = outputs[0] if outputs else f"{op_type.lower()}_{i}"
-            nodes.append(SourceNode(node_name, op_type, inputs, outputs, _options(op), domain, f"operator {i}"))
+            attrs = NodeAttrs(_options(op), f"{op_type} node '{node_name}', operator {i}")
+            nodes.append(SourceNode(node_name, op_type, inputs, outputs, attrs, domain, f"operator {i}"))
         inputs = [names[j] for j in sg.InputsAsNumpy()] if sg.InputsLength() else []
         outputs = [names[j] for j in sg.OutputsAsNumpy()] if sg.OutputsLength() else []
         sg_name = sg.Name().decode(errors="replace") if sg.Name() else ""

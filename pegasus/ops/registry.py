@@ -10,6 +10,8 @@ Importers map a framework's operators onto these ops; they never redefine an op'
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -99,7 +101,62 @@ def make_attrs(op: str | type[OpDef], **values: Any) -> Any:
     unknown = set(values) - fields
     if unknown:
         raise TypeError(f"{opdef.name} has no attribute(s) {sorted(unknown)} (has {sorted(fields)})")
-    return opdef.Attrs(**{k: _freeze(v) for k, v in values.items()})
+    frozen = {k: _freeze(v) for k, v in values.items()}
+    hints = _attr_hints(opdef.Attrs)
+    for key, value in frozen.items():
+        if not _fits(value, hints.get(key)):
+            raise ShapeError(f"attribute '{key}' must be {_kind(hints[key])}, not {_shown(value)}")
+    return opdef.Attrs(**frozen)
+
+
+#: Attrs class -> {field: type hint}; the hints checked against values from model files (issue 35: an ONNX
+#: attribute or a NAME.json attribute of the wrong kind must be refused where it is set, not crash a shape rule)
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _attr_hints(attrs_class: type) -> dict[str, Any]:
+    if attrs_class not in _HINTS:
+        try:
+            _HINTS[attrs_class] = typing.get_type_hints(attrs_class)
+        except Exception:  # noqa: BLE001 — an annotation that does not resolve is not checked
+            _HINTS[attrs_class] = {}
+    return _HINTS[attrs_class]
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether an attribute value is of the kind its field declares (hints other than these are not checked)."""
+    if hint is None or hint is Any:
+        return True
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint in (int, bool):
+        return isinstance(value, (int, np.integer)) or isinstance(value, float) and value.is_integer()
+    if hint is float:
+        return isinstance(value, (int, float, np.integer, np.floating))
+    if hint is str:
+        return isinstance(value, str)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return isinstance(value, tuple) and all(_fits(v, args[0]) for v in value)
+    return True
+
+
+def _kind(hint: Any) -> str:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_kind(arg) for arg in args)
+    if typing.get_origin(hint) is tuple and args:
+        return f"a list of {_kind(args[0]).removeprefix('an ').removeprefix('a ')}s"
+    return {int: "an integer", bool: "a boolean", float: "a number", str: "a string",
+            type(None): "absent"}.get(hint, str(hint))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
 def attrs_to_dict(attrs: Any) -> dict[str, Any]:

@@ -24,7 +24,11 @@ def _bn_coefficients(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | 
     params = [graph.value_of(n) for n in bn.inputs[1:5]]
     if any(p is None for p in params):
         return None
-    return BatchNormalization.affine(bn.attrs, *params)
+    with np.errstate(all="ignore"):  # parameters from the file: a negative variance or NaN is not folded
+        slope, shift = BatchNormalization.affine(bn.attrs, *params)
+    if not (np.isfinite(slope).all() and np.isfinite(shift).all()):
+        return None
+    return slope, shift
 
 
 def _replace_constant(graph: Graph, node: Node, index: int, value: np.ndarray, dtype: np.dtype) -> None:
@@ -100,7 +104,12 @@ def fold_batchnorm(graph: Graph) -> bool:
         coefficients = _bn_coefficients(graph, bn)
         if coefficients is None or not graph.type_of(source).dtype.is_float:
             continue
-        if FOLDERS[producer.op](graph, producer, *coefficients):
+        weight = graph.value_of(producer.inputs[1]) if len(producer.inputs) > 1 else None
+        if weight is None or weight.dtype.kind != "f":  # integer weights are not scaled by a float affine
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):  # huge or non-finite weights from the file
+            folded = FOLDERS[producer.op](graph, producer, *coefficients)
+        if folded:
             # tensor `source` now holds BN's result: its producer takes over BN's output name
             result = bn.outputs[0]
             graph.remove_nodes([bn])

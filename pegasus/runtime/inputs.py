@@ -75,12 +75,24 @@ def image_geometry(ttype: TensorType, port: PortMeta, path: Path) -> tuple[int, 
 
 def open_image(path: Path):
     """Open an image lazily (header only); pixels are decoded on first use."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     try:
         return Image.open(path)
-    except (UnidentifiedImageError, OSError) as exc:
-        raise PegasusError(f"cannot read image: {exc}", where=str(path)) from exc
+    except _image_errors() as exc:
+        raise PegasusError(f"cannot read image: {_first_line(exc)}", where=str(path)) from None
+
+
+def _image_errors() -> tuple[type[Exception], ...]:
+    """What Pillow raises for a damaged image: OSError (truncated, unidentified), SyntaxError (a broken PNG
+    chunk), ValueError, EOFError, and DecompressionBombError (a header declaring billions of pixels)."""
+    from PIL import Image
+
+    return OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def check_image_size(image, width: int, height: int, port: PortMeta, path: Path) -> None:
@@ -96,10 +108,12 @@ def read_image(path: Path, ttype: TensorType, port: PortMeta) -> np.ndarray:
     channels, height, width = image_geometry(ttype, port, path)
     image = open_image(path)
     check_image_size(image, width, height, port, path)
+    # the header's size, held to the budget before the pixels are decoded (Pillow's own bomb limit is 2^28)
+    limits.check_tensor([image.size[1], image.size[0], 4], 4, "image", str(path))
     try:
         image = image.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
-    except OSError as exc:  # truncated or corrupt pixel data shows up when decoding
-        raise PegasusError(f"cannot read image: {exc}", where=str(path)) from exc
+    except _image_errors() as exc:  # truncated or corrupt pixel data shows up when decoding
+        raise PegasusError(f"cannot read image: {_first_line(exc)}", where=str(path)) from None
     if image.size != (width, height):
         image = image.resize((width, height), Image.BILINEAR)
     pixels = np.asarray(image, dtype=np.float32).reshape(height, width, channels)

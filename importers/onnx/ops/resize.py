@@ -26,7 +26,10 @@ def _floats(ctx: OnnxContext, node: OnnxNode, index: int, what: str) -> list[flo
     value = ctx.constant(node, index, what)
     if value is None or np.asarray(value).size == 0:
         return None
-    return [float(v) for v in np.asarray(value).reshape(-1)]
+    values = [float(v) for v in np.asarray(value).reshape(-1)]
+    if not all(np.isfinite(values)):
+        raise PegasusError(f"{node.describe()}: {what} must be finite numbers, not {values}")
+    return values
 
 
 def _emit(ctx: OnnxContext, node: OnnxNode, attrs: dict[str, Any], x: str = "", suffix: str = "",

@@ -27,7 +27,7 @@ def _window(node: SourceNode) -> dict:
 
 
 def _bias(ctx: TfliteContext, node: SourceNode, index: int) -> list[str]:
-    bias = ctx.weights(node, index, "bias")
+    bias = ctx.weights(node, index, "bias", optional=True)
     return [] if bias is None else [ctx.add_constant(f"{node.name}/bias", bias)]
 
 

@@ -50,7 +50,7 @@ def unidirectional_sequence_lstm(ctx: TfliteContext, node: SourceNode) -> None:
     _refuse_variants(node)
     gates = [ctx.weights(node, i, "input weights") for i in _INPUT_WEIGHTS]
     recurrent = [ctx.weights(node, i, "recurrent weights") for i in _RECURRENT_WEIGHTS]
-    biases = [ctx.weights(node, i, "gate bias") for i in _BIASES]
+    biases = [ctx.weights(node, i, "gate bias", optional=True) for i in _BIASES]
     hidden = recurrent[0].shape[0]
     biases = [np.zeros(hidden, np.float32) if b is None else b for b in biases]
     w = np.concatenate([gates[g] for g in _ONNX_GATES])[None]
@@ -63,7 +63,7 @@ def unidirectional_sequence_lstm(ctx: TfliteContext, node: SourceNode) -> None:
               for index, what in ((_H_STATE, "initial_h"), (_C_STATE, "initial_c"))]
     inputs = [node.inputs[0], ctx.add_constant(f"{node.name}/W", w), ctx.add_constant(f"{node.name}/R", r),
               ctx.add_constant(f"{node.name}/B", b), "", *states]
-    peepholes = [ctx.weights(node, i, "peephole weights") for i in _PEEPHOLES]
+    peepholes = [ctx.weights(node, i, "peephole weights", optional=True) for i in _PEEPHOLES]
     if any(p is not None for p in peepholes):
         p = [np.zeros(hidden, np.float32) if v is None else v for v in peepholes]
         inputs.append(ctx.add_constant(f"{node.name}/P", np.concatenate([p[k] for k in _ONNX_PEEPHOLES])[None]))

@@ -89,7 +89,7 @@ def unpack(ctx: TfliteContext, node: SourceNode) -> None:
 def strided_slice(ctx: TfliteContext, node: SourceNode) -> None:
     begin = ctx.ints(node, 1, "begin")
     end = ctx.ints(node, 2, "end")
-    strides = ctx.ints(node, 3, "strides") or [1] * len(begin)
+    strides = ctx.ints(node, 3, "strides", optional=True) or [1] * len(begin)
     emit_index(ctx, node, strided_index(node, begin, end, strides))
 
 
