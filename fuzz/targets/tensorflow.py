@@ -17,7 +17,8 @@ from pathlib import Path
 from fuzz.mutate import INTERESTING_32, INTERESTING_64
 from fuzz.targets import target
 
-#: every corpus graph reads its input from ``x`` and writes ``y``; a bool ``training`` (the cond graphs) is fed
+#: every corpus graph reads its input from ``x`` and writes ``y``; a bool placeholder ``training`` (the cond
+#: graphs) is fed False
 GRAPH_INPUTS, GRAPH_OUTPUTS = ["x"], ["y"]
 _INTS = [0, 1, -1, 2, 3, -5, 7, 2**31 - 1, -2**31, 2**32, 2**40, 2**62, 2**63 - 1, -2**63]
 _FLOATS = [0.0, -0.0, 1e-45, 1e38, 3.4e38, float("nan"), float("inf"), float("-inf"), -1.0]
@@ -39,7 +40,7 @@ def _slots(message, out: list, depth: int = 0) -> None:
             if value_field.type == value_field.TYPE_MESSAGE:
                 for item in value.values():
                     _slots(item, out, depth + 1)
-        elif field.label == field.LABEL_REPEATED:
+        elif field.is_repeated:
             for item in value:
                 _slots(item, out, depth + 1)
         else:
@@ -81,9 +82,11 @@ def mutate_message(message, rng: random.Random) -> None:
     """Change one field of ``message`` (in place)."""
     slots: list = []
     _slots(message, slots)
+    if not slots:                                   # an empty sub-message: nothing to change
+        return
     owner, field = rng.choice(slots)
     value = getattr(owner, field.name)
-    if field.label == field.LABEL_REPEATED:
+    if field.is_repeated:
         count = len(value)
         action = rng.randrange(5)
         if action == 0 or count == 0:
@@ -171,9 +174,6 @@ def _mutate_index(data: bytes, rng: random.Random) -> bytes:
     else:
         message = (api.BundleHeaderProto if key == b"" else api.BundleEntryProto)()
         message.ParseFromString(value)
-        if not message.ListFields():
-            message.ParseFromString(value)
-            raise ValueError("an empty entry")
         mutate_message(message, rng)
         entries[index] = (key, message.SerializeToString())
     return write_table(entries)
@@ -207,9 +207,12 @@ def read_graphdef(path: Path, scratch: Path) -> None:
     import numpy as np
 
     from pegasus.importers.tensorflow.loader import import_tensorflow
+    from pegasus.importers.tensorflow.reader import read_tensorflow
 
-    predef = {"training": np.array(False)} if path.name.startswith("cond") else None
-    _save(import_tensorflow(path, inputs=GRAPH_INPUTS, outputs=GRAPH_OUTPUTS, predef=predef), scratch)
+    model = read_tensorflow(path)
+    training = model.producer("training")
+    predef = {"training": np.array(False)} if training is not None and training.op_type == "Placeholder" else None
+    _save(import_tensorflow(model, inputs=GRAPH_INPUTS, outputs=GRAPH_OUTPUTS, predef=predef), scratch)
 
 
 @target("tf_savedmodel", structured=_structured("saved"))

@@ -73,6 +73,15 @@ class TorchContext(ImportContext):
     def is_tensor(self, value: Any) -> bool:
         return isinstance(value, str) and self.builder.has(value)
 
+    def emit(self, op: str, inputs: list[str], attrs: dict[str, Any] | None = None, *, node: SourceNode,
+             outputs: list[str] | None = None, suffix: str = "") -> list[str]:
+        """The shared ``emit`` after checking that every input is a tensor: an argument the file gives as a
+        number, a list or a name nothing defines, where the op takes a tensor, is refused naming the node."""
+        for index, value in enumerate(inputs):
+            if not (value is None or value == "" or self.is_tensor(value)):    # None, '': an omitted input
+                raise PegasusError(f"{node.describe()}: its {op} input {index} is {str(value)[:80]!r}, not a tensor")
+        return super().emit(op, inputs, attrs, node=node, outputs=outputs, suffix=suffix)
+
     def tensor(self, node: SourceNode, value: Any, like: str | None = None, what: str = "operand") -> str:
         """A tensor name for ``value``: a tensor stays, a Python number becomes a constant of ``like``'s dtype."""
         if self.is_tensor(value):

@@ -45,7 +45,7 @@ def _weights_and_bias(graph: Graph, layer: Node, channels: int) -> tuple[np.ndar
     weight = graph.value_of(layer.inputs[1])
     bias_name = layer.inputs[2] if len(layer.inputs) > 2 else ""
     bias = graph.value_of(bias_name) if bias_name else np.zeros(channels, np.float64)
-    if weight is None or bias is None:
+    if weight is None or bias is None or weight.dtype.kind != "f":  # integer weights take no float scale
         return None
     return weight, bias
 
@@ -121,7 +121,9 @@ def _fold_one(graph: Graph, affine: Node, producers: dict[str, Node], consumers:
         vector = _channel_vector(constant, ttype.shape[-1], ttype.rank)
         if vector is None or graph.type_of(affine.outputs[0]).shape != ttype.shape:
             continue
-        if FOLDERS[layer.op](graph, layer, kind, vector):
+        with np.errstate(over="ignore", invalid="ignore"):  # huge or non-finite weights from a file fold to
+            folded = FOLDERS[layer.op](graph, layer, kind, vector)  # inf/NaN, what the unfolded graph computes
+        if folded:
             # the layer now computes the affine's result: it takes over the affine's output name
             result = affine.outputs[0]
             graph.remove_nodes([affine])

@@ -133,9 +133,14 @@ def fused_batch_norm(ctx: TfContext, node: SourceNode) -> None:
                   (("scale", scale), ("offset", offset), ("mean", mean), ("variance", variance))]
         ctx.emit("BatchNormalization", [x, *params], {"epsilon": epsilon}, node=node, outputs=node.outputs[:1])
         return
-    k = scale / np.sqrt(variance + epsilon)
+    if np.any(variance + epsilon < 0):
+        raise PegasusError(f"{node.describe()}: its variance has negative values (smallest {variance.min():g}), which "
+                           "no trained batch norm has (a damaged model)")
     dtype = ctx.type_of(x).dtype.numpy
-    factor = ctx.add_constant(f"{node.name}/factor", k.astype(dtype))
-    shift = ctx.add_constant(f"{node.name}/shift", (offset - mean * k).astype(dtype))
+    with np.errstate(all="ignore"):  # huge or non-finite values from the file give inf/NaN, as TensorFlow's would
+        k = scale / np.sqrt(variance + epsilon)
+        k_cast, shift_cast = k.astype(dtype), (offset - mean * k).astype(dtype)
+    factor = ctx.add_constant(f"{node.name}/factor", k_cast)
+    shift = ctx.add_constant(f"{node.name}/shift", shift_cast)
     scaled = ctx.emit("Mul", [x, factor], node=node, suffix="/scale")[0]
     ctx.emit("Add", [scaled, shift], node=node, outputs=node.outputs[:1])
