@@ -21,6 +21,13 @@ def _bit(mask: int, i: int) -> bool:
 def strided_index(node: SourceNode, begin: list[int], end: list[int], strides: list[int]) -> tuple:
     """TF's strided-slice specification (masks in ``node.attrs``) as a NumPy index tuple."""
     attrs = node.attrs
+    if len(end) != len(begin) or len(strides) != len(begin):
+        raise PegasusError(f"{node.describe()}: begin, end and strides have {len(begin)}, {len(end)} and "
+                           f"{len(strides)} values (one each per axis)")
+    if 0 in strides:
+        raise PegasusError(f"{node.describe()}: a stride is 0")
+    if bin(int(attrs.get("ellipsis_mask", 0)) & ((1 << len(begin)) - 1)).count("1") > 1:
+        raise PegasusError(f"{node.describe()}: ellipsis_mask marks more than one axis")
     index: list = []
     for i in range(len(begin)):
         if _bit(attrs.get("ellipsis_mask", 0), i):
@@ -41,7 +48,10 @@ def emit_index(ctx: ImportContext, node: SourceNode, index: tuple) -> None:
     """Emit ``x[index]`` (slices, ints, None, Ellipsis) of the node's input 0 as one Slice over x's axes and a
     Reshape, writing the node's output."""
     in_shape = ctx.type_of(node.inputs[0]).shape
-    result_shape = np.empty(in_shape, dtype=np.bool_)[index].shape
+    try:
+        result_shape = np.empty(in_shape, dtype=np.bool_)[index].shape
+    except (IndexError, ValueError, TypeError) as exc:  # more indices than axes, an index past the end
+        raise PegasusError(f"{node.describe()}: the slice does not fit input shape {list(in_shape)} ({exc})") from None
     explicit = sum(1 for item in index if item is not None and item is not Ellipsis)
     expanded: list = []
     for item in index:

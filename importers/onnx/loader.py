@@ -21,7 +21,7 @@ from pegasus.fileio import read_model_input
 from pegasus.importers.common.converters import convert_nodes
 from pegasus.importers.onnx import ops as _ops  # noqa: F401  (registers the converters)
 from pegasus.importers.onnx.registry import TABLE, OnnxContext, OnnxNode
-from pegasus.importers.onnx.schema_check import check_node
+from pegasus.importers.onnx.schema_check import check_names, check_node
 from pegasus.importers.onnx.tensor_data import load_external_data, tensor_to_array
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType
@@ -107,7 +107,16 @@ def _resolve_shape(name: str, declared: list[int | str | None], given: Sequence[
 
 def _needed_nodes(graph: onnx.GraphProto, outputs: Sequence[str], stop_at: set[str]) -> list[int]:
     """Indices of the nodes that outputs depend on, not looking past the tensors in ``stop_at``."""
-    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    producer: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            if out in producer:
+                first = graph.node[producer[out]]
+                raise PegasusError(f"tensor '{out}' is the output of two nodes: {first.op_type} "
+                                   f"'{first.name or f'{first.op_type}_{producer[out]}'}' and {node.op_type} "
+                                   f"'{node.name or f'{node.op_type}_{i}'}'")
+            if out:
+                producer[out] = i
     needed: set[int] = set()
     stack = [name for name in outputs if name not in stop_at]
     while stack:
@@ -183,6 +192,7 @@ def import_onnx(model: onnx.ModelProto | str | Path, *, inputs: Sequence[str] | 
         raise PegasusError(f"model uses opset {opset}; pegasus supports opset {MIN_OPSET} and newer "
                            "(upgrade it with onnx.version_converter)")
     onnx_graph = model.graph
+    check_names(onnx_graph)
     symbols = dict(symbols or {})
     constant_inputs = dict(constant_inputs or {})
     initializers = {init.name: init for init in onnx_graph.initializer}

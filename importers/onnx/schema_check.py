@@ -1,6 +1,6 @@
 """Each ONNX node held to its operator's schema before a converter reads it: the number of inputs and outputs,
-required inputs not left empty, required attributes present, each attribute of the type the schema declares and
-holding a value of that type, its strings UTF-8 text.
+required inputs not left empty, required attributes present, no attribute the op does not define, each attribute
+of the type the schema declares and holding a value of that type, its strings UTF-8 text.
 
 A model file is data from a stranger: a node may be written with any op type, any inputs and any attributes.
 The converters rely on what the ONNX standard promises (Pad-2 has ``pads``, Reshape two inputs), so the
@@ -55,8 +55,8 @@ def check_attribute(attr: AttributeProto, what: str) -> None:
 
 def _schema(node: onnx.NodeProto, opset: int) -> OpSchema | None:
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    try:
-        return onnx.defs.get_schema(node.op_type, opset, domain)
+    try:  # an opset newer than this onnx knows: its newest schema
+        return onnx.defs.get_schema(node.op_type, max(1, min(opset, onnx.defs.onnx_opset_version())), domain)
     except Exception:  # noqa: BLE001 — no schema (a custom or unknown op): its converter, if any, checks
         return None
 
@@ -69,6 +69,20 @@ def _check_params(params, given: list[str], low: int, high: int, what: str, kind
         param = params[min(index, len(params) - 1)] if params else None
         if param is not None and not name and param.option != OpSchema.FormalParameterOption.Optional:
             raise PegasusError(f"{what}: {kind} {index} ('{param.name}') is required but left empty")
+
+
+def check_names(graph: onnx.GraphProto) -> None:
+    """Every name in the graph is text: protobuf hands a string field that is not UTF-8 over as bytes."""
+    named = [("graph input", vi.name) for vi in graph.input] + [("graph output", vi.name) for vi in graph.output]
+    named += [("value_info", vi.name) for vi in graph.value_info] + [("initializer", t.name) for t in graph.initializer]
+    for index, node in enumerate(graph.node):
+        named += [(f"node {index}", node.name), (f"node {index} op type", node.op_type),
+                  (f"node {index} domain", node.domain)]
+        named += [(f"node {index} input", n) for n in node.input] + [(f"node {index} output", n) for n in node.output]
+        named += [(f"node {index} attribute", a.name) for a in node.attribute]
+    for what, name in named:
+        if not isinstance(name, str):
+            raise PegasusError(f"{what} has a name that is not UTF-8 text ({bytes(name)[:40]!r})")
 
 
 def check_node(node: onnx.NodeProto, opset: int, describe: str) -> None:
@@ -88,7 +102,10 @@ def check_node(node: onnx.NodeProto, opset: int, describe: str) -> None:
     declared = schema.attributes
     for attr in node.attribute:
         spec = declared.get(attr.name)
-        if spec is not None and int(spec.type) != int(attr.type):
+        if spec is None:  # as onnx.checker and onnxruntime: an attribute the op does not define is an error
+            raise PegasusError(f"{describe} has attribute '{attr.name}', which {node.op_type} (opset "
+                               f"{schema.since_version}) does not define")
+        if int(spec.type) != int(attr.type):
             raise PegasusError(f"{describe} attribute '{attr.name}' is {_type_name(attr.type)}; "
                                f"{node.op_type} declares it {_type_name(int(spec.type))}")
     for name, spec in declared.items():

@@ -30,7 +30,11 @@ def dequantized(tensor: TfliteTensor, data: np.ndarray) -> np.ndarray:
         shape[tensor.axis] = -1
     scale = tensor.scale.astype(np.float64).reshape(shape)
     zero = tensor.zero_point.astype(np.float64).reshape(shape)
-    return ((data.astype(np.float64) - zero) * scale).astype(np.float32)
+    real = (data.astype(np.float64) - zero) * scale
+    if not np.all(np.abs(real) <= np.finfo(np.float32).max):  # a scale from the file: NaN, inf or 1e38
+        raise PegasusError(f"tensor '{tensor.name}': its quantization scale {tensor.scale.reshape(-1)[:4].tolist()} "
+                           "gives values that are not finite float32 numbers")
+    return real.astype(np.float32)
 
 
 class TfliteContext(ImportContext):

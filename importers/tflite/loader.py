@@ -22,6 +22,7 @@ import numpy as np
 from pegasus.errors import PegasusError
 from pegasus.importers.common.converters import SourceNode, convert_nodes, needed_nodes
 from pegasus.importers.tflite import ops as _ops  # noqa: F401  (registers the converters)
+from pegasus.importers.tflite.arity import check_arity
 from pegasus.importers.tflite.context import TABLE, TfliteContext
 from pegasus.importers.tflite.quantized import integer_view
 from pegasus.importers.tflite.reader import TfliteSubgraph, TfliteTensor, read_tflite
@@ -109,6 +110,7 @@ def import_tflite(model: str | Path | TfliteSubgraph, *, inputs: Sequence[str] |
     stop_at = set(input_names)
     nodes = needed_nodes(model.nodes, output_names, stop_at)
     TABLE.check_supported(nodes)
+    check_arity(nodes)
     refuse_integer_activations(nodes, tensors)
     for tensor_name in {n for node in nodes for n in node.inputs if n} | set(output_names):
         tensor = tensors[tensor_name]

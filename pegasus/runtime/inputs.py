@@ -9,6 +9,7 @@ samples cheaply (image headers, tensor sizes) so ``generate inputmeta`` can vet 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,9 @@ def open_image(path: Path):
     from PIL import Image
 
     try:
-        return Image.open(path)
+        with warnings.catch_warnings():  # Pillow warns of a large image on stderr: a one-line error here instead
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return Image.open(path)
     except _image_errors() as exc:
         raise PegasusError(f"cannot read image: {_first_line(exc)}", where=str(path)) from None
 
@@ -88,7 +91,7 @@ def _image_errors() -> tuple[type[Exception], ...]:
     chunk), ValueError, EOFError, and DecompressionBombError (a header declaring billions of pixels)."""
     from PIL import Image
 
-    return OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError
+    return OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError, Image.DecompressionBombWarning
 
 
 def _first_line(exc: Exception) -> str:

@@ -73,6 +73,15 @@ def _infinite_scales(path):
     return _save(path, [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")], [scales])
 
 
+def _two_producers(path):
+    return _save(path, [helper.make_node("Relu", ["x"], ["y"], name="first"),
+                        helper.make_node("Sigmoid", ["x"], ["y"], name="second")])
+
+
+def _undefined_attribute(path):
+    return _save(path, [helper.make_node("Relu", ["x"], ["y"], axes=[1])])
+
+
 CASES = {  # builder -> words the one line must hold
     _short_raw_data: ["initializer 'w'", "[64, 64]", "16384", "100"],
     _cycle: ["cycle", "Add 'Add_0'", "Relu 'Relu_1'"],
@@ -83,6 +92,8 @@ CASES = {  # builder -> words the one line must hold
     _not_utf8: ["auto_pad", "UTF-8"],
     _complex_initializer: ["'c'", "COMPLEX64"],
     _infinite_scales: ["scales", "finite"],
+    _two_producers: ["'y'", "two nodes", "Relu 'first'", "Sigmoid 'second'"],
+    _undefined_attribute: ["Relu", "'axes'", "does not define"],
 }
 
 

@@ -21,14 +21,19 @@ _COPIED = ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coef
 _FLAGS = ("exclude_outside", "antialias")
 
 
+#: the largest resize factor taken (ONNX asks only for scales > 0): 2^20 on one axis is far past any real model
+MAX_SCALE = 2.0**20
+
+
 def _floats(ctx: OnnxContext, node: OnnxNode, index: int, what: str) -> list[float] | None:
     """A float input known at compile time; None when omitted or empty (opset 11 passes empty scales)."""
     value = ctx.constant(node, index, what)
     if value is None or np.asarray(value).size == 0:
         return None
     values = [float(v) for v in np.asarray(value).reshape(-1)]
-    if not all(np.isfinite(values)):
-        raise PegasusError(f"{node.describe()}: {what} must be finite numbers, not {values}")
+    if not all(np.isfinite(values)) or what == "scales" and not all(0 < v <= MAX_SCALE for v in values):
+        raise PegasusError(f"{node.describe()}: {what} must be finite numbers{' in (0, 2^20]' * (what == 'scales')}, "
+                           f"not {values}")
     return values
 
 

@@ -75,6 +75,8 @@ def fully_connected(ctx: TfliteContext, node: SourceNode) -> None:
         raise PegasusError(f"{node.describe()}: weights_format {node.attrs['weights_format']} is not supported")
     x_shape = ctx.type_of(node.inputs[0]).shape
     w = ctx.weights(node, 1, "weights")
+    if w.ndim != 2:
+        raise PegasusError(f"{node.describe()}: weights of shape {list(w.shape)}; FULLY_CONNECTED takes (N, K)")
     depth = w.shape[-1]
     total = 1
     for d in x_shape:
