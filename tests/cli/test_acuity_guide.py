@@ -110,10 +110,13 @@ def test_guide_workflow(workspace):
         guide(ENTROPY, **names),
         guide(HYBRID, **names),
         guide(EXPORT_HYBRID, **names),
+        # the table's algorithm 'auto' (Acuity's automatic hybrid)
+        ["quantize", "--model", "lenet.json", "--model-data", "lenet.data", "--with-input-meta", "lenet_inputmeta.yml",
+         "--rebuild", "--algorithm", "auto", "--model-quantize", "auto.quantize"],
     ]
-    (meta, first, quantize, inference, inference_file, export, entropy, hybrid, export_hybrid) = \
+    (meta, first, quantize, inference, inference_file, export, entropy, hybrid, export_hybrid, auto) = \
         run_many(cases, cwd=workspace)
-    for result in (meta, first, quantize, inference, inference_file, entropy, hybrid):
+    for result in (meta, first, quantize, inference, inference_file, entropy, hybrid, auto):
         assert result.code == 0, result.stderr[-2000:]
     assert "Traceback" not in quantize.stderr
     assert _table(workspace / "lenet.quantize")["quantizer"] == "asymmetric_affine"  # rebuilt, not reused
@@ -134,6 +137,9 @@ def test_guide_workflow(workspace):
     hybrid_graph = json.loads((workspace / "lenet.quantize.json").read_text())
     assert "DtypeConverter" in json.dumps(hybrid_graph) or not _table(workspace / "lenet.quantize")[
         "customized_quantize_layers"]
+
+    assert _table(workspace / "auto.quantize")["algorithm"] == "kl_divergence"
+    assert sum("--algorithm auto" in line for line in auto.stderr.splitlines()) == 1, auto.stderr
 
     # export ovxlib: one line naming the equivalent export glow command, exit 2
     for result, model in ((export, "lenet.json"), (export_hybrid, "lenet.quantize.json")):
