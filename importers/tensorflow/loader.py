@@ -276,6 +276,8 @@ def import_tensorflow(model: str | Path | TfModel, *, inputs: Sequence[str] | No
         for tensor in {t for node in nodes for t in node.inputs if t} | {t for _, t in outs}:
             value = model.value(tensor) if tensor not in stop else None
             if value is not None and value.dtype.kind not in "OSUV":
+                if value.dtype.kind == "c":
+                    raise PegasusError(f"constant '{tensor}' is {value.dtype.name}; pegasus takes no complex tensors")
                 builder.set_constant(tensor, value)
         nodes = [dataclasses.replace(n, inputs=[renamed.get(t, t) for t in n.inputs]) if renamed.keys() & set(n.inputs)
                  else n for n in nodes]

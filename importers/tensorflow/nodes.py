@@ -131,6 +131,7 @@ class GraphReader:
         self._calls: dict[str, _Call] = {}      # call node name -> what it calls, until inlined
         self._templates: dict[str, tuple] = {}
         self._specs: dict[str, list] = {}       # op type or function -> its output arguments
+        self._signatures: dict[str, tuple | None] = {}   # op type -> its input arguments and attribute defaults
         self._file_nodes = sum(len(f.node_def) for f in library.function)
         self._inlined = 0
 
@@ -173,6 +174,41 @@ class GraphReader:
             args.append((name, types))
         return args
 
+    def _check_signature(self, op: str, attrs: dict[str, Any], name: str, inputs: list[str], where: str
+                         ) -> dict[str, Any]:
+        """A node of a registered op checked against its OpDef before any converter sees it, as TensorFlow's
+        importer does: every attribute without a default is set (one the file leaves empty takes the default),
+        and the node has as many data inputs as its input arguments take. Returns the attributes."""
+        if op in self.functions:
+            return attrs
+        if op not in self._signatures:
+            op_def = self.api.op_def(op)
+            self._signatures[op] = None if op_def is None else (
+                [(a.name, a.number_attr, a.type_list_attr) for a in op_def.input_arg],
+                {a.name: a.default_value if a.HasField("default_value") else None for a in op_def.attr})
+        signature = self._signatures[op]
+        if signature is None:                     # not a TensorFlow op: the converter table reports it
+            return attrs
+        args, declared = signature
+        node = f"node '{name}' ({op}{', ' + where if where else ''})"
+        for key, default in declared.items():
+            if attrs.get(key) is None:
+                if default is None:
+                    raise PegasusError(f"{node} has no value for its attribute '{key}'", where=self.where)
+                attrs = {**attrs, key: decode_attr(default, self.api, f"{node}, attribute '{key}'")}
+        expected = 0
+        for arg, number_attr, type_list_attr in args:
+            count = attrs.get(number_attr) if number_attr else attrs.get(type_list_attr) if type_list_attr else 1
+            count = len(count) if isinstance(count, list) else count
+            if not isinstance(count, int) or count < 0:
+                raise PegasusError(f"{node}: the size of its input '{arg}' ({number_attr or type_list_attr}) is "
+                                   f"{count!r}", where=self.where)
+            expected += count
+        if expected != len(inputs):
+            raise PegasusError(f"{node} has {len(inputs)} data input(s) but a {op} takes {expected}",
+                               where=self.where)
+        return attrs
+
     def _fresh(self, name: str, prefix: str) -> str:
         candidate = name if name not in self._taken else f"{prefix}/{name}"
         base, k = candidate, self._suffix.get(candidate, 0)
@@ -198,6 +234,7 @@ class GraphReader:
         if not all(inputs) or not all(control):
             raise PegasusError(f"node '{name}' ({op}{', ' + where if where else ''}) has an empty input reference",
                                where=self.where)
+        attrs = self._check_signature(op, attrs, name, inputs, where)
         if control:
             self.out.control[name] = control
         types = [t for _, ts in self._output_args(op, attrs) for t in ts]

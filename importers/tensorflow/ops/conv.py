@@ -44,6 +44,9 @@ def _window(ctx: TfContext, node: SourceNode, dilations: bool = True) -> dict:
 
 def _channels(ctx: TfContext, node: SourceNode, x: str) -> int:
     shape = ctx.type_of(x).shape
+    if len(shape) < 3:
+        raise PegasusError(f"{node.describe()}: its input has shape {list(shape)}; a {node.op_type} takes a batch of "
+                           "feature maps (rank 3 or more)")
     return shape[-1] if ctx.channels_last(node) else shape[1]
 
 
