@@ -4,7 +4,8 @@ The flatbuffer lists an operator's inputs as tensor indices, -1 for an omitted o
 file says which are required, so a crafted or damaged model may give a CONV_2D no filter or an ADD one operand.
 The converters index ``node.inputs`` as the TFLite schema's operator definitions promise; this table states
 those promises (the data inputs and the constant parameters up to the last required one) so a node that breaks
-them is one line naming it. Ops not listed need one input; every node needs one output.
+them is one line naming it. Ops not listed need one input; every node needs one output; CONCATENATION, PACK
+and ADD_N need every input they list.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ REQUIRED_INPUTS: dict[str, int] = {
     "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE": 2, "EXPAND_DIMS": 2, "STRIDED_SLICE": 3, "SLICE": 3, "FILL": 2,
 }
 
+#: ops taking any number of inputs, none of which may be omitted
+VARIADIC = {"CONCATENATION", "PACK", "ADD_N"}
+
 
 def check_arity(nodes: Sequence[SourceNode]) -> None:
     """Refuse a node missing a required input or having no output (one line naming the node)."""
     for node in nodes:
         if not any(node.outputs):
             raise PegasusError(f"{node.describe()} has no output")
-        needed = REQUIRED_INPUTS.get(node.op_type, 1)
+        needed = len(node.inputs) if node.op_type in VARIADIC else REQUIRED_INPUTS.get(node.op_type, 1)
         for index in range(needed):
             if not node.input(index):
                 raise PegasusError(f"{node.describe()} lacks input {index} ({node.op_type} takes at least "
