@@ -170,6 +170,6 @@ def test_tflite_and_samples(tmp_path):
         ["inference", "--model", tmp_path / "m.json", "--model-data", tmp_path / "m.data", "--input", bomb,
          "--output-dir", tmp_path / "out"],
     ], cwd=tmp_path)
-    assert_refused(results[0], "CONV_2D", "filter", "input 1")
+    assert_refused(results[0], "CONV_2D", "lacks input 1")
     assert results[1].code == 0, results[1].stderr
     assert_refused(results[2], "bomb.png")
