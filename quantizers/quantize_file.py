@@ -86,11 +86,15 @@ def _number(value: Any, kind: type) -> int | float | None:
     """``value`` as a finite ``kind`` (an int may be written 3 or 3.0), or None when it is no such number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if isinstance(value, int):  # exact, however many digits (the callers' ranges refuse the huge ones)
+        if kind is int:
+            return value
+        return float(value) if abs(value) <= 2**1000 else None
     if not math.isfinite(value):
         return None
     if kind is int:
-        return int(value) if float(value).is_integer() else None
-    return float(value)
+        return int(value) if value.is_integer() else None
+    return value
 
 
 def _entry_from_yaml(name: str, entry: Any, where: str) -> TensorQuant:

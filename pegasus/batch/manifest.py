@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,9 @@ OWN_KEYS = {"name": str, "framework": tuple(sorted(set(FRAMEWORK_SUFFIXES.values
             "timeout": float}
 KEYS = {**OWN_KEYS, **IMPORT_KEYS, **META_KEYS, **QUANTIZE_KEYS, **EXPORT_KEYS}
 
+
+#: largest number a numeric key takes (a batch size, a timeout): beyond it no value means anything
+MAX_NUMBER = 2**53
 
 #: longest option value (it becomes a command-line argument and a line of log.txt)
 MAX_VALUE_CHARS = 16384
@@ -94,8 +96,8 @@ def _check_value(where: str, key: str, value, kind, base: Path):
             raise PegasusError(f"{where}: '{key}' must be true or false, got {_shown(value)}")
         return value
     if kind in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-                (kind is int and value != int(value)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= MAX_NUMBER or \
+                (kind is int and value != int(value)):  # NaN fails the bound; a 400-digit int is compared exactly
             what = "an integer" if kind is int else "a number"
             raise PegasusError(f"{where}: '{key}' must be {what}, got {_shown(value)}")
         if value <= 0 and key != "subgraph":
