@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fuzz.mutate import mutate
 from fuzz.targets import Target
+from pegasus.cli import one_line
 from pegasus.errors import PegasusError
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
@@ -54,8 +55,8 @@ def check_one(target: Target, path: Path, scratch: Path) -> str | None:
             warnings.filterwarnings("error", category=RuntimeWarning, module="pegasus")
             target.run(path, scratch)
         return None
-    except PegasusError as exc:
-        if "\n" in str(exc):
+    except PegasusError as exc:  # printed through cli.one_line: one line whatever names the file puts in it
+        if "\n" in one_line(exc):
             return f"PegasusError of several lines: {str(exc)[:300]!r}"
         raise
     except Hang as exc:
