@@ -292,6 +292,9 @@ class _Flattener:
         where = f" of nested model '{'/'.join(path)}'" if path else ""
 
         def resolve(ref: list, io: bool) -> Ref:
+            if not (isinstance(ref, (list, tuple)) and len(ref) >= 3 and
+                    all(isinstance(v, int) and not isinstance(v, bool) for v in ref[1:3])):
+                raise PegasusError(f"the model config{where} has a malformed layer reference {str(ref)[:80]}")
             name, node, tensor = str(ref[0]), int(ref[1]), int(ref[2])
             if name not in by_name:
                 raise PegasusError(f"the model config{where} refers to layer '{name}', which it does not define")

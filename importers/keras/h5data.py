@@ -13,10 +13,17 @@ checked with the link's own information before h5py dereferences anything) and r
 ones and non-numeric types, and checks the declared size against the tensor budget (pegasus.limits) and,
 together with every array read before it, against what the file can hold: its size (uncompressed weights)
 plus one tensor budget (room for compressed or shared data) — before any byte is read.
+
+A damaged file makes h5py raise what HDF5 said (``RuntimeError: Can't get deprecated info for object (bad
+local heap signature)``, ``OSError``, ``KeyError``...) from any call: every h5py call on the file goes through
+an ``H5Reader`` method (``attr`` and ``count`` too) that turns such an error into one line naming the file and
+the object being read. Before h5py sees the file at all, h5heap.py refuses global heaps that would hang HDF5.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +38,16 @@ from pegasus.limits import check_tensor, max_tensor_bytes
 _BUILTIN_FILTERS = {1, 2, 3, 4, 5, 6, 32000}
 _NUMERIC = "fiub"
 _LINKS = {h5py.h5l.TYPE_SOFT: "a soft link", h5py.h5l.TYPE_EXTERNAL: "an external link"}
+#: what h5py raises on a damaged file (HDF5's error stack, mapped to Python exceptions)
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, UnicodeError)
+
+
+def h5_name(node: Any) -> str:
+    """``node.name``, or '?' when the damaged file cannot say it."""
+    try:
+        return str(node.name)
+    except H5_ERRORS:
+        return "?"
 
 
 def _target(group: Any, key: bytes, kind: int) -> str:
@@ -62,6 +79,28 @@ class H5Reader:
     def _inside(self) -> str:
         return f" ({self.what})" if self.what else ""
 
+    @contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """h5py's errors inside become one line naming the file and ``what`` was being read."""
+        try:
+            yield
+        except PegasusError:
+            raise
+        except H5_ERRORS as exc:
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise PegasusError(f"cannot read {what}{self._inside()}: {detail} (the HDF5 file is damaged or "
+                               "truncated)", where=str(self.file)) from None
+
+    def attr(self, node: Any, name: str, default: Any = None) -> Any:
+        """The attribute ``name`` of ``node``, or ``default`` when it has none."""
+        with self.reading(f"attribute '{name}' of '{h5_name(node)}'"):
+            return node.attrs[name] if name in node.attrs else default
+
+    def count(self, group: Any) -> int:
+        """How many members ``group`` has."""
+        with self.reading(f"the members of '{h5_name(group)}'"):
+            return len(group)
+
     def child(self, group: Any, name: str) -> Any:
         """``group[name]`` (``name`` may have several '/'-separated parts), or None when it does not exist;
         a soft, external or user-defined link on the way is refused by name, before it is followed."""
@@ -72,25 +111,29 @@ class H5Reader:
         for part in parts:
             if not isinstance(node, h5py.Group):
                 return None
-            key = part.encode("utf-8")
-            if not node.id.links.exists(key):
-                return None
-            kind = node.id.links.get_info(key).type
-            if kind != h5py.h5l.TYPE_HARD:
-                member = f"{node.name.rstrip('/')}/{part}"
-                raise self._refuse(f"'{member}' is {_LINKS.get(kind, f'a user-defined link (type {kind})')}"
-                                   f"{_target(node, key, kind)}")
-            node = node[part]
+            member = f"{h5_name(node).rstrip('/')}/{part}"
+            with self.reading(f"'{member}'"):
+                key = part.encode("utf-8")
+                if not node.id.links.exists(key):
+                    return None
+                kind = node.id.links.get_info(key).type
+                if kind != h5py.h5l.TYPE_HARD:
+                    raise self._refuse(f"'{member}' is {_LINKS.get(kind, f'a user-defined link (type {kind})')}"
+                                       f"{_target(node, key, kind)}")
+                node = node[part]
         return node
 
     def groups(self, group: Any) -> list[str]:
         """The names of ``group``'s members that are groups (links refused as in ``child``)."""
-        return [name for name in group if isinstance(self.child(group, name), h5py.Group)]
+        with self.reading(f"the members of '{h5_name(group)}'"):
+            names = list(group)
+        return [name for name in names if isinstance(self.child(group, name), h5py.Group)]
 
     def first_visit(self, group: Any) -> bool:
         """False when ``group`` was walked before (hard links can make a group its own member)."""
-        info = h5py.h5o.get_info(group.id)
-        key = (info.fileno, info.addr)
+        with self.reading(f"'{h5_name(group)}'"):
+            info = h5py.h5o.get_info(group.id)
+            key = (info.fileno, info.addr)
         if key in self._seen:
             return False
         self._seen.add(key)
@@ -99,13 +142,17 @@ class H5Reader:
     def array(self, group: Any, name: str) -> np.ndarray:
         """The dataset ``group/name`` as an array, after the checks above (the module docstring)."""
         dataset = self.child(group, name)
-        path = f"{group.name.rstrip('/')}/{name}"
+        path = f"{h5_name(group).rstrip('/')}/{name}"
         if not isinstance(dataset, h5py.Dataset):
             raise self._refuse(f"weight '{path}' is not a dataset") if dataset is not None else \
                 PegasusError(f"weight '{path}' is missing (is the file truncated?)", where=str(self.file))
         return self.read(dataset, path)
 
     def read(self, dataset: Any, path: str) -> np.ndarray:
+        with self.reading(f"weight '{path}'"):
+            return self._read(dataset, path)
+
+    def _read(self, dataset: Any, path: str) -> np.ndarray:
         where, label = str(self.file), f"weight '{path}'{self._inside()}"
         if dataset.is_virtual:
             raise self._refuse(f"weight '{path}' is a virtual dataset (its data is mapped from other datasets or "

@@ -67,6 +67,9 @@ def check_supported(layers: Sequence[tuple[str, dict]], nodes: Sequence[KerasNod
     TABLE.check_supported(SourceNode(where, op_type(layer), [], [], domain=domain(layer))
                           for where, layer in layers if not is_model(layer))
     for node in nodes:
+        if not node.inputs or not all(node.inputs):
+            raise PegasusError(f"{node.describe()} is called on no tensor or an unnamed one (the model config's "
+                               "inbound nodes are empty or malformed)")
         if node.tensor_keywords:
             raise PegasusError(f"{node.describe()} is called with a tensor for '{node.tensor_keywords[0]}', which "
                                "the import does not support")

@@ -38,7 +38,8 @@ from pegasus.safezip import open_archive
 try:
     import h5py
 
-    from pegasus.importers.keras.h5data import H5Reader
+    from pegasus.importers.keras.h5data import H5_ERRORS, H5Reader, h5_name
+    from pegasus.importers.keras.h5heap import check_global_heaps, check_global_heaps_of
 except ImportError:  # pragma: no cover - depends on the installed extras
     h5py = None
 
@@ -129,7 +130,7 @@ def read_keras(path: str | Path) -> KerasFile:
 
 
 def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _json(text: Any, what: str, path: Path) -> dict[str, Any]:
@@ -143,18 +144,20 @@ def _json(text: Any, what: str, path: Path) -> dict[str, Any]:
 
 
 def _read_h5(path: Path) -> KerasFile:
+    check_global_heaps_of(path)
+    h5 = H5Reader(path, path.stat().st_size)
     try:
         with h5py.File(path, "r") as f:
-            h5 = H5Reader(path, path.stat().st_size)
-            if "model_config" not in f.attrs:
-                weights_only = "layer_names" in f.attrs or f.id.links.exists(b"layers")
+            config_text = h5.attr(f, "model_config")
+            if config_text is None:
+                weights_only = h5.attr(f, "layer_names") is not None or h5.child(f, "layers") is not None
                 what = "weights only (saved with save_weights)" if weights_only else "no Keras model config"
                 raise PegasusError(f"this HDF5 file holds {what}: save the whole model with model.save('m.h5') "
                                    "or model.save('m.keras')", where=str(path))
-            config = _sequential_lists(_json(f.attrs["model_config"], "model_config", path))
-            version = _text(f.attrs.get("keras_version", ""))
+            config = _sequential_lists(_json(config_text, "model_config", path))
+            version = _text(h5.attr(f, "keras_version", ""))
             group = h5.child(f, "model_weights") or f
-            version = version or _text(group.attrs.get("keras_version", ""))
+            version = version or _text(h5.attr(group, "keras_version", ""))
             weights: dict[LayerPath, list[np.ndarray]] = {}
             for layer in _top_layers(config):
                 name = layer_name(layer)
@@ -163,8 +166,9 @@ def _read_h5(path: Path) -> KerasFile:
                     _route(weights, (name,), wrapped_model(layer) or layer, _h5_named(found, h5))
     except PegasusError:
         raise
-    except (OSError, KeyError, ValueError) as exc:
-        raise PegasusError(f"cannot read the HDF5 file ({exc}); is it truncated?", where=str(path)) from None
+    except H5_ERRORS as exc:   # opening the file (every read inside goes through H5Reader, which names it)
+        raise PegasusError(f"cannot read the HDF5 file ({' '.join(str(exc).split())}); is it truncated?",
+                           where=str(path)) from None
     return KerasFile(path, config, version or _guess_version(config), weights, "h5")
 
 
@@ -188,10 +192,14 @@ def _top_layers(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _h5_named(group, h5: H5Reader) -> list[tuple[str, np.ndarray]]:
-    names = [_text(n) for n in group.attrs.get("weight_names", [])]
+    listed = h5.attr(group, "weight_names", [])
+    if isinstance(listed, (str, bytes)) or not hasattr(listed, "__iter__"):
+        raise PegasusError(f"attribute 'weight_names' of '{h5_name(group)}' is not a list of names",
+                           where=str(h5.file))
+    names = [_text(n) for n in listed]
     missing = [n for n in names if h5.child(group, n) is None]
     if missing:
-        raise PegasusError(f"weight '{missing[0]}' of layer '{group.name.rsplit('/', 1)[-1]}' is listed but not "
+        raise PegasusError(f"weight '{missing[0]}' of layer '{h5_name(group).rsplit('/', 1)[-1]}' is listed but not "
                            "stored (is the file truncated?)", where=str(h5.file))
     return [(n, h5.array(group, n)) for n in names]
 
@@ -254,13 +262,15 @@ def _read_zip(path: Path) -> KerasFile:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise PegasusError(f"cannot read the .keras zip archive ({exc}); is it truncated?", where=str(path)) from None
     weights: dict[LayerPath, list[np.ndarray]] = {}
+    check_global_heaps(blob, path, "model.weights.h5 in the archive")
     try:
         with h5py.File(io.BytesIO(blob), "r") as store:
             _walk_model(store, config, (), weights, H5Reader(path, len(blob), "model.weights.h5 in the archive"))
     except PegasusError:
         raise
-    except (OSError, KeyError, ValueError) as exc:
-        raise PegasusError(f"cannot read model.weights.h5 in the archive ({exc})", where=str(path)) from None
+    except H5_ERRORS as exc:   # opening it (every read inside goes through H5Reader, which names it)
+        raise PegasusError(f"cannot read model.weights.h5 in the archive ({' '.join(str(exc).split())})",
+                           where=str(path)) from None
     version = str(meta.get("keras_version", "3")) if isinstance(meta, dict) else "3"
     return KerasFile(path, config, version, weights, "keras")
 
@@ -323,7 +333,7 @@ def _walk_model(group, model: dict[str, Any], path: LayerPath, out: dict[LayerPa
             continue
         own = _group(h5, child, "vars")
         if own is not None:
-            stored = _text(own.attrs.get("name", name))
+            stored = _text(h5.attr(own, "name", name))
             if stored != name:
                 raise PegasusError(f"model.weights.h5 stores '{stored}' where the config has layer '{name}' "
                                    f"({'/'.join(path + (name,))}): the archive's weights do not match its config",
@@ -342,12 +352,12 @@ def _saveable(group, h5: H5Reader, class_name: str = "") -> list[np.ndarray]:
     if group is None:
         return []
     if not h5.first_visit(group):
-        raise PegasusError(f"model.weights.h5 links group '{group.name}' more than once (a loop or a shared "
+        raise PegasusError(f"model.weights.h5 links group '{h5_name(group)}' more than once (a loop or a shared "
                            "group, which Keras never writes)", where=str(h5.file))
     arrays = []
     own = _group(h5, group, "vars")
     if own is not None:
-        arrays += [h5.array(own, str(i)) for i in range(len(own))]
+        arrays += [h5.array(own, str(i)) for i in range(h5.count(own))]
     children = [k for k in h5.groups(group) if k != "vars"]
     order = _CHILD_ORDER.get(class_name)
     children = [c for c in order if c in children] if order else sorted(children)

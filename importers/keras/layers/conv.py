@@ -70,7 +70,7 @@ def conv(ctx: KerasContext, node: KerasNode) -> None:
     n = CONVOLUTIONS[node.op_type]
     w = ctx.weights(node, _roles(node, "kernel"))
     channels, kernel = _channels(ctx, node, n), w["kernel"]
-    if kernel.ndim != n + 2 or channels % kernel.shape[-2]:
+    if kernel.ndim != n + 2 or kernel.shape[-2] < 1 or channels % kernel.shape[-2]:
         raise PegasusError(f"{node.describe()}: kernel {list(kernel.shape)} does not fit {channels} input channels")
     attrs = {**window(node, n, kernel.shape[:n]), "group": channels // kernel.shape[-2]}
     ctx.activated(node, "Conv", [node.inputs[0], ctx.param(node, "kernel", hwio_to_oihw(kernel)), *_bias(ctx, node, w)],

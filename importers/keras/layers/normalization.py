@@ -64,6 +64,8 @@ def batch_normalization(ctx: KerasContext, node: KerasNode) -> None:
                                   ("moving_variance", w["moving_variance"]))]
         ctx.emit("BatchNormalization", [x, *params], {"epsilon": epsilon}, node=node, outputs=node.outputs[:1])
         return
+    if not np.all(w["moving_variance"] + epsilon > 0):
+        raise PegasusError(f"{node.describe()}: moving_variance + epsilon ({epsilon}) is not positive everywhere")
     slope = gamma.reshape(-1) / np.sqrt(w["moving_variance"].reshape(-1) + epsilon)
     emit_affine(ctx, node, x, slope, beta.reshape(-1) - w["moving_mean"].reshape(-1) * slope, on)
 

@@ -62,7 +62,13 @@ def _direction_weights(cls: str, cfg: dict, arrays: list[np.ndarray], node: Kera
         raise PegasusError(f"{node.describe()}: expected the kernel, recurrent kernel and bias (when use_bias) of "
                            f"a {cls} cell, the file holds {len(arrays)} arrays")
     kernel, recurrent = (a.astype(np.float32) for a in arrays[:2])
-    units = recurrent.shape[0]
+    units = recurrent.shape[0] if recurrent.ndim == 2 else 0
+    bias_shapes = [(gates * units,)] + ([(2, gates * units)] if cls == "GRU" else [])
+    if kernel.ndim != 2 or kernel.shape[1] != gates * units or units == 0 or \
+            recurrent.shape != (units, gates * units) or \
+            (len(arrays) > 2 and arrays[2].shape not in bias_shapes):
+        raise PegasusError(f"{node.describe()}: weights of shapes {[list(a.shape) for a in arrays]} are not the "
+                           f"kernel, recurrent kernel and bias of a {cls} cell with {gates} gates")
 
     def reorder(blocks: np.ndarray) -> np.ndarray:
         parts = np.split(blocks, gates, axis=0)
