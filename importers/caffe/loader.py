@@ -55,6 +55,10 @@ def source_nodes(layers: list[CaffeLayer], inputs: list[str], where: str) -> lis
 
     nodes = []
     for layer in layers:
+        if not layer.bottoms or not layer.tops or not all(layer.tops):
+            raise PegasusError(f"layer '{layer.name}' ({layer.type}, line {layer.line}) has "
+                               f"{len(layer.bottoms)} bottom(s) and tops {list(layer.tops)}: a layer reads at least "
+                               "one blob and writes named ones", where=where)
         reads = []
         for bottom in layer.bottoms:
             if bottom not in current:
@@ -130,6 +134,11 @@ def import_caffe(model: str | Path, weights: str | Path | None = None, *, proto:
         for input_name, shape in inputs:
             builder.add_input(input_name, TensorType(shape, DType.FLOAT32))
         convert_nodes(TABLE, ctx, kept)
+    for node in kept:
+        missing = [top for top in node.outputs if not builder.has(top)]
+        if missing:
+            raise PegasusError(f"layer '{node.name}' ({node.op_type}) declares {len(node.outputs)} tops, which it "
+                               f"does not compute ({', '.join(missing)} never written)", where=where)
     graph.outputs = outputs
     if note and cut:
         listed = ", ".join(f"{node.op_type} {node.name}" for node in cut)
