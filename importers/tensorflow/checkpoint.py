@@ -115,7 +115,7 @@ class Checkpoint:
     def _read(path: Path, offset: int, size: int, what: str) -> bytearray:
         with open_model_input(path, "checkpoint data shard") as handle:
             available = os.fstat(handle.fileno()).st_size
-            if offset > available or size > available - offset:
+            if offset < 0 or offset > available or size > available - offset:
                 raise PegasusError(f"{what}: its entry points at bytes {offset}..{offset + size} but the data shard "
                                    f"has {available} (truncated or damaged)", where=str(path))
             handle.seek(offset)

@@ -22,11 +22,13 @@ from pegasus.importers.tensorflow.reader import TfModel
 def known_values(model: TfModel, predef: dict[str, np.ndarray], stop: set[str]) -> Callable[[str], np.ndarray | None]:
     """A tensor's value when known before conversion (a constant or predef value, through pass-through ops)."""
     def value_of(tensor: str) -> np.ndarray | None:
+        seen = set()        # pass-through nodes reading each other in a cycle (a damaged graph): not known
         while tensor not in predef:
             value = model.value(tensor) if tensor not in stop else None
             node = model.producer(tensor)
-            if value is not None or node is None or node.op_type not in PASS_THROUGH:
+            if value is not None or node is None or node.op_type not in PASS_THROUGH or tensor in seen:
                 return value
+            seen.add(tensor)
             tensor = node.inputs[0]
         return predef[tensor]
     return value_of

@@ -243,7 +243,9 @@ def _variable_keys(read: ReadGraph, checkpoint: Checkpoint) -> dict[str, str]:
     producer = read.producer
 
     def source(tensor: str) -> str:
-        while tensor in producer and producer[tensor].op_type in _PASS_THROUGH:
+        seen = set()        # pass-through nodes reading each other in a cycle (a damaged graph) end the walk
+        while tensor in producer and producer[tensor].op_type in _PASS_THROUGH and tensor not in seen:
+            seen.add(tensor)
             tensor = producer[tensor].inputs[0]
         return tensor
 
@@ -263,7 +265,7 @@ def _variable_keys(read: ReadGraph, checkpoint: Checkpoint) -> dict[str, str]:
         index = restore.outputs.index(value) if restore.op_type == "RestoreV2" else 0
         if index < names.size:
             key = names[index]
-            keys[source(node.inputs[0])] = key.decode() if isinstance(key, bytes) else str(key)
+            keys[source(node.inputs[0])] = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
     keys = {tensor: key for tensor, key in keys.items() if key in stored}
     for variable in (n for n in read.nodes if n.op_type in VARIABLE_OPS):
         tensor = variable.outputs[0]
