@@ -89,3 +89,24 @@ def test_batch_norm_constants_from_the_file(tmp_path: Path) -> None:
     (tmp_path / "huge.pb").write_bytes(_frozen_batchnorm(tf, ones, np.array([3e38, 1.0], np.float32)))
     graph = import_tensorflow(tmp_path / "huge.pb", inputs=["x"], outputs=["y"])
     assert graph.outputs == ["y"]
+
+
+def test_nodes_checked_against_their_op_definition(tmp_path: Path) -> None:
+    """A node missing a data input or a required attribute (what dropping one field of a GraphDef does) is refused
+    naming the node before any converter indexes its inputs."""
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.core.framework import graph_pb2
+
+    from pegasus.importers.tensorflow.loader import import_tensorflow
+
+    graph = graph_pb2.GraphDef.FromString(_frozen_batchnorm(tf, np.ones(2, np.float32), np.ones(2, np.float32)))
+    conv = next(n for n in graph.node if n.op == "Conv2D")
+    del conv.input[1]
+    (tmp_path / "input.pb").write_bytes(graph.SerializeToString())
+    conv.input.append(graph.node[1].name)
+    del conv.attr["strides"]
+    (tmp_path / "attr.pb").write_bytes(graph.SerializeToString())
+    with pytest.raises(PegasusError, match=r"node 'Conv2D' \(Conv2D\) has 1 data input\(s\) but a Conv2D takes 2"):
+        import_tensorflow(tmp_path / "input.pb", inputs=["x"], outputs=["y"])
+    with pytest.raises(PegasusError, match="has no value for its attribute 'strides'"):
+        import_tensorflow(tmp_path / "attr.pb", inputs=["x"], outputs=["y"])
