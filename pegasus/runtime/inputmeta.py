@@ -132,8 +132,8 @@ def _floats(value: Any, key: str, where: str) -> list[float]:
     values = value if isinstance(value, (list, tuple)) else [value]
     if not all(_finite(v) for v in values):
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise PegasusError(f"preprocess '{key}' must be a number (|value| <= {MAX_PREPROCESS:g}) or a list of them, "
-                           f"got {shown}", where=where)
+        raise PegasusError(f"preprocess '{key}' must be a finite number (|value| <= {MAX_PREPROCESS:g}) or a list "
+                           f"of them, got {shown}", where=where)
     return [float(v) for v in values]
 
 
