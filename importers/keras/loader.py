@@ -30,6 +30,14 @@ from pegasus.ir.tensor import TensorType
 from pegasus.passes.pipeline import run_import_passes
 
 DEFAULT_BATCH = 1
+#: what reading a JSON config of the wrong shape raises (a string where a dict belongs, a name where a count does):
+#: a safety net around the config walk and the converters, until the config is checked against a schema on reading
+_CONFIG_ERRORS = (AttributeError, TypeError, KeyError, ValueError, IndexError)
+
+
+def _malformed(exc: Exception, path: Path) -> PegasusError:
+    detail = " ".join(str(exc).split())[:200]
+    return PegasusError(f"the model config is malformed ({type(exc).__name__}: {detail})", where=str(path))
 _KERAS_MODULES = ("keras", "tf_keras")
 
 
@@ -86,6 +94,8 @@ def _model_input_types(model: KerasGraph, note: Callable[[str], None],
             if shape and shape[0] is None:
                 shape[0] = DEFAULT_BATCH
                 note(f"{spec.name}: dynamic batch = {DEFAULT_BATCH}")
+            if any(d is not None and (not isinstance(d, int) or isinstance(d, bool)) for d in shape):
+                raise PegasusError(f"input '{spec.name}' has shape {str(list(spec.shape))[:100]}, not whole numbers")
             if any(d is None or int(d) < 1 for d in shape):
                 raise PegasusError(f"input '{spec.name}' has shape {list(spec.shape)} (None = any size): give its "
                                    "shape with --input-size-list")
@@ -107,6 +117,8 @@ def _convert(model: KerasGraph, major: int, allow_unsafe: bool, input_types: dic
     Lambda, an unsupported layer, a layer pegasus cannot convert) names the file, as the reader's errors do."""
     try:
         return _converted(model, major, allow_unsafe, input_types, outputs, name)
+    except _CONFIG_ERRORS as exc:
+        raise _malformed(exc, path) from None
     except PegasusError as exc:
         if exc.where is None:
             exc.where = str(path)
@@ -143,9 +155,19 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
     """
     if not isinstance(model, KerasFile):
         name = name or Path(model).stem
-        model = read_keras(model)
+        try:
+            model = read_keras(model)
+        except PegasusError:
+            raise
+        except _CONFIG_ERRORS as exc:   # the config walked to find the weights
+            raise _malformed(exc, Path(model)) from None
     notes: list[str] = []   # said once the import has succeeded, so a refusal stays one line
-    keras_graph = flatten(model)
+    try:
+        keras_graph = flatten(model)
+    except PegasusError:
+        raise
+    except _CONFIG_ERRORS as exc:
+        raise _malformed(exc, model.path) from None
     known = {spec.name for spec in keras_graph.inputs} | {o for node in keras_graph.nodes for o in node.outputs}
     model_inputs = [spec.name for spec in keras_graph.inputs]
     input_names = list(inputs) if inputs else model_inputs
