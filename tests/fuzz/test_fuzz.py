@@ -14,7 +14,7 @@ from fuzz.targets import load_all
 from tests.conftest import ROOT
 
 TARGETS = sorted(load_all())
-SLICE = 150
+SLICE = 80
 
 
 def _run(*args: str) -> list[dict]:
