@@ -134,6 +134,8 @@ def _input_type(model: TfModel, name: str, tensor: str, given: Sequence[int] | N
     dims = _declared_shape(model, tensor)
     if dims is None:
         raise PegasusError(f"input '{name}' has no declared shape: give it with --input-size-list")
+    if not isinstance(dims, (list, tuple)) or any(d is not None and type(d) is not int for d in dims):
+        raise PegasusError(f"input '{name}' declares shape {str(dims)[:80]!r}, which is not a list of dimensions")
     dims = list(dims)
     for axis, dim in enumerate(dims):
         if dim is not None and dim >= 1:
