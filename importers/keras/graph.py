@@ -39,6 +39,9 @@ from pegasus.importers.keras.reader import (
 
 Ref = tuple[str, int, int]   # (layer, call, output index)
 
+#: a layer reference's tensor index above this is refused (each index up to it gets a tensor name)
+MAX_TENSOR_INDEX = 4096
+
 
 @dataclass
 class KerasNode(SourceNode):
@@ -329,6 +332,9 @@ class _Flattener:
                     count[(layer_name(layer), c)] = len(_io_refs(layer["config"].get("output_layers", [])))
         for ref in [r for _, _, refs in calls for r in refs] + outputs:
             key = (ref[0], ref[1])
+            if not 0 <= ref[2] < MAX_TENSOR_INDEX:
+                raise PegasusError(f"the model config{where} refers to output {ref[2]} of layer '{ref[0]}' (a layer "
+                                   f"has at most {MAX_TENSOR_INDEX} outputs here)")
             count[key] = max(count.get(key, 1), ref[2] + 1)
 
         reserved = {prefix + name for name in by_name}

@@ -164,7 +164,10 @@ def import_keras(model: str | Path | KerasFile, *, inputs: Sequence[str] | None 
     notes: list[str] = []   # said once the import has succeeded, so a refusal stays one line
     try:
         keras_graph = flatten(model)
-    except PegasusError:
+    except PegasusError as exc:
+        if exc.where is None:
+            exc.where = str(model.path)
+            exc.args = (f"{exc.where}: {exc.message}",)
         raise
     except _CONFIG_ERRORS as exc:
         raise _malformed(exc, model.path) from None
