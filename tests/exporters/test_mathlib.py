@@ -126,7 +126,15 @@ class HostMath:
         module = ir.Module(name="mathlib_test")
         module.triple = self.target.triple
         _build(module, self.target)
-        self.engine = llvm.create_mcjit_compiler(optimize(module, self.target), self.target.machine())
+        # MCJIT places each section where mmap gives room: in a test process that has mapped gigabytes (the
+        # frameworks, earlier tests) .text and .rodata can land more than 2 GB apart, beyond the small code
+        # model's 32-bit PC-relative reach (LLVM asserts isInt<32> in resolveX86_64Relocation): the JIT's own
+        # code model ('jitdefault': large on x86-64) reaches anywhere
+        self.target.machine()   # initialises LLVM's targets
+        machine = llvm.Target.from_triple(self.target.triple).create_target_machine(
+            cpu=self.target.cpu, features=self.target.features, opt=3, reloc=self.target.relocation,
+            codemodel="jitdefault", jit=True)
+        self.engine = llvm.create_mcjit_compiler(optimize(module, self.target), machine)
         self.engine.finalize_object()
 
     def __call__(self, name: str, *arrays: np.ndarray) -> np.ndarray:
