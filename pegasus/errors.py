@@ -8,6 +8,9 @@ mistaken for bad input.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class PegasusError(Exception):
     """A problem with the user's input, reported as one line that says what and where."""
@@ -37,3 +40,16 @@ class NeedsConstantError(PegasusError):
             f"{op} node '{node}': input '{tensor}' ({what}) must be known at compile time; "
             "fix the input sizes with --input-size-list or --define-symbol so it can be folded"
         )
+
+
+@contextlib.contextmanager
+def errors_named(where: str) -> Iterator[None]:
+    """A PegasusError raised inside without a place (a converter's, the IR builder's budget check) names
+    ``where`` (the model file)."""
+    try:
+        yield
+    except PegasusError as exc:
+        if exc.where is None:
+            exc.where = where
+            exc.args = (f"{where}: {exc.message}",)
+        raise

@@ -13,11 +13,10 @@ the import passes (BatchNorm + Scale fold into the convolution before them).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-from pegasus.errors import PegasusError
+from pegasus.errors import PegasusError, errors_named
 from pegasus.importers.caffe import layers as _layers  # noqa: F401  (registers the converters)
 from pegasus.importers.caffe.context import RANDOM_SEED, TABLE, CaffeContext
 from pegasus.importers.caffe.reader import (
@@ -94,18 +93,6 @@ def cut_post_processing(nodes: list[SourceNode]) -> tuple[list[SourceNode], list
     outputs = [name for node in kept for name in node.outputs
                if name in boundary or name not in read_by_any]
     return kept, cut, outputs
-
-
-@contextmanager
-def errors_named(where: str) -> Iterator[None]:
-    """Errors raised inside without a file (a converter's, the IR builder's budget check) name ``where``."""
-    try:
-        yield
-    except PegasusError as exc:
-        if exc.where is None:
-            exc.where = where
-            exc.args = (f"{where}: {exc.message}",)
-        raise
 
 
 def import_caffe(model: str | Path, weights: str | Path | None = None, *, proto: str = "caffe",

@@ -14,11 +14,10 @@ anchors and NMS of the head to them after inference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-from pegasus.errors import PegasusError
+from pegasus.errors import PegasusError, errors_named
 from pegasus.importers.common.converters import SourceNode, convert_nodes
 from pegasus.importers.darknet.cfg import Section, read_cfg
 from pegasus.importers.darknet.layers import TABLE, DarknetContext
@@ -92,18 +91,6 @@ def source_nodes(layers: list[Section]) -> tuple[list[SourceNode], list[str]]:
 
 def _input_shape(net: Section) -> tuple[int, int, int, int]:
     return (1, net.int("channels", minimum=1), net.int("height", minimum=1), net.int("width", minimum=1))
-
-
-@contextmanager
-def errors_named(where: str) -> Iterator[None]:
-    """Errors raised inside without a file (a converter's, the IR builder's budget check) name ``where``."""
-    try:
-        yield
-    except PegasusError as exc:
-        if exc.where is None:
-            exc.where = where
-            exc.args = (f"{where}: {exc.message}",)
-        raise
 
 
 def import_darknet(cfg: str | Path, weights: str | Path, *, name: str | None = None, optimize: bool = True,

@@ -11,11 +11,10 @@ table (constants and the shape plumbing fold as they go); cut at ``--outputs``; 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pegasus.errors import PegasusError
+from pegasus.errors import PegasusError, errors_named
 from pegasus.importers.common.converters import SourceNode, convert_nodes
 from pegasus.importers.pytorch.archive import ModelFile, inspect_model
 from pegasus.importers.pytorch.context import TABLE, SourceGraph, TorchContext
@@ -105,20 +104,8 @@ def import_pytorch(model: str | Path | tuple[ModelFile, SourceGraph], *, inputs:
     the forward's order); ``outputs`` cuts the graph at those tensors (layer names as the import gives them).
     """
     model_file, source = read_model(model) if isinstance(model, (str, Path)) else model
-    with _naming(model_file.path):
+    with errors_named(str(model_file.path)):
         return _convert(model_file, source, inputs, outputs, input_shapes, input_dtypes, name, optimize, note)
-
-
-@contextlib.contextmanager
-def _naming(path: Path) -> Iterator[None]:
-    """An error that names no file (a converter's, a shape conflict) names the model's."""
-    try:
-        yield
-    except PegasusError as exc:
-        if exc.where is None:
-            exc.where = str(path)
-            exc.args = (f"{path}: {exc.message}",)
-        raise
 
 
 def _convert(model_file: ModelFile, source: SourceGraph, inputs, outputs, input_shapes, input_dtypes, name, optimize,
