@@ -99,3 +99,13 @@ def run_many(cases: list[list], cwd: Path | None = None, address_space: int = AD
                           timeout=timeout, preexec_fn=_limits(address_space), cwd=cwd)
     assert proc.returncode == 0, f"the batch process died (exit {proc.returncode}): {proc.stderr[-3000:]}"
     return [Limited(code, out, err) for code, out, err in json.loads(proc.stdout)]
+
+
+def assert_each_refused(cases: dict, results: list[Limited]) -> None:
+    """``assert_refused`` for each case of ``{name: (input, words)}`` against its result, in order; a failure
+    names the case."""
+    for (name, (_, words)), result in zip(cases.items(), results, strict=True):
+        try:
+            assert_refused(result, *words)
+        except AssertionError as exc:
+            raise AssertionError(f"case {name}: {exc}") from None

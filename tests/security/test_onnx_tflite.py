@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.security.harness import assert_refused, run_many
+from tests.security.harness import assert_each_refused, assert_refused, run_many
 
 SECRET = b"CANARY-SECRET-0123456789abcdef!!"   # 32 bytes: 8 float32 that must never reach an output
 
@@ -155,11 +155,7 @@ def test_onnx_crafted_files_refused_before_allocating(tmp_path, secret):
     argv = [["import", "onnx", "--model", model, "--output-model", out / f"{name}.json",
              "--output-data", out / f"{name}.data"] for name, (model, _) in cases.items()]
     results = run_many(argv, cwd=work, address_space=6 * 2**30)
-    for (name, (_, words)), result in zip(cases.items(), results):
-        try:
-            assert_refused(result, *words)
-        except AssertionError as exc:
-            raise AssertionError(f"case {name}: {exc}") from None
+    assert_each_refused(cases, results)
     assert not out.exists(), sorted(out.rglob("*"))
     _no_secret(tmp_path)
 
@@ -335,11 +331,7 @@ def test_tflite_crafted_files_refused(tmp_path):
         argv.append(["import", "tflite", "--model", tmp_path / f"{name}.tflite", "--output-model", out / f"{name}.json",
                      "--output-data", out / f"{name}.data"])
     results = run_many(argv, cwd=tmp_path, address_space=6 * 2**30)
-    for (name, (_, words)), result in zip(cases.items(), results):
-        try:
-            assert_refused(result, *words)
-        except AssertionError as exc:
-            raise AssertionError(f"case {name}: {exc}") from None
+    assert_each_refused(cases, results)
     assert not out.exists(), sorted(out.rglob("*"))
 
 
