@@ -182,16 +182,23 @@ Sizer = Callable[[KernelContext], int]
 _WORKSPACES: dict[str, Sizer] = {}
 
 
+def _register(table: dict[str, Any], ops: tuple[str, ...], fn: Any, what: str) -> None:
+    """Put ``fn`` in ``table`` under each of ``ops``, refusing an op that already has one (a second registration
+    would silently replace the first)."""
+    for op in ops:
+        if op in table:
+            raise ValueError(f"{what} for {op} registered twice")
+        table[op] = fn
+
+
 def emitter(*ops: str, channels_last: bool | Supports = False) -> Callable[[Emitter], Emitter]:
     """Register ``fn`` as the emitter of ``ops``. ``channels_last`` says it also reads the ops'
     ``channels_last`` attribute (pegasus/ops/layout.py) itself: True for every layer, or a predicate
     ``(node, graph) -> bool`` naming the layers it computes channels last. The exporter wraps any other
     channels-last layer in transposes (exporters/glow/lower.py)."""
     def decorate(fn: Emitter) -> Emitter:
+        _register(_EMITTERS, ops, fn, "emitter")
         for op in ops:
-            if op in _EMITTERS:
-                raise ValueError(f"emitter for {op} registered twice")
-            _EMITTERS[op] = fn
             if channels_last:
                 _CHANNELS_LAST[op] = channels_last if callable(channels_last) else (lambda node, graph: True)
         return fn
@@ -213,8 +220,8 @@ def packer(*ops: str, channels_first: bool = False) -> Callable[[Packer], Packer
     layout may not depend on one). The exporter replaces those inputs with the re-laid constants before code
     generation (exporters/glow/lower.py), so NAME.weights.bin holds what the kernel reads."""
     def decorate(fn: Packer) -> Packer:
-        for op in ops:
-            (_FIRST_PACKERS if channels_first else _PACKERS)[op] = fn
+        _register(_FIRST_PACKERS if channels_first else _PACKERS, ops, fn,
+                  "channels-first packer" if channels_first else "channels-last packer")
         return fn
     return decorate
 
@@ -245,8 +252,7 @@ def workspace(*ops: str) -> Callable[[Sizer], Sizer]:
     """Register the scratch bytes an op's emitter takes with ``KernelContext.scratch`` (a sum of 16-byte
     aligned pieces)."""
     def decorate(fn: Sizer) -> Sizer:
-        for op in ops:
-            _WORKSPACES[op] = fn
+        _register(_WORKSPACES, ops, fn, "workspace")
         return fn
     return decorate
 
@@ -289,8 +295,7 @@ def streams(*ops: str) -> Callable[[Streamer], Streamer]:
     """Register ``fn(context) -> Stream | None``: whether (and how) the emitter of ``ops`` streams a layer
     (the context is a workspace sizer's: types and target only)."""
     def decorate(fn: Streamer) -> Streamer:
-        for op in ops:
-            _STREAMS[op] = fn
+        _register(_STREAMS, ops, fn, "stream")
         return fn
     return decorate
 
@@ -317,8 +322,7 @@ def runtime_dims(*ops: str) -> Callable[[RuntimeDims], RuntimeDims]:
     only in those dimensions then share one function (exporters/glow/codegen.py): DenseNet-121's 1x1 layers of
     one block differ only in their input channels."""
     def decorate(fn: RuntimeDims) -> RuntimeDims:
-        for op in ops:
-            _RUNTIME_DIMS[op] = fn
+        _register(_RUNTIME_DIMS, ops, fn, "runtime_dims")
         return fn
     return decorate
 
@@ -341,8 +345,7 @@ _GROUPS: dict[str, GroupEmitter] = {}
 def group_emitter(*ops: str) -> Callable[[GroupEmitter], GroupEmitter]:
     """Register ``fn`` as the kernel of the fused layers headed by ``ops`` (fuse.py says which nodes join)."""
     def decorate(fn: GroupEmitter) -> GroupEmitter:
-        for op in ops:
-            _GROUPS[op] = fn
+        _register(_GROUPS, ops, fn, "group emitter")
         return fn
     return decorate
 
