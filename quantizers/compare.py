@@ -29,7 +29,8 @@ from pegasus.errors import PegasusError
 from pegasus.fileio import AtomicFileSet
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.fixedpoint import dequantize_values
-from pegasus.quantized.lower import LoweredGraph, broadcast_params, lower_to_integer
+from pegasus.quantized.context import broadcast_params
+from pegasus.quantized.lower import LoweredGraph, lower_to_integer
 from pegasus.quantized.params import QuantTable, TensorQuant
 from pegasus.runtime import interpreter
 

@@ -33,7 +33,8 @@ from onnx import helper, numpy_helper, version_converter
 from pegasus.errors import PegasusError
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.fixedpoint import quantize_values
-from pegasus.quantized.lower import LoweredGraph, broadcast_params, lower_to_integer
+from pegasus.quantized.context import broadcast_params
+from pegasus.quantized.lower import LoweredGraph, lower_to_integer
 from pegasus.quantized.params import QuantTable, TensorQuant
 
 #: Integer kernels whose constant inputs are stored quantized in the export.

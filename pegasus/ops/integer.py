@@ -72,7 +72,8 @@ def check_rounding(rounding: str) -> None:
         raise ShapeError(f"rounding must be one of {OP_ROUNDINGS}, got {rounding}")
 
 
-def _out_type(attrs: RequantAttrs, shape: Sequence[int]) -> TensorType:
+def requant_type(attrs: RequantAttrs, shape: Sequence[int]) -> TensorType:
+    """The output type of a requantising op of ``shape``, its attributes checked."""
     if attrs.out_dtype not in INTEGER_DTYPES:
         raise ShapeError(f"out_dtype must be one of {INTEGER_DTYPES}, got {attrs.out_dtype}")
     check_rounding(getattr(attrs, "rounding", "half_up"))
@@ -81,7 +82,8 @@ def _out_type(attrs: RequantAttrs, shape: Sequence[int]) -> TensorType:
     return TensorType(tuple(shape), DType(attrs.out_dtype))
 
 
-def _requant(attrs: RequantAttrs, acc: np.ndarray, axis: int) -> np.ndarray:
+def requantize_accumulator(attrs: RequantAttrs, acc: np.ndarray, axis: int) -> np.ndarray:
+    """``acc`` requantised by the op's multipliers and shifts (per channel along ``axis``), clamped."""
     lo, hi = clamp_bounds(attrs)
     multiplier = channel_view(attrs.multiplier, acc.ndim, axis)
     shift = channel_view(attrs.shift, acc.ndim, axis)
@@ -102,7 +104,8 @@ def _check_bias(bias: TensorType | None, channels: int) -> None:
         raise ShapeError(f"bias must be int32/int64 of shape [{channels}], got {bias}")
 
 
-def _check_channels(attrs: RequantAttrs, channels: int) -> None:
+def check_channels(attrs: RequantAttrs, channels: int) -> None:
+    """One multiplier, or one per output channel."""
     if len(attrs.multiplier) not in (1, channels):
         raise ShapeError(f"{len(attrs.multiplier)} multipliers for {channels} output channels")
 
@@ -125,8 +128,8 @@ class QConv(OpDef):
         x, w = inputs[0], inputs[1]
         y = Conv.infer(attrs, [x, w])[0]
         _check_bias(inputs[2] if len(inputs) > 2 else None, y.shape[1])
-        _check_channels(attrs, y.shape[1])
-        return [_out_type(attrs, y.shape)]
+        check_channels(attrs, y.shape[1])
+        return [requant_type(attrs, y.shape)]
 
     @staticmethod
     def reference(attrs, inputs):
@@ -137,7 +140,7 @@ class QConv(OpDef):
                                       attrs.group))
         if bias is not None:
             acc += bias.astype(np.int64).reshape((-1,) + (1,) * (acc.ndim - 2))
-        return [_requant(attrs, acc, 1)]
+        return [requantize_accumulator(attrs, acc, 1)]
 
 
 @register
@@ -158,8 +161,8 @@ class QMatMul(OpDef):
         shape = matmul_shape(a.shape, b.shape)
         columns = b.shape[-1] if b.rank > 1 else 1
         _check_bias(inputs[2] if len(inputs) > 2 else None, columns)
-        _check_channels(attrs, columns)
-        return [_out_type(attrs, shape)]
+        check_channels(attrs, columns)
+        return [requant_type(attrs, shape)]
 
     @staticmethod
     def reference(attrs, inputs):
@@ -168,7 +171,7 @@ class QMatMul(OpDef):
         acc = _exact_int(np.matmul(_centered(a, attrs.a_zero_point), _centered(b, attrs.b_zero_point)))
         if bias is not None:
             acc += bias.astype(np.int64)
-        return [_requant(attrs, acc, -1)]
+        return [requantize_accumulator(attrs, acc, -1)]
 
 
 @register
@@ -184,12 +187,12 @@ class Requantize(OpDef):
 
     @staticmethod
     def infer(attrs, inputs):
-        _check_channels(attrs, 1)
-        return [_out_type(attrs, inputs[0].shape)]
+        check_channels(attrs, 1)
+        return [requant_type(attrs, inputs[0].shape)]
 
     @staticmethod
     def reference(attrs, inputs):
-        return [_requant(attrs, inputs[0].astype(np.int64) - attrs.in_zero_point, 0)]
+        return [requantize_accumulator(attrs, inputs[0].astype(np.int64) - attrs.in_zero_point, 0)]
 
 
 @register
@@ -215,7 +218,8 @@ class QAdd(OpDef):
 
     @staticmethod
     def infer(attrs, inputs):
-        return [_out_type(RequantAttrs(out_dtype=attrs.out_dtype), broadcast_shape(inputs[0].shape, inputs[1].shape))]
+        shape = broadcast_shape(inputs[0].shape, inputs[1].shape)
+        return [requant_type(RequantAttrs(out_dtype=attrs.out_dtype), shape)]
 
     @staticmethod
     def reference(attrs, inputs):
@@ -240,13 +244,13 @@ class QMul(OpDef):
 
     @staticmethod
     def infer(attrs, inputs):
-        _check_channels(attrs, 1)
-        return [_out_type(attrs, broadcast_shape(inputs[0].shape, inputs[1].shape))]
+        check_channels(attrs, 1)
+        return [requant_type(attrs, broadcast_shape(inputs[0].shape, inputs[1].shape))]
 
     @staticmethod
     def reference(attrs, inputs):
         a, b = (v.astype(np.int64) for v in inputs)
-        return [_requant(attrs, (a - attrs.a_zero_point) * (b - attrs.b_zero_point), 0)]
+        return [requantize_accumulator(attrs, (a - attrs.a_zero_point) * (b - attrs.b_zero_point), 0)]
 
 
 @register
@@ -338,12 +342,12 @@ class QSoftmax(OpDef):
             if not (tflite_eight or tflite_sixteen):
                 raise ShapeError("QSoftmax with tflite rounding takes an 8-bit tensor and an int32 table [256], or "
                                  "an int16 tensor and an int16 table [2, 513]")
-            return [_out_type(attrs, x.shape)]
+            return [requant_type(attrs, x.shape)]
         if not (eight_bit or sixteen_bit):
             raise ShapeError("QSoftmax takes an 8-bit tensor and an int32/uint16 table [<= 256], or an int16 tensor "
                              "and an int32 table [2, 256]")
-        _check_channels(attrs, 1)
-        return [_out_type(attrs, x.shape)]
+        check_channels(attrs, 1)
+        return [requant_type(attrs, x.shape)]
 
     @staticmethod
     def reference(attrs, inputs):
@@ -362,7 +366,7 @@ class QSoftmax(OpDef):
             e = (table[1][d >> 8] * table[0][d & 255] + 16384) >> 15
         total = np.sum(e, axis=axis, keepdims=True)
         p = (e * 65536 + total // 2) // total
-        return [_requant(attrs, p, 0)]
+        return [requantize_accumulator(attrs, p, 0)]
 
 
 def _tflite_softmax(attrs, e: np.ndarray, axis: int) -> np.ndarray:
@@ -415,7 +419,7 @@ class QAveragePool(OpDef):
     def infer(cls, attrs, inputs):
         x = inputs[0]
         win = cls.geometry(attrs, x.shape)
-        y = _out_type(attrs, tuple(x.shape[:2]) + win.out)
+        y = requant_type(attrs, tuple(x.shape[:2]) + win.out)
         if attrs.rounding == "tflite":
             return [y]
         if len(attrs.multiplier) != prod(win.kernel):

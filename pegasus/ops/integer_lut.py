@@ -22,7 +22,7 @@ import numpy as np
 
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
-from pegasus.ops.integer import RequantAttrs, _check_channels, _out_type, _requant
+from pegasus.ops.integer import RequantAttrs, check_channels, requant_type, requantize_accumulator
 from pegasus.ops.registry import OpDef, ShapeError, register
 
 #: Knots of the sigmoid table.
@@ -127,12 +127,13 @@ class QLeakyRelu(OpDef):
 
     @staticmethod
     def infer(attrs, inputs):
-        _check_channels(attrs, 1)
-        return [_out_type(attrs, inputs[0].shape)]
+        check_channels(attrs, 1)
+        return [requant_type(attrs, inputs[0].shape)]
 
     @staticmethod
     def reference(attrs, inputs):
         centred = inputs[0].astype(np.int64) - attrs.x_zero_point
-        up = _requant(attrs, centred, 0)
-        down = _requant(replace(attrs, multiplier=(attrs.alpha_multiplier,), shift=(attrs.alpha_shift,)), centred, 0)
+        up = requantize_accumulator(attrs, centred, 0)
+        alpha = replace(attrs, multiplier=(attrs.alpha_multiplier,), shift=(attrs.alpha_shift,))
+        down = requantize_accumulator(alpha, centred, 0)
         return [np.where(centred >= 0, up, down)]

@@ -16,8 +16,8 @@ import numpy as np
 
 from pegasus.ops.common import broadcast_shape, normalize_axes
 from pegasus.ops.fixedpoint import scale
-from pegasus.ops.integer import RequantAttrs, _check_channels, _out_type, _requant
-from pegasus.ops.reduce import _reduced_shape
+from pegasus.ops.integer import RequantAttrs, check_channels, requant_type, requantize_accumulator
+from pegasus.ops.reduce import reduced_shape
 from pegasus.ops.registry import OpDef, register
 
 
@@ -47,15 +47,15 @@ class QAddRescaled(OpDef):
 
     @staticmethod
     def infer(attrs, inputs):
-        _check_channels(attrs, 1)
-        return [_out_type(attrs, broadcast_shape(inputs[0].shape, inputs[1].shape))]
+        check_channels(attrs, 1)
+        return [requant_type(attrs, broadcast_shape(inputs[0].shape, inputs[1].shape))]
 
     @staticmethod
     def reference(attrs, inputs):
         a, b = (v.astype(np.int64) for v in inputs)
         a = scale((a - attrs.a_zero_point) << attrs.left_shift, attrs.a_multiplier, attrs.a_shift, attrs.rounding)
         b = scale((b - attrs.b_zero_point) << attrs.left_shift, attrs.b_multiplier, attrs.b_shift, attrs.rounding)
-        return [_requant(attrs, a - b if attrs.subtract else a + b, 0)]
+        return [requantize_accumulator(attrs, a - b if attrs.subtract else a + b, 0)]
 
 
 @register
@@ -78,14 +78,14 @@ class QReduceSum(OpDef):
     @classmethod
     def infer(cls, attrs, inputs):
         x = inputs[0]
-        _check_channels(attrs, 1)
-        shape = _reduced_shape(x.shape, cls._axes(attrs, x.rank), attrs.keepdims)
-        return [_out_type(attrs, shape)]
+        check_channels(attrs, 1)
+        shape = reduced_shape(x.shape, cls._axes(attrs, x.rank), attrs.keepdims)
+        return [requant_type(attrs, shape)]
 
     @classmethod
     def reference(cls, attrs, inputs):
         x = inputs[0]
         axes = cls._axes(attrs, x.ndim)
         total = np.sum(x.astype(np.int64) - attrs.x_zero_point, axis=axes, keepdims=attrs.keepdims)
-        return [_requant(attrs, total, 0)]
+        return [requantize_accumulator(attrs, total, 0)]
 

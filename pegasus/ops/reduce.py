@@ -22,7 +22,8 @@ from pegasus.ops.registry import OpDef, ShapeError, register
 Axes = tuple[int, ...]
 
 
-def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
+def reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
+    """``shape`` reduced over ``axes``: kept as 1s with ``keepdims``, else dropped."""
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -62,7 +63,7 @@ class _Reduce(OpDef):
     def infer(cls, attrs, inputs):
         x = inputs[0]
         axes = cls.axes(attrs, len(x.shape))
-        shape = x.shape if axes is None else _reduced_shape(x.shape, axes, attrs.keepdims)
+        shape = x.shape if axes is None else reduced_shape(x.shape, axes, attrs.keepdims)
         return [TensorType(shape, x.dtype)]
 
     @classmethod
@@ -207,7 +208,7 @@ class _ArgReduce(OpDef):
     def infer(attrs, inputs):
         shape = inputs[0].shape
         axis = normalize_axis(attrs.axis, len(shape))
-        return [TensorType(_reduced_shape(shape, (axis,), attrs.keepdims), DType.INT64)]
+        return [TensorType(reduced_shape(shape, (axis,), attrs.keepdims), DType.INT64)]
 
     @classmethod
     def reference(cls, attrs, inputs):

@@ -5,6 +5,8 @@ dataclass (with defaults), ``infer`` (shape/dtype rule), ``reference`` (NumPy fl
 the compiler reads (``elementwise``, ``inplace``, ``alias``). Later stages attach their pieces to the
 same entry (integer kernel, LLVM emitter) rather than keeping lists of op names of their own.
 Importers map a framework's operators onto these ops; they never redefine an op's meaning.
+Importing any ``pegasus.ops`` module first runs the package's ``__init__``, which imports every family, so
+``get_op`` and ``all_ops`` always see the whole registry (this module imports no family itself).
 """
 
 from __future__ import annotations
@@ -68,7 +70,6 @@ def register(cls: type[OpDef]) -> type[OpDef]:
 
 
 def get_op(name: str) -> type[OpDef]:
-    _load_families()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -76,12 +77,7 @@ def get_op(name: str) -> type[OpDef]:
 
 
 def all_ops() -> dict[str, type[OpDef]]:
-    _load_families()
     return dict(sorted(_REGISTRY.items()))
-
-
-def _load_families() -> None:
-    import pegasus.ops  # noqa: F401  (importing the package registers every family)
 
 
 def _freeze(value: Any) -> Any:

@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 from pegasus.errors import PegasusError
 from pegasus.ops.fixedpoint import integer_range, quantize_values
-from pegasus.quantized.lower import broadcast_params
+from pegasus.quantized.context import broadcast_params
 from pegasus.quantizers.schemes import (
     SCALE_FLOOR,
     VALID,

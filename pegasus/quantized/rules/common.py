@@ -1,15 +1,12 @@
-"""Helpers the integer lowering rules share: requantisation attributes from real factors, fused
-activations (ReLU/ReLU6/Clip folded into a producer's clamp), and grids of derived tensors."""
+"""Helpers the integer lowering rules share: fused activations (ReLU/ReLU6/Clip folded into a producer's
+clamp) and their bounds on a grid. Requantisation attributes are pegasus.quantized.requant's."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 
 from pegasus.ir.graph import Node
-from pegasus.ops.fixedpoint import bits_needed, integer_range, quantize_multiplier, quantize_multipliers
-from pegasus.quantized.lower import LoweringContext, same_grid
+from pegasus.quantized.context import LoweringContext, same_grid
 from pegasus.quantized.params import TensorQuant
 
 #: Activations a producer can apply in its requantisation clamp: op → (lo, hi) in real values.
@@ -60,31 +57,3 @@ def fused_output(ctx: LoweringContext, node: Node) -> tuple[str, int | None, int
         qlo, qhi = quantized_bounds(ctx.quant(target), lo, hi, ctx.table.rounding)
         return target, qlo, qhi
     return out, None, None
-
-
-def requant_fields(reals: Sequence[float] | np.ndarray, out: TensorQuant, acc_bits: int,
-                   lo: int | None = None, hi: int | None = None, rounding: str = "half_up") -> dict:
-    """Attributes of a requantising op: one multiplier/shift per real factor, the output grid, the clamp, the
-    rounding (its multipliers are derived as that rounding's arithmetic does, pegasus.ops.fixedpoint)."""
-    multiplier, shift = quantize_multipliers(np.asarray(reals, dtype=np.float64), acc_bits, rounding)
-    return {"multiplier": multiplier, "shift": shift, "out_zero_point": int(out.zero_point[0]),
-            "out_dtype": out.numpy_dtype, "lo": lo, "hi": hi, "rounding": rounding}
-
-
-def value_bits(q: TensorQuant) -> int:
-    """Bits of |x - zero_point| for a tensor on grid ``q`` (signed)."""
-    tmin, tmax = integer_range(q.numpy_dtype)
-    return bits_needed(tmax - tmin)
-
-
-def requantize_attrs(src: TensorQuant, dst: TensorQuant, lo: int | None = None, hi: int | None = None,
-                     rounding: str = "half_up") -> dict:
-    """Requantize from ``src``'s grid to ``dst``'s (both per tensor); the factor s_src / s_dst in double, as
-    TFLite's QUANTIZE (int -> int) computes it."""
-    fields = requant_fields([float(src.scale[0]) / float(dst.scale[0])], dst, value_bits(src), lo, hi, rounding)
-    return {**fields, "in_zero_point": int(src.zero_point[0])}
-
-
-def single_multiplier(real: float, acc_bits: int) -> tuple[int, int]:
-    m = quantize_multiplier(real, acc_bits)
-    return m.multiplier, m.shift

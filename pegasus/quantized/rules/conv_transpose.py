@@ -29,9 +29,10 @@ import numpy as np
 from pegasus.ir.graph import Node
 from pegasus.ops.conv import ConvTranspose
 from pegasus.ops.layout import first_shape
-from pegasus.quantized.lower import LoweringContext, integer_rule
-from pegasus.quantized.rules.common import fused_output, requant_fields
-from pegasus.quantized.rules.linear import _accumulator_bits, _bias_constant, accumulator_rounding, weights_and_bias
+from pegasus.quantized.context import LoweringContext, integer_rule
+from pegasus.quantized.requant import requant_fields
+from pegasus.quantized.rules.common import fused_output
+from pegasus.quantized.rules.linear import accumulator_bits, accumulator_rounding, bias_constant, weights_and_bias
 
 
 def phase_weights(w: np.ndarray, strides: tuple[int, ...], fill: int) -> np.ndarray:
@@ -105,14 +106,14 @@ def conv_transpose(ctx: LoweringContext, node: Node) -> str | None:
                   zip(x_shape[2:], taps, win.pads_begin, win.out, strides))
     pads = tuple(j - 1 for j in taps) + tuple(q - i for q, i in zip(sizes, x_shape[2:]))
     bias = None if bias is None else np.tile(bias, phases)
-    acc_bits = _accumulator_bits(xq, weights, w_zero, int(np.prod(weights.shape[1:])), bias)
+    acc_bits = accumulator_bits(xq, weights, w_zero, int(np.prod(weights.shape[1:])), bias)
     attrs = {"kernel_shape": taps, "strides": (1,) * len(taps), "pads": pads, "dilations": (1,) * len(taps),
              "group": 1, "channels_last": channels_last,
              **requant_fields(np.tile(real_in, phases) / float(yq.scale[0]), yq, acc_bits, lo, hi,
                               ctx.table.rounding),
              "x_zero_point": int(xq.zero_point[0]), "w_zero_point": w_zero,
              "rounding": accumulator_rounding(ctx.table.rounding, xq)}
-    inputs = [ctx.as_int(x), ctx.constant(f"{w}_phases_q", weights)] + _bias_constant(ctx, node, bias, acc_bits)
+    inputs = [ctx.as_int(x), ctx.constant(f"{w}_phases_q", weights)] + bias_constant(ctx, node, bias, acc_bits)
     full = tuple(s * q for s, q in zip(strides, sizes))
     crop = tuple(win.out) != full or any(win.pads_begin)
     last = "qconv" if not crop and phases == 1 else "interleave" if not crop else "crop"

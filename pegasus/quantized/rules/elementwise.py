@@ -22,8 +22,9 @@ from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import dequantize_values, integer_range, quantize_values
 from pegasus.ops.integer import LookupTable, interpolate_table
 from pegasus.ops.registry import all_ops
-from pegasus.quantized.lower import LoweringContext, integer_rule
-from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds, requantize_attrs, value_bits
+from pegasus.quantized.context import LoweringContext, integer_rule
+from pegasus.quantized.requant import requant_fields, requantize_attrs, value_bits
+from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds
 
 #: One-input element-wise ops that are not functions of the value to tabulate.
 _NOT_TABULATED = {"Identity", "Cast", "IsInf", "IsNaN", "Not", "Relu", "Clip", "DtypeConverter", "BFloat16Round",
@@ -72,8 +73,6 @@ def add(ctx: LoweringContext, node: Node) -> str | None:
 @integer_rule("Mul")
 def mul(ctx: LoweringContext, node: Node, applied: str | None = None) -> str | None:
     """QMul; ``applied``: the op's rounding when it differs from the table's (which derives the multiplier)."""
-    from pegasus.quantized.rules.common import requant_fields
-
     a, b = node.inputs
     aq, bq = ctx.quant(a), ctx.quant(b)
     out, lo, hi = fused_output(ctx, node)

@@ -32,9 +32,10 @@ import numpy as np
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import bits_needed
 from pegasus.ops.normalization import BatchNormalization
-from pegasus.quantized.lower import LoweringContext, integer_rule
+from pegasus.quantized.context import LoweringContext, integer_rule
 from pegasus.quantized.params import TensorQuant
-from pegasus.quantized.rules.common import fused_output, requant_fields
+from pegasus.quantized.requant import requant_fields
+from pegasus.quantized.rules.common import fused_output
 
 
 def accumulator_rounding(rounding: str, x: TensorQuant) -> str:
@@ -152,14 +153,16 @@ def _weight_grid(wq: TensorQuant, scales: np.ndarray, axis: int) -> TensorQuant:
                    zero_point=[int(wq.zero_point[0])] * scales.size, axis=axis)
 
 
-def _accumulator_bits(x: TensorQuant, w_int: np.ndarray, w_zero: int, taps: int, bias: np.ndarray | None) -> int:
+def accumulator_bits(x: TensorQuant, w_int: np.ndarray, w_zero: int, taps: int, bias: np.ndarray | None) -> int:
+    """Bits of the largest accumulator of ``taps`` products of x's full range by w_int - w_zero, plus the bias."""
     x_span = float(np.iinfo(x.numpy_dtype).max) - float(np.iinfo(x.numpy_dtype).min)
     w_span = float(np.abs(w_int.astype(np.int64) - w_zero).max(initial=0))
     total = x_span * w_span * taps + (float(np.abs(bias).max(initial=0)) if bias is not None else 0.0)
     return bits_needed(total)
 
 
-def _bias_constant(ctx: LoweringContext, node: Node, bias: np.ndarray | None, acc_bits: int) -> list[str]:
+def bias_constant(ctx: LoweringContext, node: Node, bias: np.ndarray | None, acc_bits: int) -> list[str]:
+    """The integer bias input of ``node`` (int32, or int64 for a wider accumulator); none without a bias."""
     if bias is None:
         return []
     dtype = np.int32 if acc_bits <= 32 else np.int64
@@ -198,12 +201,12 @@ def conv(ctx: LoweringContext, node: Node) -> str | None:
     weights, bias, real_in = weights_and_bias(ctx, node, w, b, ctx.source.type_of(w).shape[0], 0)
     w_int = ctx.graph.value_of(weights)
     w_zero = int(wq.zero_point[0])
-    acc_bits = _accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
+    acc_bits = accumulator_bits(xq, w_int, w_zero, int(np.prod(w_int.shape[1:])), bias)
     attrs = {**{f: getattr(node.attrs, f) for f in node.attrs.__dataclass_fields__},
              **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "x_zero_point": int(xq.zero_point[0]), "w_zero_point": w_zero,
              "rounding": accumulator_rounding(ctx.table.rounding, xq)}
-    inputs = [ctx.as_int(x), weights] + _bias_constant(ctx, node, bias, acc_bits)
+    inputs = [ctx.as_int(x), weights] + bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QConv", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)
     return None
@@ -240,15 +243,15 @@ def _matmul(ctx: LoweringContext, node: Node, a: str, b: str, bias_name: str, *,
     b_val = ctx.graph.value_of(b_int_name)
     b_zero = int(bq.zero_point[0])
     if b_val is not None:
-        acc_bits = _accumulator_bits(aq, b_val, b_zero, b_val.shape[-2], bias)
+        acc_bits = accumulator_bits(aq, b_val, b_zero, b_val.shape[-2], bias)
     else:
         span = float(np.iinfo(bq.numpy_dtype).max) - float(np.iinfo(bq.numpy_dtype).min)
-        acc_bits = _accumulator_bits(aq, np.array([span]), 0, ctx.source.type_of(a).shape[-1], bias)
+        acc_bits = accumulator_bits(aq, np.array([span]), 0, ctx.source.type_of(a).shape[-1], bias)
     attrs = {**requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "a_zero_point": int(aq.zero_point[0]), "b_zero_point": b_zero}
     if ctx.table.rounding == "tflite" and node.op == "Gemm":   # FULLY_CONNECTED rounds once: (acc * M + 2**(S-1)) >> S
         attrs["rounding"] = "half_up"                              # (BATCH_MATMUL, a MatMul, rounds twice)
-    inputs = [ctx.as_int(a), b_int_name] + _bias_constant(ctx, node, bias, acc_bits)
+    inputs = [ctx.as_int(a), b_int_name] + bias_constant(ctx, node, bias, acc_bits)
     result = ctx.emit("QMatMul", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)
     return None
@@ -300,11 +303,11 @@ def batch_normalization(ctx: LoweringContext, node: Node) -> str | None:
     weights = np.rint(slope / w_scale).astype(np.int16 if wide else np.int8).reshape((channels, 1) + (1,) * (rank - 2))
     real_in = float(xq.scale[0]) * w_scale
     bias_q = integer_bias(ctx, node, offset, real_in, limit)
-    acc_bits = _accumulator_bits(xq, weights, 0, 1, bias_q)
+    acc_bits = accumulator_bits(xq, weights, 0, 1, bias_q)
     attrs = {"group": channels, "kernel_shape": (1,) * (rank - 2),
              **requant_fields(real_in / float(yq.scale[0]), yq, acc_bits, lo, hi, ctx.table.rounding),
              "x_zero_point": int(xq.zero_point[0]), "w_zero_point": 0}
-    inputs = [ctx.as_int(x), ctx.constant(f"{node.name}_weight_q", weights)] + _bias_constant(ctx, node, bias_q,
+    inputs = [ctx.as_int(x), ctx.constant(f"{node.name}_weight_q", weights)] + bias_constant(ctx, node, bias_q,
                                                                                               acc_bits)
     result = ctx.emit("QConv", inputs, attrs, name=node.name, outputs=[out], quant=[yq])[0]
     ctx.set_home(out, result, yq)

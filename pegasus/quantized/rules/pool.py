@@ -12,9 +12,9 @@ from pegasus.ops.fixedpoint import bits_needed, integer_range
 from pegasus.ops.integer import QAveragePool
 from pegasus.ops.layout import first_shape
 from pegasus.ops.registry import make_attrs
-from pegasus.quantized.lower import LoweringContext, integer_rule
+from pegasus.quantized.context import LoweringContext, integer_rule
 from pegasus.quantized.params import TensorQuant
-from pegasus.quantized.rules.common import requant_fields
+from pegasus.quantized.requant import requant_fields
 from pegasus.quantized.rules.values import passthrough
 
 

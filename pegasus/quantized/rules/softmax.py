@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from pegasus.ir.graph import Node
-from pegasus.quantized.lower import LoweringContext, integer_rule
-from pegasus.quantized.rules.common import requant_fields
+from pegasus.quantized.context import LoweringContext, integer_rule
+from pegasus.quantized.requant import requant_fields
 
 
 @integer_rule("Softmax")

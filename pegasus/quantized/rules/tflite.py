@@ -39,9 +39,11 @@ from pegasus.ops.fixedpoint import (
 from pegasus.ops.integer import QAveragePool
 from pegasus.ops.registry import make_attrs
 from pegasus.ops.resize import Resize
-from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
+from pegasus.quantized.context import LoweringContext, integer_rule, same_grid
 from pegasus.quantized.params import TensorQuant
-from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds, requantize_attrs
+from pegasus.quantized.requant import requantize_attrs
+from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds
+from pegasus.quantized.rules.elementwise import mul as general_mul
 from pegasus.quantized.rules.values import resize as general_resize
 
 TFLITE = "tflite"
@@ -106,8 +108,6 @@ def add(ctx: LoweringContext, node: Node) -> str | None:
 def mul(ctx: LoweringContext, node: Node) -> str | None:
     """MUL: requant((a - za) * (b - zb)) by s_a * s_b / s_y in double; its int16 kernel rounds once, half up
     (measured against TF 2.21's reference kernels; the int8 one rounds twice)."""
-    from pegasus.quantized.rules.elementwise import mul as general_mul
-
     return general_mul(ctx, node, "half_up" if ctx.quant(node.inputs[0]).numpy_dtype == "int16" else TFLITE)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from pegasus.ir.graph import Node
 from pegasus.ops.fixedpoint import INT32_MAX, integer_range, multiply_by_quantized_multiplier, tflite_multiplier
 from pegasus.ops.integer_lut import sigmoid_knots
-from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
+from pegasus.quantized.context import LoweringContext, integer_rule, same_grid
 from pegasus.quantized.params import TensorQuant
 from pegasus.quantized.rules.common import round_half_away
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 
 from pegasus.ir.graph import Node
-from pegasus.quantized.lower import LoweringContext, integer_rule, same_grid
-from pegasus.quantized.rules.common import requantize_attrs
+from pegasus.quantized.context import LoweringContext, integer_rule, same_grid
+from pegasus.quantized.requant import requantize_attrs
 
 #: Ops whose outputs are (a selection or rearrangement of) input 0's values.
 PASSTHROUGH_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Slice", "Gather",

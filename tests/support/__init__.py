@@ -1,0 +1,1 @@
+"""Helpers the tests share (bundle runners, toolchains, model builders); no tests here."""
