@@ -26,21 +26,21 @@ from llvmlite import ir
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.generated_text import bundle_name
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv_pool import conv_pool_workspace
 from pegasus.exporters.glow.kernels.integer_pooled_pair import emit_pooled_pair
 from pegasus.exporters.glow.kernels.parameters import LayerParameters, dims_table
 from pegasus.exporters.glow.kernels.registry import (
-    KernelContext,
     Stream,
-    TensorRef,
     get_emitter,
     get_group_emitter,
-    llvm_type,
     runtime_dims_of,
     stream_of,
     workspace_bytes,
 )
 from pegasus.exporters.glow.llvm.mathlib import MathLib
+from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.pooled_pair import PooledPair
 from pegasus.exporters.glow.row_chains import RowChain

@@ -64,7 +64,8 @@ import numpy as np
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
-from pegasus.exporters.glow.kernels.registry import Stream, strides_of
+from pegasus.exporters.glow.kernels.registry import Stream
+from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.ir.graph import Graph
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.registry import get_op

@@ -37,7 +37,7 @@ import numpy as np
 
 from pegasus.exporters.glow.fuse import Layer, headed_layer
 from pegasus.exporters.glow.kernels import integer_halves
-from pegasus.exporters.glow.kernels.registry import piece
+from pegasus.exporters.glow.kernels.context import piece
 from pegasus.exporters.glow.lower import relay_inputs
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType

@@ -41,8 +41,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from pegasus.exporters.glow.fuse import Layer
+from pegasus.exporters.glow.kernels.context import piece
 from pegasus.exporters.glow.kernels.integer_conv_plan import depthwise, weight_shape
-from pegasus.exporters.glow.kernels.registry import piece, workspace_bytes
+from pegasus.exporters.glow.kernels.registry import workspace_bytes
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType

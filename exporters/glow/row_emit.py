@@ -27,16 +27,13 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.parameters import TABLE_ALIGN, LayerParameters
-from pegasus.exporters.glow.kernels.registry import (
-    KernelContext,
-    TensorRef,
-    entry_alloca,
-    get_emitter,
-    llvm_type,
-    workspace_bytes,
-)
+from pegasus.exporters.glow.kernels.registry import get_emitter, workspace_bytes
+from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes, strided_reader
 from pegasus.ir.graph import Graph
 

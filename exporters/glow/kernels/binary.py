@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import (
     Arith,
     LaneArith,
@@ -34,8 +35,10 @@ from pegasus.exporters.glow.kernels.elementwise import (
     store_as,
 )
 from pegasus.exporters.glow.kernels.linear import simd_of
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
+from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.ir.dtypes import DType
 
 # ---- broadcasting loops ---------------------------------------------------------------------------

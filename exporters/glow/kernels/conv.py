@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.linear import (
     FLOATS,
@@ -49,9 +50,10 @@ from pegasus.exporters.glow.kernels.linear import (
     require_dtype,
     simd_of,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, workspace
+from pegasus.exporters.glow.kernels.registry import emitter, workspace
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv, ConvTranspose

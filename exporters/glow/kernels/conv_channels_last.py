@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import Axis, _axis_phases, axes_of
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.linear import (
@@ -49,8 +50,9 @@ from pegasus.exporters.glow.kernels.linear import (
     simd_of,
     vconst,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer
+from pegasus.exporters.glow.kernels.registry import packer
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv, ConvTranspose
 

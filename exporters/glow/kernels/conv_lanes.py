@@ -55,11 +55,13 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.binary import vector_lanes
+from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.conv import _flat, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, Simd, affine, simd_of, vconst
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, packer, piece, runtime_dims
+from pegasus.exporters.glow.kernels.registry import packer, runtime_dims
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType

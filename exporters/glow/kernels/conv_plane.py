@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import (
     PREFETCH_CHANNELS,
     WEIGHT_BUDGET,
@@ -54,9 +55,11 @@ from pegasus.exporters.glow.kernels.linear import (
     prefetch_span,
     vconst,
 )
-from pegasus.exporters.glow.kernels.registry import I32, Emitter, KernelContext, TensorRef
+from pegasus.exporters.glow.kernels.registry import Emitter
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import I32
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv

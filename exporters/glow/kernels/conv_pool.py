@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.conv import (
     Axis,
     Correlation,
@@ -57,9 +58,10 @@ from pegasus.exporters.glow.kernels.linear import (
     vconst,
 )
 from pegasus.exporters.glow.kernels.pool import _counted_bounds, average_pool, counted_taps, max_pool
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, group_emitter, piece
+from pegasus.exporters.glow.kernels.registry import group_emitter
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv

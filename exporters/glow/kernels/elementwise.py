@@ -29,8 +29,12 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, intrinsic, llvm_type
+from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.registry import emitter
+from pegasus.exporters.glow.llvm.functions import intrinsic
 from pegasus.exporters.glow.llvm.loops import for_range
+from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.ir.dtypes import DType
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)

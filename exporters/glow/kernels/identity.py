@@ -5,7 +5,8 @@ time, so it copies only when the two pointers differ (one compare at run time)."
 
 from __future__ import annotations
 
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
+from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.loops import for_range
 
 

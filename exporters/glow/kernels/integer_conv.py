@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.conv import weights_known
 from pegasus.exporters.glow.kernels.integer_conv_plan import (
     ConvPlan,
@@ -32,15 +33,7 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import (
 )
 from pegasus.exporters.glow.kernels.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer_im2col import qconv_im2col
-from pegasus.exporters.glow.kernels.registry import (
-    KernelContext,
-    Stream,
-    emitter,
-    packer,
-    piece,
-    streams,
-    workspace,
-)
+from pegasus.exporters.glow.kernels.registry import Stream, emitter, packer, streams, workspace
 from pegasus.ir.graph import Graph, Node
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import Axis, axes_of
 from pegasus.exporters.glow.kernels.integer_dot import (
     NARROW_BASE,
@@ -35,9 +36,9 @@ from pegasus.exporters.glow.kernels.integer_dot import (
 from pegasus.exporters.glow.kernels.integer_halves import halve_rows, halved, halves_rows
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.kernels.linear import affine
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, strides_of
 from pegasus.exporters.glow.kernels.requant import I16, I32
 from pegasus.exporters.glow.llvm.loops import const
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

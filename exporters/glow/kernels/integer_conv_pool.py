@@ -40,22 +40,17 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_halves
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
 from pegasus.exporters.glow.kernels.integer_smlad import tuned
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles, range_nest, simd_of
-from pegasus.exporters.glow.kernels.registry import (
-    KernelContext,
-    TensorRef,
-    entry_alloca,
-    group_emitter,
-    intrinsic,
-    packer,
-    strides_of,
-)
+from pegasus.exporters.glow.kernels.registry import group_emitter, packer
 from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
+from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

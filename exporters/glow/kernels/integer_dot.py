@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.linear import simd_of
 from pegasus.exporters.glow.kernels.parameters import load_channel
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, entry_alloca, intrinsic, llvm_type
 from pegasus.exporters.glow.kernels.requant import (
     I8,
     I32,
@@ -42,7 +42,10 @@ from pegasus.exporters.glow.kernels.requant import (
     widen,
 )
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
+from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
 from pegasus.exporters.glow.llvm.loops import const
+from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN, integer_range

@@ -49,6 +49,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_pointwise_dsp
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import (
     TILE_TAIL,
     ConvPlan,
@@ -74,11 +75,12 @@ from pegasus.exporters.glow.kernels.integer_smlad import dot_dual
 from pegasus.exporters.glow.kernels.integer_smlad_tile import tile_blocks
 from pegasus.exporters.glow.kernels.linear import affine, for_tiles
 from pegasus.exporters.glow.kernels.parameters import load_channel
-from pegasus.exporters.glow.kernels.registry import KernelContext, entry_alloca, strides_of
 from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
-from pegasus.exporters.glow.kernels.shape_ops import constant_table
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
+from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tables import constant_table
+from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.ops.spatial import prod
 
 Value = ir.Value

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.kernels.requant import requantize
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.ir.dtypes import DType

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.integer_dot import (
     SCRATCH_BYTES,
     Mac,
@@ -35,17 +36,11 @@ from pegasus.exporters.glow.kernels.integer_dot import (
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes
 from pegasus.exporters.glow.kernels.linear import _batch_steps, affine, for_tiles, simd_of
-from pegasus.exporters.glow.kernels.registry import (
-    KernelContext,
-    TensorRef,
-    emitter,
-    entry_alloca,
-    piece,
-    strides_of,
-    workspace,
-)
+from pegasus.exporters.glow.kernels.registry import emitter, workspace
 from pegasus.exporters.glow.kernels.requant import I16, I32, widen
+from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.ops.common import broadcast_shape
 
 Value = ir.Value

@@ -25,6 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block
 from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, for_tiles, pieces, range_nest
@@ -37,7 +38,7 @@ from pegasus.exporters.glow.kernels.pool import (
     counted_taps,
     window_count,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter, strides_of
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.kernels.requant import (
     I32,
     I64,
@@ -46,8 +47,9 @@ from pegasus.exporters.glow.kernels.requant import (
     wide_multiplier,
     widen,
 )
-from pegasus.exporters.glow.kernels.shape_ops import constant_table
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tables import constant_table
+from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.integer import QAveragePool, RequantAttrs, clamp_bounds

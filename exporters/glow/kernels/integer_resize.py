@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
-from pegasus.exporters.glow.kernels.shape_ops import constant_table, table_load
+from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.tables import constant_table, table_load
 from pegasus.ops.integer_resize import FRACTION, bilinear_taps
 
 

@@ -12,12 +12,13 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.binary import broadcast_loop
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.integer_dot import load_word
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.kernels.requant import (
     I32,
     I64,

@@ -28,16 +28,12 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.registry import (
-    I32,
-    KernelContext,
-    TensorRef,
-    emitter,
-    entry_alloca,
-    llvm_type,
-    strides_of,
-)
+from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.registry import emitter
+from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
+from pegasus.exporters.glow.llvm.types import I32, llvm_type
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import broadcast_shape
 

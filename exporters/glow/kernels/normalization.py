@@ -28,6 +28,7 @@ from pegasus.exporters.glow.kernels.binary import (
     store_lanes,
     strided_loop,
 )
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import (
     Arith,
     LaneArith,
@@ -36,8 +37,9 @@ from pegasus.exporters.glow.kernels.elementwise import (
     load_as,
     store_as,
 )
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, group_emitter, strides_of
+from pegasus.exporters.glow.kernels.registry import emitter, group_emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
 

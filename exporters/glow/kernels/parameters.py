@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.shape_ops import table_load
 from pegasus.exporters.glow.llvm.barriers import opaque
+from pegasus.exporters.glow.llvm.tables import table_load
 
 I32 = ir.IntType(32)
 #: each table starts on this boundary within the block (the widest element, i64, and LDRD want 8)

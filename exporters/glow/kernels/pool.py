@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import (
     Axis,
     Tile,
@@ -42,14 +43,10 @@ from pegasus.exporters.glow.kernels.linear import (
     simd_of,
     vconst,
 )
-from pegasus.exporters.glow.kernels.registry import (
-    KernelContext,
-    TensorRef,
-    emitter,
-    entry_alloca,
-    strides_of,
-)
+from pegasus.exporters.glow.kernels.registry import emitter
+from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node
 from pegasus.ops.pool import AveragePool, MaxPool

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import Axis, axes_of
 from pegasus.exporters.glow.kernels.conv_channels_last import Block, Tile, conv_correlation, correlate, plan
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
@@ -39,7 +40,6 @@ from pegasus.exporters.glow.kernels.linear import (
     simd_of,
 )
 from pegasus.exporters.glow.kernels.pool import counted_taps
-from pegasus.exporters.glow.kernels.registry import KernelContext
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
 from pegasus.ir.graph import Node
 from pegasus.ops.layout import first_shape

@@ -28,10 +28,12 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.binary import strided_loop
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import Arith, compute_dtype, load_as, store_as
-from pegasus.exporters.glow.kernels.registry import KernelContext, emitter, strides_of
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.kernels.shape_ops import copy_all
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.registry import get_op

@@ -28,146 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from llvmlite import ir
-
-from pegasus.ir.dtypes import DType
+from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
-
-I32 = ir.IntType(32)
-
-LLVM_TYPES: dict[DType, ir.Type] = {
-    DType.FLOAT32: ir.FloatType(), DType.FLOAT64: ir.DoubleType(), DType.FLOAT16: ir.HalfType(),
-    DType.INT8: ir.IntType(8), DType.UINT8: ir.IntType(8), DType.BOOL: ir.IntType(8),
-    DType.INT16: ir.IntType(16), DType.UINT16: ir.IntType(16), DType.INT32: ir.IntType(32),
-    DType.UINT32: ir.IntType(32), DType.INT64: ir.IntType(64), DType.UINT64: ir.IntType(64),
-}
-
-
-def llvm_type(dtype: DType) -> ir.Type:
-    return LLVM_TYPES[dtype]
-
-
-def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, running = [], 1
-    for dim in reversed(shape):
-        strides.append(running)
-        running *= dim
-    return tuple(reversed(strides))
-
-
-@dataclass
-class TensorRef:
-    """A tensor of the layer as a typed pointer with its static shape."""
-
-    ptr: ir.Value
-    type: TensorType
-    #: (min, max) of an integer constant's values as exported (None: not a constant, or not integers): lets a
-    #: kernel prove a sum cannot overflow instead of testing it at run time
-    bounds: tuple[int, int] | None = None
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.type.shape
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        return strides_of(self.type.shape)
-
-    @property
-    def element(self) -> ir.Type:
-        return llvm_type(self.type.dtype)
-
-    def flat(self, builder: ir.IRBuilder, indices: list[ir.Value | int]) -> ir.Value:
-        """Flat element index of multi-dimensional ``indices`` (ints are folded)."""
-        total: ir.Value = ir.Constant(I32, 0)
-        for index, stride in zip(indices, self.strides):
-            if stride == 0 or (isinstance(index, int) and index == 0):
-                continue
-            term = ir.Constant(I32, index * stride) if isinstance(index, int) else (
-                index if stride == 1 else builder.mul(index, ir.Constant(I32, stride), flags=("nsw",)))
-            total = term if isinstance(total, ir.Constant) and total.constant == 0 else builder.add(
-                total, term, flags=("nsw",))
-        return total
-
-    def address(self, builder: ir.IRBuilder, flat: ir.Value | int) -> ir.Value:
-        flat = ir.Constant(I32, flat) if isinstance(flat, int) else flat
-        return builder.gep(self.ptr, [flat], inbounds=True)
-
-    def load(self, builder: ir.IRBuilder, flat: ir.Value | int) -> ir.Value:
-        return builder.load(self.address(builder, flat))
-
-    def store(self, builder: ir.IRBuilder, value: ir.Value, flat: ir.Value | int) -> None:
-        builder.store(value, self.address(builder, flat))
-
-
-def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    """An LLVM intrinsic by full name (``llvm.fabs.f32``), declared once per module. Only intrinsics that
-    every target expands inline are used (no library calls)."""
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(ret, args), name=name)
-
-
-def entry_alloca(b: ir.IRBuilder, typ: ir.Type) -> ir.Value:
-    """A stack slot in the function's entry block (where LLVM promotes it to registers)."""
-    current = b.block
-    b.position_at_start(b.function.entry_basic_block)
-    slot = b.alloca(typ)
-    b.position_at_end(current)
-    return slot
-
-
-def piece(size: int) -> int:
-    """Bytes a scratch piece of ``size`` takes in a workspace (pieces start 16-byte aligned)."""
-    return -(-size // 16) * 16
-
-
-@dataclass
-class KernelContext:
-    node: Node
-    attrs: Any
-    builder: ir.IRBuilder
-    inputs: list[TensorRef | None]
-    outputs: list[TensorRef | None]
-    math: Any        # exporters.glow.llvm.mathlib.MathLib
-    target: Any      # exporters.glow.target.Target
-    workspace: ir.Value | None = None    # i8* to the layer's planned scratch bytes (see ``workspace``)
-    workspace_size: int = 0
-    _workspace_used: int = 0
-    parameters: Any = None   # kernels.parameters.LayerParameters: where the layer's tables go (None: the code)
-
-    @property
-    def module(self) -> ir.Module:
-        return self.builder.module
-
-    def table(self, values: tuple[int, ...], ty: ir.IntType = I32) -> ir.Value:
-        """An array of numbers derived from the model (per-channel multipliers, shifts, divisors): in the layer's
-        parameter block in the weights when it has one (kernels/parameters.py), else in the code."""
-        if self.parameters is None:   # kernels import this module: theirs are imported when first needed
-            from pegasus.exporters.glow.kernels.shape_ops import constant_table
-            return constant_table(self.module, np.asarray(values, f"<i{ty.width // 8}"))
-        return self.parameters.table(self.builder, values, ty)
-
-    def dim(self, position: int, axis: int) -> ir.Value:
-        """Input ``position``'s size along ``axis`` as an i32 read at run time from the parameter block: one of
-        the dimensions the op's ``runtime_dims`` named for this layer."""
-        return self.parameters.dim(self.builder, (position, axis))
-
-    def scratch(self, typ: ir.Type, size: int) -> ir.Value:
-        """A ``typ*`` to ``size`` bytes of scratch: from the layer's workspace when it has one (16-byte
-        aligned pieces, in request order), else a stack slot in the function's entry block."""
-        b = self.builder
-        if self.workspace is None:
-            return entry_alloca(b, typ)
-        offset = piece(self._workspace_used)
-        if offset + size > self.workspace_size:
-            raise AssertionError(f"layer '{self.node.name}' ({self.node.op}) asked for {offset + size} bytes of "
-                                 f"workspace, {self.workspace_size} were planned")
-        self._workspace_used = offset + size
-        return b.bitcast(b.gep(self.workspace, [ir.Constant(I32, offset)], inbounds=True), typ.as_pointer())
-
 
 Emitter = Callable[[KernelContext], None]
 #: whether a channels-last layer runs in the op's emitter: (node, graph) -> bool
@@ -307,7 +171,6 @@ def stream_of(node: Node, types_in: list[TensorType | None], types_out: list[Ten
 
     streamer = _STREAMS.get(node.op)
     return None if streamer is None else streamer(_sizing_context(node, types_in, types_out, target))
-
 
 
 #: the dimensions of a layer's tensors its kernel reads from the layer's parameter block at run time instead of

@@ -27,7 +27,6 @@ index still out of range is clamped (the reference raises; a bundle must not rea
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 
@@ -41,9 +40,13 @@ from pegasus.exporters.glow.kernels.binary import (
     store_lanes,
     vector_lanes,
 )
+from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import Arith
-from pegasus.exporters.glow.kernels.registry import KernelContext, TensorRef, emitter, llvm_type, strides_of
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.tables import constant_table, table_load
+from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
+from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.registry import get_op
@@ -64,28 +67,6 @@ def raw_constant(dtype: DType, value) -> ir.Constant:
     """``value`` converted to ``dtype`` (NumPy astype) as an integer constant holding its bits."""
     bits = np.asarray(value).astype(dtype.numpy).view(f"int{8 * dtype.itemsize}")
     return ir.Constant(ir.IntType(8 * dtype.itemsize), int(bits))
-
-
-def constant_table(module: ir.Module, values: np.ndarray) -> ir.GlobalVariable:
-    """A read-only table in the bundle (internal constant), named by its contents so layers that need
-    the same table share it and the same model gives the same object file."""
-    values = np.ascontiguousarray(values).reshape(-1)
-    digest = hashlib.sha1(values.dtype.str.encode() + values.tobytes()).hexdigest()[:16]
-    name = f"pegasus.table.{values.dtype.name}.{digest}"
-    if name in module.globals:
-        return module.globals[name]
-    element = llvm_type(DType.from_numpy(values.dtype))
-    array = ir.ArrayType(element, len(values))
-    table = ir.GlobalVariable(module, array, name=name)
-    table.global_constant = True
-    table.linkage = "internal"
-    table.align = max(values.dtype.itemsize, 4)
-    table.initializer = ir.Constant(array, [v.item() for v in values])
-    return table
-
-
-def table_load(b: ir.IRBuilder, table: ir.GlobalVariable, index: ir.Value) -> ir.Value:
-    return b.load(b.gep(table, [const(0), index], inbounds=True))
 
 
 # ---- the three loop shapes -----------------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""A tensor as kernels see it: ``TensorRef``, a typed pointer with its static shape (flat indices, loads,
+stores), and ``strides_of``, the row-major element strides of a shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from pegasus.exporters.glow.llvm.types import I32, llvm_type
+from pegasus.ir.tensor import TensorType
+
+
+def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for dim in reversed(shape):
+        strides.append(running)
+        running *= dim
+    return tuple(reversed(strides))
+
+
+@dataclass
+class TensorRef:
+    """A tensor of the layer as a typed pointer with its static shape."""
+
+    ptr: ir.Value
+    type: TensorType
+    #: (min, max) of an integer constant's values as exported (None: not a constant, or not integers): lets a
+    #: kernel prove a sum cannot overflow instead of testing it at run time
+    bounds: tuple[int, int] | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return strides_of(self.type.shape)
+
+    @property
+    def element(self) -> ir.Type:
+        return llvm_type(self.type.dtype)
+
+    def flat(self, builder: ir.IRBuilder, indices: list[ir.Value | int]) -> ir.Value:
+        """Flat element index of multi-dimensional ``indices`` (ints are folded)."""
+        total: ir.Value = ir.Constant(I32, 0)
+        for index, stride in zip(indices, self.strides):
+            if stride == 0 or (isinstance(index, int) and index == 0):
+                continue
+            term = ir.Constant(I32, index * stride) if isinstance(index, int) else (
+                index if stride == 1 else builder.mul(index, ir.Constant(I32, stride), flags=("nsw",)))
+            total = term if isinstance(total, ir.Constant) and total.constant == 0 else builder.add(
+                total, term, flags=("nsw",))
+        return total
+
+    def address(self, builder: ir.IRBuilder, flat: ir.Value | int) -> ir.Value:
+        flat = ir.Constant(I32, flat) if isinstance(flat, int) else flat
+        return builder.gep(self.ptr, [flat], inbounds=True)
+
+    def load(self, builder: ir.IRBuilder, flat: ir.Value | int) -> ir.Value:
+        return builder.load(self.address(builder, flat))
+
+    def store(self, builder: ir.IRBuilder, value: ir.Value, flat: ir.Value | int) -> None:
+        builder.store(value, self.address(builder, flat))
