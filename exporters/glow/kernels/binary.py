@@ -34,9 +34,9 @@ from pegasus.exporters.glow.kernels.elementwise import (
     load_as,
     store_as,
 )
-from pegasus.exporters.glow.kernels.linear import simd_of
 from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.ir.dtypes import DType

@@ -35,25 +35,16 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
-from pegasus.exporters.glow.kernels.linear import (
-    FLOATS,
-    Accumulators,
-    Numeric,
-    Simd,
-    Value,
-    affine,
-    cover,
-    for_tiles,
-    prefetch_span,
-    range_nest,
-    require_dtype,
-    simd_of,
-)
 from pegasus.exporters.glow.kernels.registry import emitter, workspace
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.simd import Simd, prefetch_span, simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.tiles import cover, for_tiles, range_nest
+from pegasus.exporters.glow.llvm.types import Value
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv, ConvTranspose

@@ -35,24 +35,15 @@ import numpy as np
 
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import Axis, _axis_phases, axes_of
+from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
-from pegasus.exporters.glow.kernels.linear import (
-    FLOATS,
-    Accumulators,
-    Numeric,
-    Simd,
-    Value,
-    affine,
-    for_tiles,
-    pieces,
-    range_nest,
-    require_dtype,
-    simd_of,
-    vconst,
-)
 from pegasus.exporters.glow.kernels.registry import packer
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.simd import Simd, simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
+from pegasus.exporters.glow.llvm.types import Value
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv, ConvTranspose
 

@@ -42,24 +42,15 @@ from pegasus.exporters.glow.kernels.conv import (
     axes_of,
     block_channels,
 )
-from pegasus.exporters.glow.kernels.linear import (
-    FLOATS,
-    Accumulators,
-    Numeric,
-    Simd,
-    Value,
-    affine,
-    for_tiles,
-    masked_intrinsic,
-    power_of_two_below,
-    prefetch_span,
-    vconst,
-)
+from pegasus.exporters.glow.kernels.dtypes import FLOATS
 from pegasus.exporters.glow.kernels.registry import Emitter
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.simd import Simd, masked_intrinsic, prefetch_span, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef
-from pegasus.exporters.glow.llvm.types import I32
+from pegasus.exporters.glow.llvm.tiles import for_tiles, power_of_two_below
+from pegasus.exporters.glow.llvm.types import I32, Value
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv

@@ -42,26 +42,17 @@ from pegasus.exporters.glow.kernels.conv import (
     tile_positions,
     tile_shape,
 )
+from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched
-from pegasus.exporters.glow.kernels.linear import (
-    BIT,
-    FLOATS,
-    Accumulators,
-    Numeric,
-    Value,
-    affine,
-    for_tiles,
-    power_of_two_below,
-    range_nest,
-    require_dtype,
-    simd_of,
-    vconst,
-)
 from pegasus.exporters.glow.kernels.pool import _counted_bounds, average_pool, counted_taps, max_pool
 from pegasus.exporters.glow.kernels.registry import group_emitter
 from pegasus.exporters.glow.kernels.shape_ops import copy_strided
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.simd import simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.tiles import for_tiles, power_of_two_below, range_nest
+from pegasus.exporters.glow.llvm.types import BIT, Value
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv

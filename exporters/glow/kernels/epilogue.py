@@ -14,8 +14,10 @@ from typing import Any
 
 from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS
 from pegasus.exporters.glow.kernels.elementwise import apply_unary
-from pegasus.exporters.glow.kernels.linear import Numeric, Value, prefetch_span
+from pegasus.exporters.glow.llvm.numeric import Numeric
+from pegasus.exporters.glow.llvm.simd import prefetch_span
 from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import Value
 
 #: bytes of a residual operand above which the kernels prefetch it (``Epilogue.prefetch``): larger than this
 #: CPU's 1 MB L2, it comes from L3 or memory. ResNet-50 in the model: 256@56 (3.2 MB) 1,300 -> 1,200 kcycles

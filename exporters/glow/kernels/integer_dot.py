@@ -27,7 +27,6 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.linear import simd_of
 from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.requant import (
     I8,
@@ -44,6 +43,7 @@ from pegasus.exporters.glow.kernels.requant import (
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
 from pegasus.exporters.glow.llvm.loops import const
+from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.target import CPUS

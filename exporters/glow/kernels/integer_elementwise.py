@@ -28,7 +28,6 @@ from pegasus.exporters.glow.kernels.binary import broadcast_loop
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import intrinsic, load_as
 from pegasus.exporters.glow.kernels.identity import identity
-from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops
 from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.kernels.requant import (
@@ -43,7 +42,7 @@ from pegasus.exporters.glow.kernels.requant import (
 )
 from pegasus.exporters.glow.kernels.shape_ops import raw
 from pegasus.exporters.glow.llvm.functions import entry_alloca
-from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range
 from pegasus.exporters.glow.llvm.tables import constant_table, table_load
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.types import llvm_type

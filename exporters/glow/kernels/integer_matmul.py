@@ -35,12 +35,13 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     zeroed,
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes
-from pegasus.exporters.glow.kernels.linear import _batch_steps, affine, for_tiles, simd_of
 from pegasus.exporters.glow.kernels.registry import emitter, workspace
 from pegasus.exporters.glow.kernels.requant import I16, I32, widen
 from pegasus.exporters.glow.llvm.functions import entry_alloca
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
-from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.simd import simd_of
+from pegasus.exporters.glow.llvm.tensors import TensorRef, batch_steps, strides_of
+from pegasus.exporters.glow.llvm.tiles import for_tiles
 from pegasus.ops.common import broadcast_shape
 
 Value = ir.Value
@@ -148,7 +149,7 @@ def qmatmul(k: KernelContext) -> None:
     rq = Requant(k.table, k.attrs, y, acc_bound(mac, bias))
     pairs = plan.pairs
     batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
-    steps = (_batch_steps(a_shape, batch, rows * depth), _batch_steps(b_shape, batch, depth * cols),
+    steps = (batch_steps(a_shape, batch, rows * depth), batch_steps(b_shape, batch, depth * cols),
              [s * rows * cols for s in strides_of(batch)])
 
     def vector_products(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,

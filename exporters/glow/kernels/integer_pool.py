@@ -28,7 +28,6 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block
-from pegasus.exporters.glow.kernels.linear import Accumulators, Numeric, affine, for_tiles, pieces, range_nest
 from pegasus.exporters.glow.kernels.parameters import load_channel
 from pegasus.exporters.glow.kernels.pool import (
     _coordinates,
@@ -47,9 +46,11 @@ from pegasus.exporters.glow.kernels.requant import (
     wide_multiplier,
     widen,
 )
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import strides_of
+from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.integer import QAveragePool, RequantAttrs, clamp_bounds

@@ -16,7 +16,6 @@ from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.integer_dot import load_word
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
-from pegasus.exporters.glow.kernels.linear import affine
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.kernels.requant import (
@@ -31,7 +30,7 @@ from pegasus.exporters.glow.kernels.requant import (
     widen,
 )
 from pegasus.exporters.glow.llvm.barriers import opaque
-from pegasus.exporters.glow.llvm.loops import for_range, loop_nest
+from pegasus.exporters.glow.llvm.loops import affine, for_range, loop_nest
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range, scale
 from pegasus.ops.integer import clamp_bounds

@@ -1,11 +1,11 @@
-"""Emitters for the matrix products (Gemm, MatMul), and the register-level toolkit the other dense
-kernels (conv.py, pool.py) share with them.
+"""Emitters for the matrix products (Gemm, MatMul).
 
-The toolkit: ``Simd`` tells how wide and how many the target's vector registers are, so a kernel can
-size its register tile; ``Numeric`` does one dtype's arithmetic on explicit LLVM vectors (float16 is
-loaded into float32 and rounded back on store), including strided and masked loads; ``for_tiles``,
-``cover`` and ``pieces`` cut a static extent into tiles whose widths make good vectors. Kernels keep
-their accumulators as explicit ``<lanes x T>`` vectors in entry-block allocas, which LLVM promotes to
+They use the register-level toolkit of exporters/glow/llvm/ (shared with conv.py and pool.py): ``Simd``
+(llvm/simd.py) tells how wide and how many the target's vector registers are, so a kernel can size its register
+tile; ``Numeric`` (llvm/numeric.py) does one dtype's arithmetic on explicit LLVM vectors (float16 is loaded into
+float32 and rounded back on store), including strided and masked loads; ``for_tiles``, ``cover`` and ``pieces``
+(llvm/tiles.py) cut a static extent into tiles whose widths make good vectors. Kernels keep their accumulators
+as explicit ``<lanes x T>`` vectors in entry-block allocas, which LLVM promotes to
 registers: the inner loops are vectorised by construction rather than by hoping the loop vectoriser
 fires, and scalar targets (Cortex-M) get them scalarised.
 
@@ -19,379 +19,26 @@ Gemm's C is the accumulators' initial value (times beta) when alpha is 1, otherw
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
-
-import llvmlite.binding as llvm
-from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.dtypes import FLOATS, INTEGERS, require_dtype
 from pegasus.exporters.glow.kernels.registry import emitter
-from pegasus.exporters.glow.llvm.functions import entry_alloca
-from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
-from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
-from pegasus.exporters.glow.llvm.types import I32, llvm_type
-from pegasus.ir.dtypes import DType
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.simd import Simd, simd_of
+from pegasus.exporters.glow.llvm.tensors import TensorRef, batch_steps, strides_of
+from pegasus.exporters.glow.llvm.tiles import cover, for_tiles, pieces
+from pegasus.exporters.glow.llvm.types import Value
 from pegasus.ops.common import broadcast_shape
-
-#: Fast-math flags of accumulations: fused multiply-add allowed, results otherwise IEEE.
-FMF = ("contract",)
-BIT = ir.IntType(1)
-SIGNED = (DType.INT8, DType.INT16, DType.INT32, DType.INT64)
-Value = ir.Value
-
 
 # ----------------------------------------------------------------------------------------------------
 # Target registers
 
 
-@dataclass(frozen=True)
-class Simd:
-    """Vector registers of the target: ``width`` bytes each (4 = a scalar FPU), ``registers`` of them."""
-
-    width: int
-    registers: int
-
-    def lanes(self, element: ir.Type) -> int:
-        return max(1, self.width // _bytes(element))
-
-    @property
-    def accumulators(self) -> int:
-        """Registers a kernel may keep accumulators in, leaving room for operands."""
-        return self.registers - 4 if self.registers <= 16 else self.registers // 2
-
-
-def _bytes(element: ir.Type) -> int:
-    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}.get(type(element), 0) or element.width // 8
-
-
-def _x86_simd(cpu: str, features: str, registers: int) -> Simd:
-    if cpu in ("i686", "i386"):
-        return Simd(4, 8)      # x87: no vector registers
-    if cpu == llvm.get_host_cpu_name():
-        host = llvm.get_host_cpu_features()
-        flags = {name for name, on in host.items() if on}
-    else:
-        flags = {f[1:] for f in features.split(",") if f.startswith("+")}
-        flags |= {"x86-64-v3": {"avx"}, "x86-64-v4": {"avx", "avx512f"}}.get(cpu, set())
-    if "avx512f" in flags:
-        return Simd(64, min(registers * 2, 32))
-    return Simd(32, registers) if "avx" in flags else Simd(16, registers)
-
-
-def simd_of(target) -> Simd:
-    """Register file a kernel should tile for (exporters.glow.target.Target)."""
-    if target.arch in ("x86_64", "i386"):
-        return _x86_simd(target.cpu, target.features, 16 if target.arch == "x86_64" else 8)
-    if target.arch == "aarch64":
-        return Simd(16, 32)
-    if target.cpu == "cortex-m55" and target.float_abi == "hard":
-        return Simd(16, 8)       # Helium (MVE): 8 Q registers
-    return Simd(4, 32) if target.float_abi == "hard" else Simd(4, 8)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Arithmetic on explicit vectors
-
-
-def affine(b: ir.IRBuilder, offset: int, *terms: tuple[Value | int, int]) -> Value:
-    """offset + sum(value * coefficient) as i32, folding constant parts."""
-    total, fixed = None, offset
-    for value, coef in terms:
-        if coef == 0:
-            continue
-        if isinstance(value, int):
-            fixed += value * coef
-            continue
-        term = value if coef == 1 else b.mul(value, const(coef), flags=("nsw",))
-        total = term if total is None else b.add(total, term, flags=("nsw",))
-    if total is None:
-        return const(fixed)
-    return total if fixed == 0 else b.add(total, const(fixed), flags=("nsw",))
-
-
-def vconst(values: list[int], typ: ir.Type = I32) -> ir.Constant:
-    return ir.Constant(ir.VectorType(typ, len(values)), [ir.Constant(typ, v) for v in values])
-
-
-def _mangle(typ: ir.Type) -> str:
-    if isinstance(typ, ir.VectorType):
-        return f"v{typ.count}{_mangle(typ.element)}"
-    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}.get(type(typ)) or f"i{typ.width}"
-
-
-def masked_intrinsic(module: ir.Module, kind: str, vector: ir.VectorType) -> ir.Function:
-    """``llvm.masked.load``/``llvm.masked.store`` on ``vector`` (declared once per module). With a
-    constant mask they become plain loads/stores of the enabled lanes, or one masked instruction."""
-    name = f"llvm.masked.{kind}.{_mangle(vector)}.p0"
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
-    mask, pointer = ir.VectorType(BIT, vector.count), vector.as_pointer()
-    signature = ir.FunctionType(vector, [pointer, I32, mask, vector]) if kind == "load" else \
-        ir.FunctionType(ir.VoidType(), [vector, pointer, I32, mask])
-    return ir.Function(module, signature, name)
-
-
-#: bytes of a cache line (x86-64): the step of ``prefetch_span``
-CACHE_LINE = 64
-
-
-def prefetch_span(b: ir.IRBuilder, ref: TensorRef, flat: Value, first: int, last: int) -> None:
-    """Asks for the cache lines of elements flat+first .. flat+last of ``ref`` in L1 (``llvm.prefetch``:
-    a hint, which never faults, so the span may reach outside the tensor)."""
-    i8p = ir.IntType(8).as_pointer()
-    function = b.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-        b.module, ir.FunctionType(ir.VoidType(), [i8p, I32, I32, I32]), "llvm.prefetch.p0i8")
-    step = max(1, CACHE_LINE // ref.type.dtype.itemsize)
-    for offset in sorted({*range(first, last, step), last}):
-        pointer = b.bitcast(b.gep(ref.ptr, [affine(b, offset, (flat, 1))]), i8p)
-        b.call(function, [pointer, const(0), const(3), const(1)])       # read, keep in all levels, data
-
-
-class Numeric:
-    """One dtype's arithmetic on ``<lanes x T>`` vectors: float16 computes in float32, every other type
-    in itself (integers wrap as NumPy's do)."""
-
-    def __init__(self, builder: ir.IRBuilder, dtype: DType):
-        self.b = builder
-        self.dtype = dtype
-        self.storage = llvm_type(dtype)
-        self.compute = ir.FloatType() if dtype is DType.FLOAT16 else self.storage
-        self.is_float = dtype.is_float
-        self.signed = dtype in SIGNED
-
-    def vector(self, lanes: int) -> ir.VectorType:
-        return ir.VectorType(self.compute, lanes)
-
-    def constant(self, value: float | int, lanes: int) -> ir.Constant:
-        scalar = ir.Constant(self.compute, float(value) if self.is_float else int(value))
-        return ir.Constant(self.vector(lanes), [scalar] * lanes)
-
-    def lowest(self, lanes: int) -> ir.Constant:
-        """The value every element beats in a max: -inf, or the integer type's minimum."""
-        if self.is_float:
-            return self.constant(-math.inf, lanes)
-        bits = self.compute.width
-        return self.constant(-(1 << (bits - 1)) if self.signed else 0, lanes)
-
-    def splat(self, scalar: Value, lanes: int) -> Value:
-        b = self.b
-        one = b.insert_element(ir.Constant(ir.VectorType(scalar.type, 1), None), scalar, const(0))
-        return one if lanes == 1 else b.shuffle_vector(one, one, vconst([0] * lanes))
-
-    # -- memory -------------------------------------------------------------------------------------
-
-    def _widen(self, value: Value) -> Value:
-        return self.b.fpext(value, ir.VectorType(self.compute, value.type.count)) \
-            if self.storage != self.compute else value
-
-    def load(self, ref: TensorRef, flat: Value, lanes: int, stride: int = 1) -> Value:
-        """Elements flat, flat+stride, ... (lanes of them) of ``ref``; stride 0 broadcasts one.
-        Small strides load a few whole vectors covering exactly the lanes' span and shuffle the lanes
-        out of them (no load reaches past the last element used); larger ones gather lane by lane."""
-        b = self.b
-        if stride == 0 or lanes == 1:
-            return self.splat(self._widen_scalar(ref.load(b, flat)), lanes)
-        if stride == 1:
-            return self._widen(self._load_vector(ref, flat, lanes))
-        if stride > 4:
-            return self._gather(ref, flat, stride, (True,) * lanes)
-        span = (lanes - 1) * stride + 1
-        result = None
-        for start in (min(start, span - lanes) for start in range(0, span, lanes)):
-            piece = self._load_vector(ref, affine(b, start, (flat, 1)), lanes)
-            wanted = {lane: lane * stride - start for lane in range(lanes) if 0 <= lane * stride - start < lanes}
-            if result is None:
-                result = b.shuffle_vector(piece, piece, vconst([wanted.get(lane, 0) for lane in range(lanes)]))
-            else:
-                mask = [lanes + wanted[lane] if lane in wanted else lane for lane in range(lanes)]
-                result = b.shuffle_vector(result, piece, vconst(mask))
-        return self._widen(result)
-
-    def _load_vector(self, ref: TensorRef, flat: Value, lanes: int) -> Value:
-        pointer = self.b.bitcast(ref.address(self.b, flat), ir.VectorType(self.storage, lanes).as_pointer())
-        return self.b.load(pointer, align=_bytes(self.storage))
-
-    def _gather(self, ref: TensorRef, flat: Value, stride: int, mask: tuple[bool, ...]) -> Value:
-        """Lanes flat + lane*stride where ``mask`` is set, zero elsewhere, one load each."""
-        b = self.b
-        value = ir.Constant(ir.VectorType(self.storage, len(mask)), None)
-        for lane in (lane for lane, on in enumerate(mask) if on):
-            value = b.insert_element(value, ref.load(b, affine(b, lane * stride, (flat, 1))), const(lane))
-        return self._widen(value)
-
-    def load_lanes(self, ref: TensorRef, flat: Value, lanes: int, stride: int, mask: tuple[bool, ...]) -> Value:
-        """Like ``load``, but only the lanes in ``mask`` are read and the others are zero: lane 0 may
-        lie before the tensor's start (a tile crossing the padding)."""
-        if all(mask):
-            return self.load(ref, flat, lanes, stride)
-        if stride != 1:
-            return self._gather(ref, flat, stride, mask)
-        b = self.b
-        vector = ir.VectorType(self.storage, lanes)
-        pointer = b.bitcast(b.gep(ref.ptr, [flat]), vector.as_pointer())    # not inbounds: may start before
-        masked = masked_intrinsic(b.module, "load", vector)
-        value = b.call(masked, [pointer, const(_bytes(self.storage)), vconst(mask, BIT), ir.Constant(vector, None)])
-        return self._widen(value)
-
-    def _widen_scalar(self, value: Value) -> Value:
-        return self.b.fpext(value, self.compute) if self.storage != self.compute else value
-
-    def store(self, ref: TensorRef, flat: Value, value: Value, count: int | None = None, stride: int = 1) -> None:
-        """Store the lanes at flat, flat+stride, ... (only the first ``count`` lanes, if given)."""
-        b = self.b
-        lanes = value.type.count
-        if self.storage != self.compute:
-            value = b.fptrunc(value, ir.VectorType(self.storage, lanes))
-        if lanes == 1 or stride != 1:
-            for lane in range(lanes if count is None else count):
-                ref.store(b, b.extract_element(value, const(lane)), affine(b, lane * stride, (flat, 1)))
-            return
-        pointer = b.bitcast(ref.address(b, flat), value.type.as_pointer())
-        if count is None or count == lanes:
-            b.store(value, pointer, align=_bytes(self.storage))
-            return
-        mask = vconst([lane < count for lane in range(lanes)], BIT)
-        b.call(masked_intrinsic(b.module, "store", value.type), [value, pointer, const(_bytes(self.storage)), mask])
-
-    # -- arithmetic ---------------------------------------------------------------------------------
-
-    def add(self, x: Value, y: Value) -> Value:
-        return self.b.fadd(x, y, flags=FMF) if self.is_float else self.b.add(x, y)
-
-    def mul(self, x: Value, y: Value) -> Value:
-        return self.b.fmul(x, y, flags=FMF) if self.is_float else self.b.mul(x, y)
-
-    def mul_add(self, acc: Value, x: Value, y: Value) -> Value:
-        return self.add(acc, self.mul(x, y))
-
-    def div(self, x: Value, y: Value) -> Value:
-        return self.b.fdiv(x, y)
-
-    def wins(self, x: Value, best: Value) -> Value:
-        """Whether x replaces best in a running max that keeps the first maximum and, like
-        numpy's argmax, the first NaN."""
-        b = self.b
-        if not self.is_float:
-            return b.icmp_signed(">", x, best) if self.signed else b.icmp_unsigned(">", x, best)
-        greater = b.fcmp_ordered(">", x, best)
-        first_nan = b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", best, best))
-        return b.or_(greater, first_nan)
-
-    def maximum(self, x: Value, best: Value) -> Value:
-        """max(x, best), NaN once either is NaN (for floats: x wins when greater or NaN)."""
-        b = self.b
-        if not self.is_float:
-            return b.select(self.wins(x, best), x, best)
-        larger = b.select(b.fcmp_ordered(">", x, best), x, best)
-        return b.select(b.fcmp_unordered("uno", x, x), x, larger)
-
-    def from_int(self, value: Value, lanes: int) -> Value:
-        """An i32 count as a vector of the compute type."""
-        return self.splat(self.b.sitofp(value, self.compute), lanes)
-
-    def reduce(self, value: Value, combine: Callable[[Value, Value], Value], identity: ir.Constant) -> Value:
-        """Combine the lanes of ``value`` pairwise down to one lane (a <1 x T> vector)."""
-        b = self.b
-        lanes = value.type.count
-        padded = 1 << (lanes - 1).bit_length()
-        if padded != lanes:
-            fill = ir.Constant(value.type, [identity] * lanes)
-            value = b.shuffle_vector(value, fill, vconst(list(range(lanes)) + [lanes] * (padded - lanes)))
-        while padded > 1:
-            padded //= 2
-            low = b.shuffle_vector(value, value, vconst(list(range(padded))))
-            high = b.shuffle_vector(value, value, vconst(list(range(padded, 2 * padded))))
-            value = combine(low, high)
-        return value
-
-    def sum(self, value: Value) -> Value:
-        return self.reduce(value, self.add, ir.Constant(self.compute, 0.0 if self.is_float else 0))
-
-
-class Accumulators:
-    """Register accumulators as entry-block allocas (SROA turns them into phis of the loops)."""
-
-    def __init__(self, num: Numeric, count: int, lanes: int):
-        self.num = num
-        self.slots = [entry_alloca(num.b, num.vector(lanes)) for _ in range(count)]
-
-    def set(self, index: int, value: Value) -> None:
-        self.num.b.store(value, self.slots[index])
-
-    def get(self, index: int) -> Value:
-        return self.num.b.load(self.slots[index])
-
-    def mul_add(self, index: int, x: Value, y: Value) -> None:
-        self.set(index, self.num.mul_add(self.get(index), x, y))
-
-
-def for_tiles(b: ir.IRBuilder, start: int, total: int, size: int, body: Callable[[Value, int], None]) -> None:
-    """body(first, count) over [start, start+total) in tiles of ``size`` (a loop) and one smaller tail."""
-    full, rest = divmod(total, size)
-    if full == 1:
-        body(const(start), size)
-    elif full:
-        with for_range(b, full, name="tile") as tile:
-            body(affine(b, start, (tile, size)), size)
-    if rest:
-        body(const(start + full * size), rest)
-
-
-def power_of_two_below(n: int) -> int:
-    return 1 << (n.bit_length() - 1)
-
-
-def cover(b: ir.IRBuilder, start: int, total: int, size: int, body: Callable[[Value, int], None]) -> None:
-    """body(first, size) over [start, start+total) in tiles of one width: ``size``, or the largest power
-    of two that fits when total is smaller. A tail tile overlaps its neighbour (it recomputes a few
-    outputs) rather than having an odd width, which vector code handles badly. Only for outputs that
-    are written, never accumulated, and do not alias the inputs."""
-    if total < size:
-        size = power_of_two_below(total)
-    full, rest = divmod(total, size)
-    for_tiles(b, start, full * size, size, body)
-    if rest:
-        body(const(start + total - size), size)
-
-
-def pieces(total: int, size: int) -> list[tuple[int, int]]:
-    """[(first, width)] covering [0, total): whole ``size`` chunks, then power-of-two pieces."""
-    out, first = [], 0
-    while first < total:
-        width = size if total - first >= size else power_of_two_below(total - first)
-        out.append((first, width))
-        first += width
-    return out
-
-
-@contextmanager
-def range_nest(b: ir.IRBuilder, ranges: list[tuple[Value, Value]]):
-    """Nested loops over [lo, hi) ranges (values), outermost first; yields the indices."""
-    if not ranges:
-        yield []
-        return
-    lo, hi = ranges[0]
-    with for_range(b, hi, start=lo, name="tap") as index:
-        with range_nest(b, ranges[1:]) as inner:
-            yield [index, *inner]
-
-
-def require_dtype(k: KernelContext, allowed: tuple[DType, ...]) -> DType:
-    dtype = k.inputs[0].type.dtype
-    if dtype not in allowed:
-        raise PegasusError(f"{k.node.op} on {dtype.value} is not supported by the Glow exporter "
-                           f"(supported: {', '.join(d.value for d in allowed)})", where=f"layer '{k.node.name}'")
-    return dtype
-
-
-FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.FLOAT64)
-INTEGERS = (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32, DType.UINT32, DType.INT64,
-            DType.UINT64)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -527,13 +174,6 @@ def emit_product(num: Numeric, p: Product, base: Bases, simd: Simd) -> None:
         b, 0, p.n, width, lambda col0, w: _rows_tile(num, p, base, row0, r, col0, w)))
 
 
-def _batch_steps(shape: tuple[int, ...], batch: tuple[int, ...], matrix: int) -> list[int]:
-    """Flat step of each output batch axis in an operand whose batch axes broadcast to ``batch``."""
-    own = (1,) * (len(batch) - len(shape) + 2) + tuple(shape[:-2])
-    strides = strides_of(own)
-    return [stride * matrix if size > 1 else 0 for size, stride in zip(own, strides)]
-
-
 @emitter("MatMul")
 def matmul(k: KernelContext) -> None:
     """numpy.matmul: a 1-D A is one row, a 1-D B one column; batch axes broadcast."""
@@ -545,7 +185,7 @@ def matmul(k: KernelContext) -> None:
     m, depth, n = a_shape[-2], a_shape[-1], b_shape[-1]
     batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
     product = Product(Operand(a, depth, 1), Operand(bm, n, 1), Operand(y, n, 1), None, m, n, depth)
-    steps = (_batch_steps(a_shape, batch, m * depth), _batch_steps(b_shape, batch, depth * n),
+    steps = (batch_steps(a_shape, batch, m * depth), batch_steps(b_shape, batch, depth * n),
              [s * m * n for s in strides_of(batch)])
     b = k.builder
     with loop_nest(b, batch) as index:

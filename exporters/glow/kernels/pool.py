@@ -30,23 +30,15 @@ from pegasus.exporters.glow.kernels.conv import (
     axes_of,
     sweep,
 )
-from pegasus.exporters.glow.kernels.linear import (
-    FLOATS,
-    INTEGERS,
-    Accumulators,
-    Numeric,
-    Value,
-    affine,
-    pieces,
-    range_nest,
-    require_dtype,
-    simd_of,
-    vconst,
-)
+from pegasus.exporters.glow.kernels.dtypes import FLOATS, INTEGERS, require_dtype
 from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.functions import entry_alloca
-from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range
+from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.simd import simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
+from pegasus.exporters.glow.llvm.tiles import pieces, range_nest
+from pegasus.exporters.glow.llvm.types import Value
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node
 from pegasus.ops.pool import AveragePool, MaxPool

@@ -26,11 +26,14 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.conv_plane import _load, _masks, _offsets, tile_lanes
-from pegasus.exporters.glow.kernels.linear import BIT, FLOATS, Numeric, Simd, affine, cover, vconst
-from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.kernels.dtypes import FLOATS
+from pegasus.exporters.glow.llvm.loops import affine, const, for_range
+from pegasus.exporters.glow.llvm.numeric import Numeric
+from pegasus.exporters.glow.llvm.simd import Simd, vconst
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import TensorRef
-from pegasus.exporters.glow.llvm.types import I32
+from pegasus.exporters.glow.llvm.tiles import cover
+from pegasus.exporters.glow.llvm.types import BIT, I32
 from pegasus.ir.tensor import TensorType
 
 

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
+from pegasus.exporters.glow.llvm.types import Value
+
 I32 = ir.IntType(32)
 
 
@@ -58,3 +60,19 @@ def loop_nest(builder: ir.IRBuilder, counts: Sequence[int], names: str = "ijklmn
     with for_range(builder, counts[0], name=f"{names[0]}{len(counts)}") as index:
         with loop_nest(builder, counts[1:], names[1:]) as inner:
             yield [index, *inner]
+
+
+def affine(b: ir.IRBuilder, offset: int, *terms: tuple[Value | int, int]) -> Value:
+    """offset + sum(value * coefficient) as i32, folding constant parts."""
+    total, fixed = None, offset
+    for value, coef in terms:
+        if coef == 0:
+            continue
+        if isinstance(value, int):
+            fixed += value * coef
+            continue
+        term = value if coef == 1 else b.mul(value, const(coef), flags=("nsw",))
+        total = term if total is None else b.add(total, term, flags=("nsw",))
+    if total is None:
+        return const(fixed)
+    return total if fixed == 0 else b.add(total, const(fixed), flags=("nsw",))

@@ -62,3 +62,10 @@ class TensorRef:
 
     def store(self, builder: ir.IRBuilder, value: ir.Value, flat: ir.Value | int) -> None:
         builder.store(value, self.address(builder, flat))
+
+
+def batch_steps(shape: tuple[int, ...], batch: tuple[int, ...], matrix: int) -> list[int]:
+    """Flat step of each output batch axis in an operand whose batch axes broadcast to ``batch``."""
+    own = (1,) * (len(batch) - len(shape) + 2) + tuple(shape[:-2])
+    strides = strides_of(own)
+    return [stride * matrix if size > 1 else 0 for size, stride in zip(own, strides)]

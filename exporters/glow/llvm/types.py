@@ -19,3 +19,9 @@ LLVM_TYPES: dict[DType, ir.Type] = {
 
 def llvm_type(dtype: DType) -> ir.Type:
     return LLVM_TYPES[dtype]
+
+
+BIT = ir.IntType(1)
+
+
+Value = ir.Value

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.linear import Simd
+from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ops.fixedpoint import bits_needed, quantize_multiplier
 from pegasus.runtime import interpreter

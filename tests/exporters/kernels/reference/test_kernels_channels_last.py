@@ -29,7 +29,8 @@ from pegasus.exporters.glow.kernels import conv_channels_last, pool_channels_las
 from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
 from pegasus.exporters.glow.kernels import linear as linear_kernels
 from pegasus.exporters.glow.kernels import pool as pool_kernels
-from pegasus.exporters.glow.kernels.linear import Numeric, Simd
+from pegasus.exporters.glow.llvm.numeric import Numeric
+from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.builder import GraphBuilder
 from pegasus.ir.dtypes import DType

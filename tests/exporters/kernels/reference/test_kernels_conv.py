@@ -25,7 +25,7 @@ from pegasus.exporters.glow.kernels import conv as conv_kernels
 from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
 from pegasus.exporters.glow.kernels import linear as linear_kernels
 from pegasus.exporters.glow.kernels import pool as pool_kernels
-from pegasus.exporters.glow.kernels.linear import Simd
+from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.dtypes import DType
 from tests.exporters.host_runner import run_bundle_host
