@@ -36,7 +36,7 @@ from bench_glow import models  # noqa: E402
 from timing import median_us  # noqa: E402
 
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
-from tests.exporters.host_runner import load_bundle  # noqa: E402
+from tests.support.host_runner import load_bundle  # noqa: E402
 
 # (name, input channels, output channels, height = width, kernel, stride, pad[, "pool": a 2x2 MaxPool after the Relu])
 SHAPES = {

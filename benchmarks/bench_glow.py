@@ -37,7 +37,7 @@ from timing import paired_us  # noqa: E402
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
-from tests.exporters.host_runner import load_bundle  # noqa: E402
+from tests.support.host_runner import load_bundle  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 DEMO = ROOT / "conversion_scripts" / "demo" / "lenet_mnist.onnx"
@@ -86,7 +86,7 @@ def export_seconds(name: str) -> tuple[float, float]:
 
 def cortex_m7_row() -> dict:
     from pegasus.exporters.glow.memory_report import memory_report
-    from tests.exporters.toolchains import count_instructions_cortex_m
+    from tests.support.toolchains import count_instructions_cortex_m
 
     graph = import_onnx(DEMO, name="lenet_mnist")
     image = np.random.default_rng(0).uniform(0, 1, (1, 1, 28, 28)).astype(np.float32)

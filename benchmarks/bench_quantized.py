@@ -38,7 +38,7 @@ from pegasus.quantized.lower import lower_to_integer  # noqa: E402
 from pegasus.quantizers.assign import build_table  # noqa: E402
 from pegasus.quantizers.calibrate import calibrate  # noqa: E402
 from pegasus.quantizers.schemes import Scheme  # noqa: E402
-from tests.exporters.host_runner import load_bundle  # noqa: E402
+from tests.support.host_runner import load_bundle  # noqa: E402
 
 DEMO = ROOT / "conversion_scripts" / "demo" / "lenet_mnist.onnx"
 SCHEMES = {"u8": ("asymmetric_affine", "uint8"), "pc8": ("perchannel_symmetric_affine", "int8"),
@@ -59,7 +59,7 @@ def quantized_lenet(scheme: str):
 
 
 def cortex_m7(graph, image) -> dict:
-    from tests.exporters.toolchains import count_instructions_cortex_m, run_cortex_m_detailed
+    from tests.support.toolchains import count_instructions_cortex_m, run_cortex_m_detailed
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

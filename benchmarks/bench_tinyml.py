@@ -236,7 +236,7 @@ def benchmark_model(name: str, cpus: tuple[str, ...], skip_float: bool, profile:
         subject = lenet_subject() if name == "lenet_int8" else tinyml_subject(name, work / "import")
         arena = None
         if subject.tflite is not None:
-            from tests.exporters.tflm import tflm_arena_bytes
+            from tests.support.tflm import tflm_arena_bytes
 
             arena = tflm_arena_bytes(subject.tflite)
         floating = None

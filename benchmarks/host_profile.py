@@ -42,7 +42,7 @@ from bench_glow import feeds_for, models  # noqa: E402
 from pegasus.exporters.glow.run.profile import export_instrumented  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
-from tests.exporters.host_runner import _aligned  # noqa: E402
+from tests.support.host_runner import _aligned  # noqa: E402
 
 PROBE = """
 #include <stdint.h>

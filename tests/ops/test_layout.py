@@ -16,7 +16,7 @@ from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import TensorType
 from pegasus.ops import get_op, make_attrs
 from pegasus.runtime.interpreter import run as run_graph
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(11)
 

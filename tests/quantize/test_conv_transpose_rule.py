@@ -5,7 +5,7 @@ pads, output_padding, output_shape, SAME_UPPER, 1-D, 2-D with unequal strides, 3
 per-channel int8 and uint8 tables. Exact integer sums requantised once: within 1 LSB of onnxruntime's float result
 rounded onto the output grid (the two round at different points), and no layer left in float. The TFLite
 side (its TRANSPOSE_CONV bit for bit) is tests/importers/tflite/test_transpose_conv_int8.py; bundles on the host
-and Cortex-M are tests/exporters/test_quantized_bundles.py."""
+and Cortex-M are tests/exporters/e2e/test_quantized_bundles.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pegasus.importers.onnx.loader import import_onnx
 from pegasus.quantized.lower import lower_to_integer
 from pegasus.quantized.rules.conv_transpose import phase_weights
 from pegasus.runtime import interpreter
-from tests.exporters.test_quantized_bundles import SCHEMES, quantize
+from tests.exporters.e2e.test_quantized_bundles import SCHEMES, quantize
 
 RNG = np.random.default_rng(77)
 

@@ -29,7 +29,7 @@ from pegasus.quantizers.calibrate import calibrate
 from pegasus.quantizers.quantize_file import load_table, save_table
 from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 CHANNELS = 8
 DEAD = [2, 5]      # weights ~1e-30 (BatchNormalization folding of a dead channel)

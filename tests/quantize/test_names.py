@@ -159,7 +159,7 @@ def test_builder_names_step_aside_for_the_models_own_names(tmp_path):
 def test_tiny_constants_whose_names_differ_only_in_symbol_characters_stay_apart(tmp_path):
     """Constants of up to 16 bytes are compiled into the bundle's code as symbols made from the tensor name;
     ``k/a`` and ``k_a`` both became ``const.k_a``, and the bundle read the first one's values twice."""
-    from tests.exporters.host_runner import run_bundle_host
+    from tests.support.host_runner import run_bundle_host
 
     nodes = [helper.make_node("Add", ["x", "k/a"], ["t"], name="k_a"), helper.make_node("Mul", ["t", "k_a"], ["y"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],

@@ -18,8 +18,8 @@ from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir import serialize
 from tests.conftest import ROOT, run_cli
-from tests.exporters import toolchains
-from tests.exporters.tflm import tflm_arena_bytes
+from tests.support import toolchains
+from tests.support.tflm import tflm_arena_bytes
 
 pytestmark = pytest.mark.xdist_group("tflite")
 

@@ -25,7 +25,7 @@ from pegasus.quantized.lower import lower_to_integer
 from pegasus.quantizers.quantize_file import load_table
 from pegasus.runtime import interpreter
 from tests.conftest import DEMO_DIR, run_cli
-from tests.exporters import toolchains
+from tests.support import toolchains
 
 sys.path.insert(0, str(DEMO_DIR))
 from heldout import heldout_digits  # noqa: E402

@@ -25,7 +25,7 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.registry import make_attrs
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(23)
 

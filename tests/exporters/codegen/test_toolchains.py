@@ -1,4 +1,4 @@
-"""The toolchain harness itself (tests/exporters/toolchains.py), checked without the exporter's kernels.
+"""The toolchain harness itself (tests/support/toolchains.py), checked without the exporter's kernels.
 
 A tiny bundle is written by hand — an llvmlite entry ``int tiny(uint8_t*, uint8_t*, uint8_t*)`` computing
 ``out[i] = in[i] * w[i] + 1.0f``, a Glow-style header and weights.bin — and run on the host, on four
@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.target import Target, resolve_target
-from tests.exporters import toolchains
+from tests.support import toolchains
 
 ALIGN = 64
 F32 = ir.FloatType()

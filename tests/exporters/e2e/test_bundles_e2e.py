@@ -21,7 +21,7 @@ from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.runtime import interpreter
 from tests.conftest import DEMO_DIR, run_cli
-from tests.exporters import toolchains
+from tests.support import toolchains
 
 sys.path.insert(0, str(DEMO_DIR))
 from heldout import heldout_digits  # noqa: E402

@@ -15,7 +15,7 @@ from pegasus.ops.registry import all_ops
 from pegasus.runtime import interpreter
 from tests.conformance.backend import graph_inputs, prepare
 from tests.conformance.test_node_cases import _arrays, _exclusions, _io_reason, _supported
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 CASES_PER_OP = 3
 NOT_EXPORTED = {  # case name: why the exporter refuses it (each refusal is a clear error, tested elsewhere)

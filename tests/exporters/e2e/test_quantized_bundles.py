@@ -30,8 +30,8 @@ from pegasus.quantizers.hybrid import insert_converters
 from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
 from tests.conftest import DEMO_DIR, run_cli
-from tests.exporters import toolchains
-from tests.exporters.test_bundles_e2e import LIGHT, LIGHT_DIR, SINGLE_OPS, output_spec
+from tests.exporters.e2e.test_bundles_e2e import LIGHT, LIGHT_DIR, SINGLE_OPS, output_spec
+from tests.support import toolchains
 
 sys.path.insert(0, str(DEMO_DIR))
 from heldout import heldout_digits  # noqa: E402

@@ -16,9 +16,9 @@ from pegasus.exporters.glow.target import resolve_target
 from pegasus.ops.fixedpoint import quantize_multiplier
 from pegasus.quantized.rules.tflite import softmax16_tables, softmax_table
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
-from tests.exporters.tflm import tflm_arena_bytes
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.support import toolchains
+from tests.support.tflm import tflm_arena_bytes
 
 RNG = np.random.default_rng(41)
 INT32_MIN = -(1 << 31)
@@ -211,7 +211,7 @@ def _reference_runs(path, graph, samples: int, seed: int = 0):
 
 @pytest.mark.parametrize("builder", _model_builders(), ids=lambda b: b.__name__)
 def test_model_bundle_equals_tflite_on_host(builder, lowered_models, tmp_path):
-    from tests.exporters.host_runner import load_bundle
+    from tests.support.host_runner import load_bundle
 
     path, graph = lowered_models(builder)
     runs = _reference_runs(path, graph, MODEL_SAMPLES)

@@ -8,9 +8,9 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
-from tests.exporters import toolchains
-from tests.exporters.test_tflite_bundles import lowered_models  # noqa: F401  (the fixture)
+from tests.exporters.e2e.test_tflite_bundles import lowered_models  # noqa: F401  (the fixture)
 from tests.importers.tflite.test_quantized import int16x8_sigmoid_tanh, invoke, reference_interpreter
+from tests.support import toolchains
 
 pytestmark = pytest.mark.xdist_group("tflite")
 
@@ -23,7 +23,7 @@ def _every_input(lowered_models):  # noqa: F811
 
 
 def test_int16_functions_bundle_equals_tflite_on_host(lowered_models, tmp_path):  # noqa: F811
-    from tests.exporters.host_runner import load_bundle
+    from tests.support.host_runner import load_bundle
 
     graph, feeds, tflite = _every_input(lowered_models)
     bundle = load_bundle(graph, feeds, tmp_path)

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.host_runner import load_bundle
+from tests.support.host_runner import load_bundle
 
 RNG = np.random.default_rng(17)
 

@@ -35,9 +35,9 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import test_tflite_bundles
-from tests.exporters.host_runner import _aligned
-from tests.exporters.test_kernels_integer_linear import I8, conv
+from tests.exporters.e2e import test_tflite_bundles
+from tests.exporters.kernels.integer.test_kernels_integer_linear import I8, conv
+from tests.support.host_runner import _aligned
 
 RNG = np.random.default_rng(57)
 lowered_models = test_tflite_bundles.lowered_models   # the fixture: builder -> (.tflite, lowered graph)
@@ -365,8 +365,8 @@ def test_mlperf_model_reusing_its_input_equals_the_interpreter_on_host(builder, 
 def test_mlperf_models_reusing_their_input_on_cortex_m7(lowered_models, tmp_path):
     """DS-CNN and MobileNetV1 0.25 bundles for Cortex-M7 (overlapping layers, --reuse-input-memory) run bare
     metal under qemu and give the reference interpreter's bytes."""
-    from tests.exporters import toolchains
     from tests.importers.tflite import test_quantized as tq
+    from tests.support import toolchains
 
     for builder in (tq.int8_ds_cnn, tq.int8_mobilenet_v1):
         _, graph = lowered_models(builder)

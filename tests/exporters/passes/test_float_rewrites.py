@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(5)
 

@@ -23,9 +23,9 @@ from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
 from tests.conftest import run_cli
-from tests.exporters import toolchains
-from tests.exporters.host_runner import run_bundle_host
-from tests.exporters.test_kernels_conv import TILINGS, tiling
+from tests.exporters.kernels.reference.test_kernels_conv import TILINGS, tiling
+from tests.support import toolchains
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(11)
 

@@ -29,7 +29,7 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import host_runner, toolchains
+from tests.support import host_runner, toolchains
 
 RNG = np.random.default_rng(23)
 

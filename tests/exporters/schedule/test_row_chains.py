@@ -26,9 +26,9 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_streaming_overlap import _apart, _qconv, _run_host
-from tests.exporters.test_tflite_bundles import rq
+from tests.exporters.e2e.test_tflite_bundles import rq
+from tests.exporters.memory.test_streaming_overlap import _apart, _qconv, _run_host
+from tests.support import toolchains
 
 RNG = np.random.default_rng(2026)
 

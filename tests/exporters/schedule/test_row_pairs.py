@@ -32,9 +32,9 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_integer_linear import conv
-from tests.exporters.test_streaming_overlap import _run_host
+from tests.exporters.kernels.integer.test_kernels_integer_linear import conv
+from tests.exporters.memory.test_streaming_overlap import _run_host
+from tests.support import toolchains
 
 RNG = np.random.default_rng(17)
 SAME_EVEN_S2 = {"pads": (0, 0, 1, 1), "strides": (2, 2)}

@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.runtime import interpreter
-from tests.exporters.host_runner import run_bundle_host
 from tests.importers.onnx.harness import check, make_model
+from tests.support.host_runner import run_bundle_host
 
 
 @pytest.mark.parametrize("axis, exclusive, reverse", [(-1, 0, 0), (1, 1, 0), (1, 0, 1), (2, 1, 1)])

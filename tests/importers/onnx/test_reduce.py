@@ -15,8 +15,8 @@ from pegasus.quantizers.assign import build_table
 from pegasus.quantizers.calibrate import calibrate
 from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
-from tests.exporters.host_runner import run_bundle_host
 from tests.importers.onnx.harness import make_model, onnxruntime_outputs
+from tests.support.host_runner import run_bundle_host
 
 
 @pytest.mark.parametrize("axes, keepdims, shape", [((2, 3), 1, (1, 6, 7, 5)), ((2, 3), 0, (1, 6, 7, 5)),

@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.runtime import interpreter
-from tests.exporters.host_runner import run_bundle_host
 from tests.importers.onnx.harness import check, make_model
+from tests.support.host_runner import run_bundle_host
 
 
 def _model(k: int, axis: int, largest: int, shape: tuple[int, ...], dtype=TensorProto.FLOAT):

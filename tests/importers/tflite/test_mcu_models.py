@@ -11,9 +11,9 @@ import pytest
 from pegasus.importers.tflite.loader import import_tflite
 from pegasus.importers.tflite.reader import read_tflite
 from pegasus.runtime.interpreter import run
-from tests.exporters.host_runner import run_bundle_host
 from tests.importers.tflite.harness import assert_matches, interpreter, random_feeds, run_interpreter
 from tests.importers.tflite.models import MCU_MODELS
+from tests.support.host_runner import run_bundle_host
 
 pytestmark = pytest.mark.xdist_group("tflite")
 

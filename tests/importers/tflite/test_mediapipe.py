@@ -77,7 +77,7 @@ def test_real_file_quantized_bundle_bit_exact(scheme, tmp_path):
     from pegasus.importers.tflite.loader import import_tflite
     from pegasus.quantized.lower import lower_to_integer
     from pegasus.runtime import interpreter
-    from tests.exporters.test_quantized_bundles import assert_bit_exact, export_for, quantize, run_on
+    from tests.exporters.e2e.test_quantized_bundles import assert_bit_exact, export_for, quantize, run_on
 
     graph = import_tflite(MODULES / "iris_landmark/iris_landmark.tflite")
     rng = np.random.default_rng(3)

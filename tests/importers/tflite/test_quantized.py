@@ -21,10 +21,10 @@ from pegasus.ir import serialize
 from pegasus.quantizers.quantize_file import load_table
 from pegasus.runtime.interpreter import run
 from tests.conftest import run_cli
-from tests.exporters import toolchains
-from tests.exporters.test_bundles_e2e import output_spec
+from tests.exporters.e2e.test_bundles_e2e import output_spec
 from tests.importers.tflite.convert import from_keras, randomize_batchnorm, seeded
 from tests.importers.tflite.flatbuffer import ModelBuilder, options
+from tests.support import toolchains
 
 pytestmark = pytest.mark.xdist_group("tflite")
 SAMPLES = 20

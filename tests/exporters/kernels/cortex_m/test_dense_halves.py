@@ -19,8 +19,8 @@ from pegasus.exporters.glow.kernels.integer_halves import HALF_LIMIT, halve_rows
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
+from tests.support import toolchains
 
 RNG = np.random.default_rng(77)
 

@@ -31,8 +31,8 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
+from tests.support import toolchains
 
 RNG = np.random.default_rng(1717)
 

@@ -4,7 +4,7 @@ interleaved (``interleave_rows``), read by the SMLAD loop of integer_im2col.py (
 function, blocks of 2 channels with 1 left over). Checked: the stored layout against the weights written out
 here, the bundles on Cortex-M4/M7 (and M0, which keeps bytes) against the reference interpreter bit for bit,
 and that weights stay bytes where they are read as bytes (the fused conv + pool kernel) or read once (a
-dense layer: bytes, or two rows' bytes as halfwords, tests/exporters/test_dense_halves.py).
+dense layer: bytes, or two rows' bytes as halfwords, tests/exporters/kernels/cortex_m/test_dense_halves.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
 from tests.conftest import run_cli
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
+from tests.support import toolchains
 
 RNG = np.random.default_rng(2024)
 

@@ -26,10 +26,10 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_depthwise_dsp import _append, _conv1x1
-from tests.exporters.test_kernels_elementwise import Case
-from tests.exporters.test_paired_weights import assert_bundle_matches, conv
+from tests.exporters.kernels.cortex_m.test_depthwise_dsp import _append, _conv1x1
+from tests.exporters.kernels.cortex_m.test_paired_weights import assert_bundle_matches, conv
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case
+from tests.support import toolchains
 
 RNG = np.random.default_rng(88)
 
@@ -60,7 +60,7 @@ def _records(case: Case) -> np.ndarray | None:
 
 
 def _graph(case: Case) -> Graph:
-    from tests.exporters.test_kernels_elementwise import build_graph
+    from tests.exporters.kernels.reference.test_kernels_elementwise import build_graph
 
     return build_graph([case])[0]
 

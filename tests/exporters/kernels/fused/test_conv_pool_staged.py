@@ -25,11 +25,11 @@ from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.runtime import interpreter
-from tests.exporters import host_runner
-from tests.exporters.host_runner import run_bundle_host
-from tests.exporters.test_conv_plane import CPUS, _use_cpu
-from tests.exporters.test_fusion import FEEDS, GRAPH
-from tests.exporters.test_kernels_conv import TILINGS, tiling
+from tests.exporters.kernels.reference.test_kernels_conv import TILINGS, tiling
+from tests.exporters.kernels.x86.test_conv_plane import CPUS, _use_cpu
+from tests.exporters.schedule.test_fusion import FEEDS, GRAPH
+from tests.support import host_runner
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(17)
 

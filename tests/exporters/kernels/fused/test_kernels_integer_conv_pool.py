@@ -28,11 +28,11 @@ from pegasus.ir.verify import verify
 from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.host_runner import run_bundle_host
-from tests.exporters.test_kernels_elementwise import Case, add_layer
-from tests.exporters.test_kernels_integer_channels_last import last
-from tests.exporters.test_kernels_integer_linear import I8, RNG, U8, conv, output_spec
+from tests.exporters.kernels.integer.test_kernels_integer_channels_last import last
+from tests.exporters.kernels.integer.test_kernels_integer_linear import I8, RNG, U8, conv, output_spec
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, add_layer
+from tests.support import toolchains
+from tests.support.host_runner import run_bundle_host
 
 I16 = ("int16", 0)
 

@@ -39,12 +39,12 @@ from pegasus.quantizers.assign import build_table
 from pegasus.quantizers.calibrate import calibrate
 from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.host_runner import load_bundle
-from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids
-from tests.exporters.test_kernels_integer_elementwise import AVERAGE, _avg
-from tests.exporters.test_kernels_integer_linear import HOST as LINEAR
-from tests.exporters.test_kernels_integer_linear import I8, U8, conv, ints, output_spec, requant
+from tests.exporters.kernels.integer.test_kernels_integer_elementwise import AVERAGE, _avg
+from tests.exporters.kernels.integer.test_kernels_integer_linear import HOST as LINEAR
+from tests.exporters.kernels.integer.test_kernels_integer_linear import I8, U8, conv, ints, output_spec, requant
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids
+from tests.support import toolchains
+from tests.support.host_runner import load_bundle
 
 
 def last(case: Case) -> Case:

@@ -21,9 +21,9 @@ from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ops.fixedpoint import bits_needed, quantize_multiplier
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_conv import run_tiled
-from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.exporters.kernels.reference.test_kernels_conv import run_tiled
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.support import toolchains
 
 RNG = np.random.default_rng(23)
 DTYPES = ("uint8", "int8", "int16")

@@ -28,8 +28,8 @@ from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import HOST_TRIPLES, Target, host_arch, resolve_target
 from pegasus.ops.fixedpoint import bits_needed, integer_range, quantize_multipliers
 from pegasus.runtime import interpreter
-from tests.exporters import host_runner, toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.support import host_runner, toolchains
 
 RNG = np.random.default_rng(31)
 

@@ -17,9 +17,9 @@ import pytest
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters import toolchains
-from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
-from tests.exporters.test_tflite_bundles import tflite_requant
+from tests.exporters.e2e.test_tflite_bundles import tflite_requant
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.support import toolchains
 
 RNG = np.random.default_rng(1917)
 BIG = [(1 << 31) - 700, -(1 << 31) + 650, (1 << 30) - 300, -(1 << 30) + 250, (1 << 30) + 20, 17, -(1 << 29)]

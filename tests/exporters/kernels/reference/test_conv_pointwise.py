@@ -20,7 +20,7 @@ from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import HOST_TRIPLES, Target, resolve_target
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(31)
 

@@ -38,9 +38,9 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
-from tests.exporters import toolchains
-from tests.exporters.host_runner import load_bundle
-from tests.exporters.test_kernels_conv import TILINGS
+from tests.exporters.kernels.reference.test_kernels_conv import TILINGS
+from tests.support import toolchains
+from tests.support.host_runner import load_bundle
 
 RNG = np.random.default_rng(17)
 ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int8): TensorProto.INT8,

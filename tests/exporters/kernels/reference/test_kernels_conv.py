@@ -28,8 +28,8 @@ from pegasus.exporters.glow.kernels import pool as pool_kernels
 from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.dtypes import DType
-from tests.exporters.host_runner import run_bundle_host
-from tests.exporters.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(5)
 

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper
 
 from pegasus.errors import PegasusError
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.host_runner import run_bundle_host
-from tests.exporters.test_kernels_conv import TILINGS, half_precision, run_tiled
-from tests.exporters.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.exporters.kernels.reference.test_kernels_conv import TILINGS, half_precision, run_tiled
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(13)
 

@@ -20,7 +20,7 @@ from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops import get_op
 from pegasus.runtime.interpreter import run
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 NAMES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")

@@ -24,9 +24,9 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.host_runner import run_bundle_host
-from tests.exporters.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
-from tests.exporters.test_mathlib import undefined_symbols
+from tests.exporters.codegen.test_mathlib import undefined_symbols
+from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(11)
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")

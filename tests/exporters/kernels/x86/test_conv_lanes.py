@@ -22,8 +22,8 @@ from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.kernels import conv_lanes
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters import host_runner
-from tests.exporters.test_conv_plane import CPUS, _model, _use_cpu, reference
+from tests.exporters.kernels.x86.test_conv_plane import CPUS, _model, _use_cpu, reference
+from tests.support import host_runner
 
 RNG = np.random.default_rng(23)
 

@@ -24,7 +24,7 @@ from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import HOST_TRIPLES, Target, host_arch
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters import host_runner
+from tests.support import host_runner
 
 RNG = np.random.default_rng(17)
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.host_runner import run_bundle_host
+from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(29)
 F32, F64 = np.float32, np.float64

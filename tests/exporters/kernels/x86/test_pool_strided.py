@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 
 from pegasus.exporters.glow.kernels import pool_plane
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters import host_runner
-from tests.exporters.test_conv_plane import CPUS, _use_cpu
+from tests.exporters.kernels.x86.test_conv_plane import CPUS, _use_cpu
+from tests.support import host_runner
 
 RNG = np.random.default_rng(17)
 
