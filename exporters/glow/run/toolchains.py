@@ -62,6 +62,14 @@ class ToolchainError(PegasusError):
     """A toolchain is missing, or building or running the harness failed (the message has the log)."""
 
 
+class MissingToolError(ToolchainError):
+    """A compiler or emulator is not on PATH (``tool`` names it); the tests skip on it with the install hint."""
+
+    def __init__(self, message: str, tool: str = ""):
+        super().__init__(message)
+        self.tool = tool
+
+
 @dataclass(frozen=True)
 class Board:
     """The QEMU board that runs a Cortex-M CPU's code, and how to compile for that CPU."""
@@ -105,8 +113,8 @@ def require_tool(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
         packages = TOOL_PACKAGES.get(tool, tool)
-        raise ToolchainError(f"{tool} not found: install the Debian package(s) {packages} "
-                             "(apt-get install, or run scripts/install_toolchains.sh)")
+        raise MissingToolError(f"{tool} not found: install the Debian package(s) {packages} "
+                               "(apt-get install, or run scripts/install_toolchains.sh)", tool)
     return path
 
 
