@@ -38,7 +38,7 @@ from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.registry import emitter, workspace
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
+from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.simd import Simd, prefetch_span, simd_of

@@ -54,11 +54,11 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
-from pegasus.exporters.glow.kernels.binary import vector_lanes
 from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.conv import _flat, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.registry import packer, runtime_dims
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
+from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
+from pegasus.exporters.glow.llvm.lanes import vector_lanes
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.simd import Simd, simd_of, vconst

@@ -44,7 +44,7 @@ from pegasus.exporters.glow.kernels.conv import (
 )
 from pegasus.exporters.glow.kernels.dtypes import FLOATS
 from pegasus.exporters.glow.kernels.registry import Emitter
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided, fill_strided
+from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.simd import Simd, masked_intrinsic, prefetch_span, vconst

@@ -46,7 +46,7 @@ from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched
 from pegasus.exporters.glow.kernels.pool import _counted_bounds, average_pool, counted_taps, max_pool
 from pegasus.exporters.glow.kernels.registry import group_emitter
-from pegasus.exporters.glow.kernels.shape_ops import copy_strided
+from pegasus.exporters.glow.llvm.copies import copy_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.simd import simd_of, vconst

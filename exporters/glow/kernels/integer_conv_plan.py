@@ -35,9 +35,9 @@ from pegasus.exporters.glow.kernels.integer_dot import (
 )
 from pegasus.exporters.glow.kernels.integer_halves import halve_rows, halved, halves_rows
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
-from pegasus.exporters.glow.kernels.requant import I16, I32
 from pegasus.exporters.glow.llvm.loops import affine, const
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
+from pegasus.exporters.glow.llvm.types import I16, I32
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

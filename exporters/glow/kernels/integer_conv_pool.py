@@ -46,12 +46,13 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
 from pegasus.exporters.glow.kernels.integer_smlad import tuned
 from pegasus.exporters.glow.kernels.registry import group_emitter, packer
-from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
 from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.requant import widen
 from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles, range_nest
+from pegasus.exporters.glow.llvm.types import I16, I32, I64
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

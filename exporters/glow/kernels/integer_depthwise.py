@@ -30,12 +30,12 @@ from pegasus.exporters.glow.kernels import integer_depthwise_dsp
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired, tap_at, tap_offsets, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word, seeds_bias
-from pegasus.exporters.glow.kernels.requant import I32, widen
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, loop_nest
+from pegasus.exporters.glow.llvm.requant import widen
 from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
-from pegasus.exporters.glow.llvm.types import llvm_type
+from pegasus.exporters.glow.llvm.types import I32, llvm_type
 from pegasus.ops.spatial import prod
 
 Value = ir.Value

@@ -52,11 +52,11 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, depthwise_layout, paired
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, seeds_bias
-from pegasus.exporters.glow.kernels.requant import I8, I32, I64
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.tensors import strides_of
+from pegasus.exporters.glow.llvm.types import I8, I32, I64
 
 Value = ir.Value
 

@@ -28,10 +28,10 @@ from llvmlite import ir
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.parameters import load_channel
-from pegasus.exporters.glow.kernels.requant import (
-    I8,
-    I32,
-    I64,
+from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
+from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
+from pegasus.exporters.glow.llvm.loops import const
+from pegasus.exporters.glow.llvm.requant import (
     clamp,
     divide_away,
     halve_rounding,
@@ -40,12 +40,9 @@ from pegasus.exporters.glow.kernels.requant import (
     wide_multiplier,
     widen,
 )
-from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
-from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
-from pegasus.exporters.glow.llvm.loops import const
 from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef
-from pegasus.exporters.glow.llvm.types import llvm_type
+from pegasus.exporters.glow.llvm.types import I8, I32, I64, llvm_type
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN, integer_range

@@ -24,28 +24,19 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import broadcast_loop
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.elementwise import intrinsic, load_as
 from pegasus.exporters.glow.kernels.identity import identity
 from pegasus.exporters.glow.kernels.reduce import Accumulator, axis_loops
 from pegasus.exporters.glow.kernels.registry import emitter
-from pegasus.exporters.glow.kernels.requant import (
-    I32,
-    I64,
-    clamp,
-    requantize,
-    rounding_divide_by_pot,
-    srdhm,
-    tflite_scale,
-    widen,
-)
-from pegasus.exporters.glow.kernels.shape_ops import raw
-from pegasus.exporters.glow.llvm.functions import entry_alloca
+from pegasus.exporters.glow.llvm.convert import load_as
+from pegasus.exporters.glow.llvm.copies import raw
+from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
+from pegasus.exporters.glow.llvm.lanes import broadcast_loop
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
+from pegasus.exporters.glow.llvm.requant import clamp, requantize, rounding_divide_by_pot, srdhm, tflite_scale, widen
 from pegasus.exporters.glow.llvm.tables import constant_table, table_load
 from pegasus.exporters.glow.llvm.tensors import TensorRef
-from pegasus.exporters.glow.llvm.types import llvm_type
+from pegasus.exporters.glow.llvm.types import I32, I64, llvm_type
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
 from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN, integer_range

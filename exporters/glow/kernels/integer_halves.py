@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.requant import I32
+from pegasus.exporters.glow.llvm.types import I32
 from pegasus.ir.dtypes import DType
 
 Value = ir.Value

@@ -74,13 +74,14 @@ from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, padded
 from pegasus.exporters.glow.kernels.integer_smlad import dot_dual
 from pegasus.exporters.glow.kernels.integer_smlad_tile import tile_blocks
 from pegasus.exporters.glow.kernels.parameters import load_channel
-from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.requant import widen
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles
+from pegasus.exporters.glow.llvm.types import I16, I32, I64
 from pegasus.ops.spatial import prod
 
 Value = ir.Value

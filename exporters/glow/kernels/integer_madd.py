@@ -14,8 +14,8 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.elementwise import intrinsic
-from pegasus.exporters.glow.kernels.requant import I16, I32
+from pegasus.exporters.glow.llvm.functions import intrinsic
+from pegasus.exporters.glow.llvm.types import I16, I32
 
 Value = ir.Value
 #: PMADDWD intrinsic by its number of 16-bit input lanes.

@@ -36,12 +36,13 @@ from pegasus.exporters.glow.kernels.integer_dot import (
 )
 from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, madd_lanes
 from pegasus.exporters.glow.kernels.registry import emitter, workspace
-from pegasus.exporters.glow.kernels.requant import I16, I32, widen
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.requant import widen
 from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef, batch_steps, strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles
+from pegasus.exporters.glow.llvm.types import I16, I32
 from pegasus.ops.common import broadcast_shape
 
 Value = ir.Value

@@ -23,10 +23,10 @@ from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, pointwise_layout
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp
 from pegasus.exporters.glow.kernels.integer_smlad import internal_helper, pinned
-from pegasus.exporters.glow.kernels.requant import I32, I64
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, no_unroll
+from pegasus.exporters.glow.llvm.types import I32, I64
 
 Value = ir.Value
 #: The registers a channel's record is loaded into (ascending: one LDM).

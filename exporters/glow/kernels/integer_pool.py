@@ -38,19 +38,13 @@ from pegasus.exporters.glow.kernels.pool import (
     window_count,
 )
 from pegasus.exporters.glow.kernels.registry import emitter
-from pegasus.exporters.glow.kernels.requant import (
-    I32,
-    I64,
-    clamp,
-    requantize,
-    wide_multiplier,
-    widen,
-)
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.requant import clamp, requantize, wide_multiplier, widen
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
+from pegasus.exporters.glow.llvm.types import I32, I64
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.integer import QAveragePool, RequantAttrs, clamp_bounds

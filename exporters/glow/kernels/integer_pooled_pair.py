@@ -32,11 +32,11 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_dot import Requant, bias_bound, dsp
 from pegasus.exporters.glow.kernels.integer_smlad import pinned, tuned
-from pegasus.exporters.glow.kernels.requant import I16, I32, I64
 from pegasus.exporters.glow.llvm.barriers import volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.types import I16, I32, I64
 from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.fixedpoint import integer_range

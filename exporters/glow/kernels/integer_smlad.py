@@ -24,12 +24,13 @@ from __future__ import annotations
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_halves
-from pegasus.exporters.glow.kernels.elementwise import intrinsic
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired
 from pegasus.exporters.glow.kernels.integer_dot import dsp
-from pegasus.exporters.glow.kernels.requant import I16, I32, I64, widen
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
+from pegasus.exporters.glow.llvm.functions import intrinsic
 from pegasus.exporters.glow.llvm.loops import const, no_unroll
+from pegasus.exporters.glow.llvm.requant import widen
+from pegasus.exporters.glow.llvm.types import I16, I32, I64
 
 Value = ir.Value
 #: The CPU a helper is scheduled as, by architecture (module docstring).

@@ -25,10 +25,10 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
 from pegasus.exporters.glow.kernels.integer_dot import Requant, dsp
 from pegasus.exporters.glow.kernels.integer_smlad import _words, internal_helper, pinned
-from pegasus.exporters.glow.kernels.requant import I32, I64
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, no_unroll
+from pegasus.exporters.glow.llvm.types import I32, I64
 
 Value = ir.Value
 #: The registers a block's requantisation parameters are loaded into (ascending: one LDM).

@@ -11,16 +11,16 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import broadcast_loop
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.elementwise import load_as
 from pegasus.exporters.glow.kernels.integer_dot import load_word
 from pegasus.exporters.glow.kernels.integer_elementwise import centered
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import emitter
-from pegasus.exporters.glow.kernels.requant import (
-    I32,
-    I64,
+from pegasus.exporters.glow.llvm.barriers import opaque
+from pegasus.exporters.glow.llvm.convert import load_as
+from pegasus.exporters.glow.llvm.lanes import broadcast_loop
+from pegasus.exporters.glow.llvm.loops import affine, for_range, loop_nest
+from pegasus.exporters.glow.llvm.requant import (
     clamp,
     laundered,
     narrow_bound,
@@ -29,8 +29,7 @@ from pegasus.exporters.glow.kernels.requant import (
     requantize,
     widen,
 )
-from pegasus.exporters.glow.llvm.barriers import opaque
-from pegasus.exporters.glow.llvm.loops import affine, for_range, loop_nest
+from pegasus.exporters.glow.llvm.types import I32, I64
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range, scale
 from pegasus.ops.integer import clamp_bounds

@@ -19,7 +19,11 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.binary import (
+from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.elementwise import apply_unary
+from pegasus.exporters.glow.kernels.registry import emitter, group_emitter
+from pegasus.exporters.glow.llvm.convert import load_as, store_as
+from pegasus.exporters.glow.llvm.lanes import (
     broadcast_strides,
     float_lanes,
     lane_loop,
@@ -28,17 +32,8 @@ from pegasus.exporters.glow.kernels.binary import (
     store_lanes,
     strided_loop,
 )
-from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.elementwise import (
-    Arith,
-    LaneArith,
-    apply_unary,
-    compute_dtype,
-    load_as,
-    store_as,
-)
-from pegasus.exporters.glow.kernels.registry import emitter, group_emitter
 from pegasus.exporters.glow.llvm.loops import const, for_range
+from pegasus.exporters.glow.llvm.scalar import Arith, LaneArith, compute_dtype
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis
@@ -87,7 +82,7 @@ def batch_normalization(k: KernelContext, epilogue: tuple = ()) -> None:
     y, b = k.outputs[0], k.builder
     ar = Arith(b, statistics_dtype(x.type.dtype), k.math)
     channels, inner = scale.type.size, math.prod(x.shape[1 + scale.type.rank:])
-    lanes = float_lanes(k, ar.dtype, [x, y])
+    lanes = float_lanes(k.target, ar.dtype, [x, y])
     with for_range(b, x.shape[0], name="n") as n:
         with for_range(b, channels, name="c") as c:
             inv = ar.div(load_as(b, scale, c, ar.dtype), ar.fn("sqrt", ar.add(load_as(b, var, c, ar.dtype),

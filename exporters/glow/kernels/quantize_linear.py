@@ -16,11 +16,12 @@ from contextlib import contextmanager
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels.binary import offset
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.elementwise import Arith, compute_dtype, convert, load_as, store_as
 from pegasus.exporters.glow.kernels.registry import emitter
+from pegasus.exporters.glow.llvm.convert import convert, load_as, store_as
+from pegasus.exporters.glow.llvm.lanes import offset
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.scalar import Arith, compute_dtype
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis

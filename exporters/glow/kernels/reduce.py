@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels.binary import strided_loop
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.elementwise import Arith, compute_dtype, load_as, store_as
 from pegasus.exporters.glow.kernels.registry import emitter
-from pegasus.exporters.glow.kernels.shape_ops import copy_all
+from pegasus.exporters.glow.llvm.convert import load_as, store_as
+from pegasus.exporters.glow.llvm.copies import copy_all
+from pegasus.exporters.glow.llvm.lanes import strided_loop
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.scalar import Arith, compute_dtype
 from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.ir.dtypes import DType
 from pegasus.ops.common import normalize_axis

@@ -29,11 +29,13 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.elementwise import Arith, intrinsic, load_as, store_as
 from pegasus.exporters.glow.kernels.reduce import Accumulator
 from pegasus.exporters.glow.kernels.registry import emitter
-from pegasus.exporters.glow.kernels.shape_ops import gather_axes, raw_constant
+from pegasus.exporters.glow.llvm.convert import load_as, store_as
+from pegasus.exporters.glow.llvm.copies import gather_axes, raw_constant
+from pegasus.exporters.glow.llvm.functions import intrinsic
 from pegasus.exporters.glow.llvm.loops import const, for_range, loop_nest
+from pegasus.exporters.glow.llvm.scalar import Arith
 from pegasus.exporters.glow.llvm.tables import constant_table, table_load
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.types import llvm_type

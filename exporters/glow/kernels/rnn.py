@@ -27,10 +27,12 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.context import KernelContext, piece
-from pegasus.exporters.glow.kernels.elementwise import UNARY, Arith, compute_dtype, convert, load_as, store_as
+from pegasus.exporters.glow.kernels.elementwise import UNARY
 from pegasus.exporters.glow.kernels.registry import emitter, workspace
+from pegasus.exporters.glow.llvm.convert import convert, load_as, store_as
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
+from pegasus.exporters.glow.llvm.scalar import Arith, compute_dtype
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.tiles import for_tiles
 from pegasus.exporters.glow.llvm.types import llvm_type

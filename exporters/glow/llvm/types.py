@@ -1,4 +1,5 @@
-"""The LLVM type of each IR dtype, and the integer types kernels name (I8 .. I64)."""
+"""The LLVM types kernels name: the integer and float types (I8 .. I64, BIT, F32), and the LLVM type of each IR
+dtype (``llvm_type``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from llvmlite import ir
 
 from pegasus.ir.dtypes import DType
 
-I32 = ir.IntType(32)
-
+BIT = ir.IntType(1)
+I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F32 = ir.FloatType()
+Value = ir.Value
 
 LLVM_TYPES: dict[DType, ir.Type] = {
     DType.FLOAT32: ir.FloatType(), DType.FLOAT64: ir.DoubleType(), DType.FLOAT16: ir.HalfType(),
@@ -19,9 +22,3 @@ LLVM_TYPES: dict[DType, ir.Type] = {
 
 def llvm_type(dtype: DType) -> ir.Type:
     return LLVM_TYPES[dtype]
-
-
-BIT = ir.IntType(1)
-
-
-Value = ir.Value
