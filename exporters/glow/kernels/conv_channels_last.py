@@ -18,7 +18,7 @@ The geometry is conv.py's ``Axis``: the outer axes' in-bounds tap ranges are com
 row's taps per tile: interior tiles read every tap, tiles at the padding or the row's end (static
 starts) skip the taps each position has outside the input, so no tap tests a bound. The accumulators
 start at the bias, and a fused element-wise epilogue (conv.py's ``Epilogue``) is applied before the store.
-ConvTranspose is one stride-1 correlation per stride phase, as in conv.py (``_axis_phases``).
+ConvTranspose is one stride-1 correlation per stride phase, as in conv.py (``axis_phases``).
 
 Tiles are sized from the register file (``simd_of``, ``tile_shape``): on a scalar FPU (Cortex-M4/M7)
 the "vectors" are single floats, so a dense tile is positions × channels of scalars and a depthwise tile a
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import Axis, _axis_phases, axes_of
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
 from pegasus.exporters.glow.kernels.registry import packer
@@ -44,6 +43,7 @@ from pegasus.exporters.glow.llvm.simd import Simd, simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
 from pegasus.exporters.glow.llvm.types import Value
+from pegasus.exporters.glow.llvm.windows import Axis, axes_of, axis_phases
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv, ConvTranspose
 
@@ -387,7 +387,7 @@ def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
 
 
 def emit_conv_transpose(k: KernelContext) -> None:
-    """Channels-last ConvTranspose: per combination of the axes' stride phases (conv.py's ``_axis_phases``),
+    """Channels-last ConvTranspose: per combination of the axes' stride phases (conv.py's ``axis_phases``),
     a stride-1 correlation reading its taps backwards, writing every stride-th output."""
     x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
@@ -395,7 +395,7 @@ def emit_conv_transpose(k: KernelContext) -> None:
     kernel = w.shape[:-2]
     win = ConvTranspose.geometry(k.attrs, (1, 1) + x.shape[1:-1], (1, 1) + kernel)
     w_strides, y_strides = w.strides[:-2], y.strides[1:-1]
-    for phases in itertools.product(*(_axis_phases(win, i, size) for i, size in enumerate(x.shape[1:-1]))):
+    for phases in itertools.product(*(axis_phases(win, i, size) for i, size in enumerate(x.shape[1:-1]))):
         cr = Correlation(x, w, bias, y, [p.axis for p in phases], k.attrs.group,
                          tuple(-p.tap_step * s for p, s in zip(phases, w_strides)),
                          sum(p.first_tap * s for p, s in zip(phases, w_strides)),

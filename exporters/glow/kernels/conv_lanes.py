@@ -55,14 +55,14 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.context import KernelContext, piece
-from pegasus.exporters.glow.kernels.conv import _flat, pointwise  # conv.py imports this file last
 from pegasus.exporters.glow.kernels.registry import packer, runtime_dims
 from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.lanes import vector_lanes
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.simd import Simd, simd_of, vconst
-from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.tensors import TensorRef, flat_spatial
+from pegasus.exporters.glow.llvm.windows import pointwise
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
@@ -241,7 +241,7 @@ def emit_layer(k: KernelContext, epilogue) -> None:
         grid = Grid(1, math.prod(win.out), 0, 1, (0,))
     else:
         grid = Grid(win.out[0], win.out[1], win.strides[0] * x.shape[3], win.strides[1], (0,))
-    emit(k, _flat(x), _flat(y), epilogue, grid, k.scratch(x.element, partial) if partial else None)
+    emit(k, flat_spatial(x), flat_spatial(y), epilogue, grid, k.scratch(x.element, partial) if partial else None)
 
 
 def padded(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win, lanes: int) -> TensorRef:

@@ -34,23 +34,18 @@ from dataclasses import replace
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import (
-    PREFETCH_CHANNELS,
-    WEIGHT_BUDGET,
-    Axis,
-    Correlation,
-    axes_of,
-    block_channels,
-)
+from pegasus.exporters.glow.kernels.conv import PREFETCH_CHANNELS, WEIGHT_BUDGET, Correlation, block_channels
 from pegasus.exporters.glow.kernels.dtypes import FLOATS
 from pegasus.exporters.glow.kernels.registry import Emitter
 from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
-from pegasus.exporters.glow.llvm.simd import Simd, masked_intrinsic, prefetch_span, vconst
+from pegasus.exporters.glow.llvm.planes import lane_masks, masked_load, tap_offsets, tile_lanes
+from pegasus.exporters.glow.llvm.simd import Simd, prefetch_span
 from pegasus.exporters.glow.llvm.tensors import TensorRef
-from pegasus.exporters.glow.llvm.tiles import for_tiles, power_of_two_below
-from pegasus.exporters.glow.llvm.types import I32, Value
+from pegasus.exporters.glow.llvm.tiles import for_tiles
+from pegasus.exporters.glow.llvm.types import Value
+from pegasus.exporters.glow.llvm.windows import Axis, axes_of
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
@@ -78,59 +73,6 @@ def fits(cr, simd: Simd, num: Numeric, target) -> bool:
     return (all(a.stride == 1 for a in cr.axes) and width.size == width.out and not cr.y_steps and
             cr.y_offset == 0 and cr.w_offset == 0 and height.kernel * width.kernel <= MOST_TAPS and
             cr.x.strides[2:] == (width.size, 1) and cr.y.strides[2:] == (width.out, 1))
-
-
-def tile_lanes(simd: Simd, num: Numeric, total: int) -> int:
-    """Positions of a register tile: two vectors (or the power of two below a smaller plane)."""
-    return min(2 * simd.lanes(num.compute), power_of_two_below(total))
-
-
-def _offsets(cr) -> list[tuple[int, int, int]]:
-    """(kh, kw, flat input offset) of every tap."""
-    height, width = cr.axes
-    return [(kh, kw, (kh * height.dilation - height.pad) * width.size + kw * width.dilation - width.pad)
-            for kh in range(height.kernel) for kw in range(width.kernel)]
-
-
-def _masks(num: Numeric, cr, first: Value, lanes: int, rows: bool) -> dict[tuple[int, int], Value | None]:
-    """Per tap, the <lanes x i1> mask of the tile's lanes whose input lies inside (None: all of them,
-    statically). Column masks always; row masks only when ``rows``."""
-    b = num.b
-    height, width = cr.axes
-    vector = ir.VectorType(I32, lanes)
-    start = b.insert_element(ir.Constant(vector, None), first, const(0))
-    position = b.add(b.shuffle_vector(start, start, vconst([0] * lanes)), vconst(list(range(lanes))))
-    row, column = b.udiv(position, vconst([width.size] * lanes)), b.urem(position, vconst([width.size] * lanes))
-
-    def inside(index: Value, shift: int, size: int) -> Value:
-        return b.icmp_unsigned("<", b.add(index, vconst([shift] * lanes)), vconst([size] * lanes))
-
-    columns = {kw: None if kw * width.dilation == width.pad else
-               inside(column, kw * width.dilation - width.pad, width.size) for kw in range(width.kernel)}
-    masks = {}
-    for kh in range(height.kernel):
-        row_mask = inside(row, kh * height.dilation - height.pad, height.size) if rows else None
-        for kw in range(width.kernel):
-            parts = [m for m in (row_mask, columns[kw]) if m is not None]
-            masks[kh, kw] = None if not parts else parts[0] if len(parts) == 1 else b.and_(*parts)
-    return masks
-
-
-def _load(num: Numeric, ref, flat: Value, lanes: int, mask: Value | None, inside: bool,
-          fill: Value | None = None) -> Value:
-    """``lanes`` consecutive elements of ``ref`` from ``flat``, the lanes off ``mask`` ``fill`` (default 0).
-    ``inside``: every lane lies in the tensor, so a plain load and a select (LLVM may still fold the pair
-    into a masked load); else a masked load, whose lanes off the mask are not read."""
-    if mask is None:
-        return num.load(ref, flat, lanes)
-    b = num.b
-    if inside:
-        return b.select(mask, num.load(ref, flat, lanes), num.constant(0, lanes) if fill is None else fill)
-    vector = ir.VectorType(num.storage, lanes)
-    pointer = b.bitcast(b.gep(ref.ptr, [flat]), vector.as_pointer())     # not inbounds: may start outside
-    value = num._widen(b.call(masked_intrinsic(b.module, "load", vector),
-                              [pointer, const(num.dtype.itemsize), mask, ir.Constant(vector, None)]))
-    return value if fill is None else b.select(mask, value, fill)
 
 
 #: where a block's outputs go: local0 (the group's first channel of the block) -> (tensor, flat index of that
@@ -176,12 +118,12 @@ def _tile(num: Numeric, cr, batch: Value, group: Value, local0: Value, channels:
     y_flat = affine(b, 0, (base, 1), (first, 1))
     for j in range(channels):
         cr.epilogue.prefetch(num, affine(b, j * step, (y_flat, 1)), lanes)
-    with for_range(b, cr.in_group, name="ci", unroll=len(_offsets(cr)) < 4) as ci:
+    with for_range(b, cr.in_group, name="ci", unroll=len(tap_offsets(cr)) < 4) as ci:
         x_flat = affine(b, 0, (batch, cr.x.strides[0]), (group, cr.in_group * plane), (ci, plane), (first, 1))
         w_flat = affine(b, 0, (group, cr.w_group), (local0, cr.w_channel), (ci, cr.w_input))
         prefetch_rows(b, cr, x_flat, lanes)
-        for kh, kw, offset in _offsets(cr):
-            inputs = _load(num, cr.x, affine(b, offset, (x_flat, 1)), lanes, masks[kh, kw], inside)
+        for kh, kw, offset in tap_offsets(cr):
+            inputs = masked_load(num, cr.x, affine(b, offset, (x_flat, 1)), lanes, masks[kh, kw], inside)
             w_tap = affine(b, kh * cr.w_taps[0] + kw * cr.w_taps[1], (w_flat, 1))
             for j in range(channels):
                 acc.mul_add(j, num.load(cr.w, affine(b, j * cr.w_channel, (w_tap, 1)), lanes, 0), inputs)
@@ -196,7 +138,7 @@ def _runs(cr, total: int, lanes: int, tail: int) -> list[tuple[int, int, bool]]:
     ``inside``: every tap of every lane reads within the input plane, so only the columns need masks (a
     lane whose column is inside then reads a row inside too)."""
     height, width = cr.axes
-    offsets = [offset for _, _, offset in _offsets(cr)]
+    offsets = [offset for _, _, offset in tap_offsets(cr)]
     size = height.size * width.size
 
     def inside(first: int, lanes: int = lanes) -> bool:
@@ -234,7 +176,7 @@ def plane_run(num: Numeric, cr, simd: Simd, batch: Value, group: Value, start: V
     tail = min(lanes, max(vector, 1 << (total % lanes - 1).bit_length())) if total % lanes else lanes
     for first_tile, tiles, inside in _runs(cr, total, lanes, tail):
         def tile(first: Value, inside: bool = inside, lanes: int = lanes) -> None:
-            masks = _masks(num, cr, first, lanes, not inside)
+            masks = lane_masks(num, cr, first, lanes, not inside)
             for_tiles(b, 0, count, block_channels(simd, num, cr.out_group, lanes), lambda local, channels: _tile(
                 num, cr, batch, group, affine(b, 0, (start, 1), (local, 1)), channels, first, lanes, masks, inside,
                 out))

@@ -20,39 +20,42 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.conv import (
-    Axis,
     Correlation,
-    Tile,
-    axes_of,
     block_channels,
     conv_correlation,
     conv_workspace,
     correlate,
-    edge_of,
     emit_conv,
-    narrow_tail,
-    pointwise,
-    row_runs,
-    row_sweeper,
     row_taps_bytes,
     row_taps_correlation,
-    sweep_row,
-    sweep_tiles,
     tile_channels,
     tile_positions,
     tile_shape,
 )
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched
-from pegasus.exporters.glow.kernels.pool import _counted_bounds, average_pool, counted_taps, max_pool
+from pegasus.exporters.glow.kernels.pool import average_pool, max_pool
 from pegasus.exporters.glow.kernels.registry import group_emitter
 from pegasus.exporters.glow.llvm.copies import copy_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.pooling import counted_bounds, counted_taps
 from pegasus.exporters.glow.llvm.simd import simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.tiles import for_tiles, power_of_two_below, range_nest
 from pegasus.exporters.glow.llvm.types import BIT, Value
+from pegasus.exporters.glow.llvm.windows import (
+    Axis,
+    Tile,
+    axes_of,
+    edge_of,
+    narrow_tail,
+    pointwise,
+    row_runs,
+    row_sweeper,
+    sweep_row,
+    sweep_tiles,
+)
 from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
@@ -146,7 +149,7 @@ def _pooled_divisor(num: Numeric, cp: ConvPool, outer: list[Value], start: int |
     if start is None:
         per_lane = [last.kernel] * width
     else:
-        bounds = _counted_bounds(last, cp.pads_end[-1], cp.include_pads)
+        bounds = counted_bounds(last, cp.pads_end[-1], cp.include_pads)
         per_lane = [sum(taps) for taps in zip(*(cp.lanes_in(t, start, bounds) for t in range(last.kernel)))]
     lane_counts = ir.Constant(num.vector(width), [ir.Constant(num.compute, float(c)) for c in per_lane])
     count = num.mul(num.splat(outer_count, width), lane_counts)

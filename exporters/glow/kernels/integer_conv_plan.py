@@ -22,7 +22,6 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import Axis, axes_of
 from pegasus.exporters.glow.kernels.integer_dot import (
     NARROW_BASE,
     SCRATCH_BYTES,
@@ -38,6 +37,7 @@ from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.llvm.loops import affine, const
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.llvm.types import I16, I32
+from pegasus.exporters.glow.llvm.windows import Axis, axes_of
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

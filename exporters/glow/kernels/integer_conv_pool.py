@@ -41,7 +41,6 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import axes_of
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
 from pegasus.exporters.glow.kernels.integer_smlad import tuned
@@ -53,6 +52,7 @@ from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles, range_nest
 from pegasus.exporters.glow.llvm.types import I16, I32, I64
+from pegasus.exporters.glow.llvm.windows import axes_of
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

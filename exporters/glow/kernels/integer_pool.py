@@ -26,25 +26,25 @@ from llvmlite import ir
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import Axis, Tile, axes_of, sweep
 from pegasus.exporters.glow.kernels.integer_dot import Requant, channel_block
 from pegasus.exporters.glow.kernels.parameters import load_channel
-from pegasus.exporters.glow.kernels.pool import (
-    _coordinates,
-    _output_flat,
-    _taps,
-    _tile_width,
-    counted_taps,
-    window_count,
-)
 from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.pooling import (
+    counted_taps,
+    output_flat,
+    pool_tile_width,
+    tap_coordinates,
+    window_count,
+    window_taps,
+)
 from pegasus.exporters.glow.llvm.requant import clamp, requantize, wide_multiplier, widen
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
 from pegasus.exporters.glow.llvm.types import I32, I64
+from pegasus.exporters.glow.llvm.windows import Axis, Tile, axes_of, sweep
 from pegasus.ir.dtypes import DType
 from pegasus.ops.fixedpoint import integer_range
 from pegasus.ops.integer import QAveragePool, RequantAttrs, clamp_bounds
@@ -152,7 +152,7 @@ def q_average_pool(k: KernelContext) -> None:
     if a.channels_last:
         _average_last(k, acc, axes, win.pads_end, first, rq)
         return
-    tile_width = _tile_width(k, acc)
+    tile_width = pool_tile_width(k.target, acc)
     with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
         sweep(b, axes, tile_width, lambda tile: _average_tile(k, acc, axes, plane, tile, win.pads_end, first, rq))
 
@@ -164,8 +164,8 @@ def _average_tile(k: KernelContext, acc: Numeric, axes: list, plane: Value, tile
     total = Accumulators(acc, 1, tile.width)
     total.set(0, acc.constant(0, tile.width))
     x_strides = strides_of(x.shape[2:])
-    with range_nest(b, _taps(b, axes, tile)) as taps:
-        flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(_coordinates(b, axes, tile, taps), x_strides))
+    with range_nest(b, window_taps(b, axes, tile)) as taps:
+        flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(tap_coordinates(b, axes, tile, taps), x_strides))
         values = source.load(x, flat, tile.width, axes[-1].stride)
         values = (b.sext if source.signed else b.zext)(values, acc.vector(tile.width))
         total.set(0, b.add(total.get(0), values))
@@ -182,7 +182,7 @@ def _average_tile(k: KernelContext, acc: Numeric, axes: list, plane: Value, tile
     for lane in range(tile.width):
         s = b.sub(b.extract_element(sums, const(lane)), offset)
         out = b.insert_element(out, rq(b, s, entry), const(lane))
-    Numeric(b, y.type.dtype).store(y, _output_flat(b, y, plane, tile), out)
+    Numeric(b, y.type.dtype).store(y, output_flat(b, y, plane, tile), out)
 
 
 def _average_last(k: KernelContext, acc: Numeric, axes: list[Axis], pads_end: tuple[int, ...], first: int | None,

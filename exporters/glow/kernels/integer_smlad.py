@@ -172,7 +172,7 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
     def weights(at: Value) -> list[list[Value]]:
         """Per row, its pairs (w0, w2), (w1, w3) of the group at ``at``."""
         if paired(cp.w):
-            loaded = _words(b, at, 2 * rows, 1 if acc is I32 else None)
+            loaded = load_words(b, at, 2 * rows, 1 if acc is I32 else None)
             return [[loaded[c], loaded[rows + c]] for c in range(rows)]
         if byte_weights:
             pairs = []
@@ -186,9 +186,9 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
                         align=2) for j in range(2)] for c in range(rows)]
 
     def group(x_at: Value, w_at: Value, sums: list[list[Value]]) -> list[list[Value]]:
-        xs = _words(b, x_at, 2 * count, 0 if acc is I32 else None)
+        xs = load_words(b, x_at, 2 * count, 0 if acc is I32 else None)
         if cp.halves:     # rows 2i, 2i + 1: A0 and T (integer_halves.py)
-            return integer_halves.halves_sums(b, dual, unpack, xs, _words(b, w_at, rows, 1), sums)
+            return integer_halves.halves_sums(b, dual, unpack, xs, load_words(b, w_at, rows, 1), sums)
         ws = weights(w_at)
         for half in range(2):
             sums = [[b.call(dual, [xs[2 * p + half], ws[c][half], sums[c][p]]) for p in range(count)]
@@ -235,7 +235,7 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
     return updated
 
 
-def _words(b: ir.IRBuilder, at: Value, count: int, pin: int | None) -> list[Value]:
+def load_words(b: ir.IRBuilder, at: Value, count: int, pin: int | None) -> list[Value]:
     """``count`` consecutive words at ``at`` (an i32*): four as one LDM into ``LDM_REGISTERS[pin]`` (None: not
     pinned, for i64 sums, whose registers these would take), two as one LDRD (a volatile i64 load, which LLVM
     keeps whole), one as an LDR."""

@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
 from pegasus.exporters.glow.kernels.integer_dot import Requant, dsp
-from pegasus.exporters.glow.kernels.integer_smlad import _words, internal_helper, pinned
+from pegasus.exporters.glow.kernels.integer_smlad import internal_helper, load_words, pinned
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, no_unroll
@@ -117,8 +117,8 @@ def _pair(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, count: int, groups: int, x
     w_at = opaque(b, b.gep(s_at, [const(2)], inbounds=True))
     x_step = 2 * cp.positions
     for _ in range(groups):
-        xs = _words(b, x_at, 2 * count, 0)
-        ws = _words(b, w_at, 4, 1)
+        xs = load_words(b, x_at, 2 * count, 0)
+        ws = load_words(b, w_at, 4, 1)
         for half in range(2):
             sums = [[b.call(smlad, [xs[2 * p + half], ws[2 * half + c], sums[c][p]]) for p in range(count)]
                     for c in range(2)]

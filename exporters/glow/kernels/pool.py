@@ -24,51 +24,29 @@ from __future__ import annotations
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import (
-    Axis,
-    Tile,
-    axes_of,
-    sweep,
-)
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, INTEGERS, require_dtype
 from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.pooling import (
+    output_flat,
+    pool_tile_width,
+    tap_coordinates,
+    window_count,
+    window_taps,
+)
 from pegasus.exporters.glow.llvm.simd import simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.llvm.tiles import pieces, range_nest
 from pegasus.exporters.glow.llvm.types import Value
+from pegasus.exporters.glow.llvm.windows import Axis, Tile, axes_of, sweep
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Node
 from pegasus.ops.pool import AveragePool, MaxPool
 from pegasus.ops.spatial import prod
 
 I64 = ir.IntType(64)
-
-
-def _tile_width(k: KernelContext, num: Numeric) -> int:
-    """Output positions per tile: two vectors, or one position on a scalar FPU (where the selects
-    of a vector max would be expanded lane by lane through integer registers)."""
-    lanes = simd_of(k.target).lanes(num.compute)
-    return 2 * lanes if lanes > 1 else 1
-
-
-def _taps(b: ir.IRBuilder, axes: list[Axis], tile: Tile) -> list[tuple[Value, Value]]:
-    """Tap ranges of the tile inside the input, outer axes first."""
-    *outer, last = axes
-    return [a.taps(b, o) for a, o in zip(outer, tile.outer)] + [tile.last_taps or (const(0), const(last.kernel))]
-
-
-def _coordinates(b: ir.IRBuilder, axes: list[Axis], tile: Tile, taps: list[Value | int]) -> list[Value]:
-    """Input coordinates read by the tile's first position at the given taps."""
-    positions = [*tile.outer, tile.first]
-    return [affine(b, 0, (a.origin(b, o), 1), (t, a.dilation)) for a, o, t in zip(axes, positions, taps)]
-
-
-def _output_flat(b: ir.IRBuilder, y: TensorRef, plane: Value, tile: Tile) -> Value:
-    spatial = strides_of(y.shape[2:])
-    return affine(b, 0, (plane, prod(y.shape[2:])), (tile.first, 1), *zip(tile.outer, spatial))
 
 
 def _window_pool(k: KernelContext, geometry, visit) -> None:
@@ -78,7 +56,7 @@ def _window_pool(k: KernelContext, geometry, visit) -> None:
     axes = axes_of(geometry(k.attrs, x.shape), x.shape[2:])
     b = k.builder
     with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
-        sweep(b, axes, _tile_width(k, num), lambda tile: visit(num, axes, plane, tile))
+        sweep(b, axes, pool_tile_width(k.target, num), lambda tile: visit(num, axes, plane, tile))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -120,10 +98,10 @@ def _max_tile(k: KernelContext, num: Numeric, axes: list[Axis], plane: Value, ti
     argmax = None
     if indices is not None:   # ties and all-padding windows keep tap 0, as numpy's argmax does
         argmax = _Argmax(b, indices, x, k.attrs.storage_order == 1, axes[-1].stride, tile.width)
-        argmax.set(argmax.position(plane, _coordinates(b, axes, tile, [0] * len(axes))))
+        argmax.set(argmax.position(plane, tap_coordinates(b, axes, tile, [0] * len(axes))))
     x_strides = strides_of(x.shape[2:])
-    with range_nest(b, _taps(b, axes, tile)) as taps:
-        coordinates = _coordinates(b, axes, tile, taps)
+    with range_nest(b, window_taps(b, axes, tile)) as taps:
+        coordinates = tap_coordinates(b, axes, tile, taps)
         flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(coordinates, x_strides))
         value = num.load(x, flat, tile.width, axes[-1].stride)
         current = best.get(0)
@@ -133,7 +111,7 @@ def _max_tile(k: KernelContext, num: Numeric, axes: list[Axis], plane: Value, ti
             wins = num.wins(value, current)
             best.set(0, b.select(wins, value, current))
             argmax.update(wins, argmax.position(plane, coordinates))
-    out = _output_flat(b, y, plane, tile)
+    out = output_flat(b, y, plane, tile)
     num.store(y, out, best.get(0))
     if argmax is not None:
         argmax.store(out)
@@ -160,35 +138,6 @@ def max_pool(k: KernelContext) -> None:
 # AveragePool
 
 
-def _counted_bounds(axis: Axis, end_pad: int, include_pads: bool) -> tuple[int, int]:
-    """[lower, upper) of the positions an average counts: the input, or the input and its explicit pads
-    with count_include_pad (never the overrun of ceil_mode)."""
-    return (-axis.pad, axis.size + end_pad) if include_pads else (0, axis.size)
-
-
-def counted_taps(b: ir.IRBuilder, axes: list[Axis], outer: list[Value], pads_end: tuple[int, ...],
-                 include_pads: bool) -> Value:
-    """Counted taps of ``axes`` (e.g. the outer axes, all but the last) at the positions ``outer``,
-    multiplied (i32)."""
-    count: Value = const(1)
-    for axis, o, end_pad in zip(axes, outer, pads_end):
-        lo, hi = axis.taps(b, o, *_counted_bounds(axis, end_pad, include_pads))
-        count = b.mul(count, b.sub(hi, lo))
-    return count
-
-
-def window_count(b: ir.IRBuilder, axes: list[Axis], tile: Tile, pads_end: tuple[int, ...],
-                 include_pads: bool) -> Value:
-    """Taps counted by the average of the tile's positions (``_counted_bounds``), i32, possibly 0;
-    shared with the integer average (integer_elementwise.py)."""
-    *outer, last = axes
-    count = counted_taps(b, outer, tile.outer, pads_end, include_pads)
-    if tile.last_taps is None:
-        return b.mul(count, const(last.kernel))
-    lo, hi = last.taps(b, tile.first, *_counted_bounds(last, pads_end[-1], include_pads))
-    return b.mul(count, b.sub(hi, lo))
-
-
 def _divisor(num: Numeric, axes: list[Axis], tile: Tile, pads_end: tuple[int, ...], include_pads: bool) -> Value:
     """Taps counted by the average of the tile's positions (``window_count``); at least 1."""
     b = num.b
@@ -204,11 +153,11 @@ def _average_tile(k: KernelContext, num: Numeric, axes: list[Axis], plane: Value
     total = Accumulators(num, 1, tile.width)
     total.set(0, num.constant(0, tile.width))
     x_strides = strides_of(x.shape[2:])
-    with range_nest(b, _taps(b, axes, tile)) as taps:
-        flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(_coordinates(b, axes, tile, taps), x_strides))
+    with range_nest(b, window_taps(b, axes, tile)) as taps:
+        flat = affine(b, 0, (plane, prod(x.shape[2:])), *zip(tap_coordinates(b, axes, tile, taps), x_strides))
         total.set(0, num.add(total.get(0), num.load(x, flat, tile.width, axes[-1].stride)))
     divisor = _divisor(num, axes, tile, pads_end, bool(k.attrs.count_include_pad))
-    num.store(y, _output_flat(b, y, plane, tile), num.div(total.get(0), divisor))
+    num.store(y, output_flat(b, y, plane, tile), num.div(total.get(0), divisor))
 
 
 @emitter("AveragePool", channels_last=True)

@@ -23,16 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import Axis, axes_of
 from pegasus.exporters.glow.kernels.conv_channels_last import Block, Tile, conv_correlation, correlate, plan
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, INTEGERS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
-from pegasus.exporters.glow.kernels.pool import counted_taps
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
+from pegasus.exporters.glow.llvm.pooling import counted_taps
 from pegasus.exporters.glow.llvm.simd import simd_of
 from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
 from pegasus.exporters.glow.llvm.types import Value
+from pegasus.exporters.glow.llvm.windows import Axis, axes_of
 from pegasus.ir.graph import Node
 from pegasus.ops.layout import first_shape
 from pegasus.ops.pool import AveragePool, MaxPool

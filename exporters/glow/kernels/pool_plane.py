@@ -4,7 +4,7 @@
 pool.py sweeps each row in vector tiles of interior positions and visits the positions next to the padding
 one at a time, so a 7- or 14-wide row is mostly scalar work (MaxPool 3x3 on 1024x7x7: 225 us, onnxruntime
 23 us). Here, as in conv_plane.py, a tile is any run of consecutive positions of the plane, each tap one
-vector load at a fixed offset, the lanes whose tap falls outside the input masked (conv_plane ``_masks``):
+vector load at a fixed offset, the lanes whose tap falls outside the input masked (conv_plane ``lane_masks``):
 -inf for a max (it never wins; NaN still propagates, first NaN first, as pool.py's), 0 for a sum. An
 average multiplies by a constant table of 1 / (taps inside the input) per position (float16 storage: divides
 by the count of the same masks), or with count_include_pad divides by the kernel's size (stride 1 without
@@ -24,16 +24,16 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv import axes_of
-from pegasus.exporters.glow.kernels.conv_plane import _load, _masks, _offsets, tile_lanes
 from pegasus.exporters.glow.kernels.dtypes import FLOATS
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
 from pegasus.exporters.glow.llvm.numeric import Numeric
+from pegasus.exporters.glow.llvm.planes import lane_masks, masked_load, tap_offsets, tile_lanes
 from pegasus.exporters.glow.llvm.simd import Simd, vconst
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.tiles import cover
 from pegasus.exporters.glow.llvm.types import BIT, I32
+from pegasus.exporters.glow.llvm.windows import axes_of
 from pegasus.ir.tensor import TensorType
 
 
@@ -80,12 +80,12 @@ def emit(k: KernelContext, geometry, simd: Simd, average: bool, include_pads: bo
 
     def tile(first, lanes: int) -> None:
         fill = num.constant(0, lanes) if average else num.lowest(lanes)
-        masks = _masks(num, shape, first, lanes, True)
+        masks = lane_masks(num, shape, first, lanes, True)
         x_flat = affine(b, 0, (plane, x.strides[1]), (first, 1))
         value, count = None, None
-        for kh, kw, offset in _offsets(shape):
+        for kh, kw, offset in tap_offsets(shape):
             mask = masks[kh, kw]
-            tap = _load(num, x, affine(b, offset, (x_flat, 1)), lanes, mask, False, fill)
+            tap = masked_load(num, x, affine(b, offset, (x_flat, 1)), lanes, mask, False, fill)
             if average:
                 value = tap if value is None else num.add(value, tap)
                 if not include_pads and reciprocals is None:
@@ -173,7 +173,7 @@ def emit_strided_max(k: KernelContext, geometry, simd: Simd) -> bool:
             def visit(ih) -> None:
                 for q, (base, mask) in enumerate(masks):
                     flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size), (base, 1))
-                    value = _load(num, x, flat, span, mask, False, fill)
+                    value = masked_load(num, x, flat, span, mask, False, fill)
                     best[q] = value if best[q] is None else num.maximum(value, best[q])
 
             window_rows(row, visit)
@@ -199,10 +199,11 @@ def emit_strided_max(k: KernelContext, geometry, simd: Simd) -> bool:
 
             def visit(ih) -> None:
                 row_flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size))
-                run = _load(num, x, affine(b, 0, (row_flat, 1), (base, 1)), span, mask, False, fill)
+                run = masked_load(num, x, affine(b, 0, (row_flat, 1), (base, 1)), span, mask, False, fill)
                 values = [run]
                 if width.kernel > s:
-                    values.append(_load(num, x, affine(b, 0, (row_flat, 1), (after, 1)), lanes, extra, False, lowest))
+                    after_flat = affine(b, 0, (row_flat, 1), (after, 1))
+                    values.append(masked_load(num, x, after_flat, lanes, extra, False, lowest))
                 best[:] = values if not best else [num.maximum(value, old) for value, old in zip(values, best)]
 
             window_rows(row, visit)

@@ -3,6 +3,7 @@ stores), and ``strides_of``, the row-major element strides of a shape."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -69,3 +70,9 @@ def batch_steps(shape: tuple[int, ...], batch: tuple[int, ...], matrix: int) -> 
     own = (1,) * (len(batch) - len(shape) + 2) + tuple(shape[:-2])
     strides = strides_of(own)
     return [stride * matrix if size > 1 else 0 for size, stride in zip(own, strides)]
+
+
+def flat_spatial(ref: TensorRef, ptr: ir.Value | None = None) -> TensorRef:
+    """``ref`` (N, C, D1, ...) seen as (N, C, D1*...) at ``ptr`` (default: its own)."""
+    shape = ref.shape
+    return TensorRef(ref.ptr if ptr is None else ptr, TensorType((*shape[:2], math.prod(shape[2:])), ref.type.dtype))

@@ -26,8 +26,8 @@ import pytest
 
 from pegasus.exporters.glow import memory_plan
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.conv import Axis
 from pegasus.exporters.glow.kernels.registry import Stream, stream_of
+from pegasus.exporters.glow.llvm.windows import Axis
 from pegasus.exporters.glow.memory_plan import align, overlap_bytes
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph, Node
