@@ -2,10 +2,10 @@
 
 A tensor takes the scheme of the layer producing it (its customized precision, or the model's);
 weights and biases follow the layer reading them. Per-channel weights are quantized along their
-output-channel axis (``weight_axis``). Ops that only move values (Reshape, MaxPool, ...) give their
-output the input's grid, so they run on integers unchanged. Biases are int32 at ``s_in * s_w``, or with
-``int8_bias`` (Glow's -quantization-precision-bias=Int8) 8-bit on their own grid of the layer's 8-bit scheme,
-which the lowering rescales into the accumulator as Glow does.
+output-channel axis (the op's ``weight_axis``, pegasus.ops.facts). Ops that only move values (Reshape,
+MaxPool, ...: the ``tied`` fact) give their output the input's grid, so they run on integers unchanged.
+Biases are int32 at ``s_in * s_w``, or with ``int8_bias`` (Glow's -quantization-precision-bias=Int8) 8-bit on
+their own grid of the layer's 8-bit scheme, which the lowering rescales into the accumulator as Glow does.
 """
 
 from __future__ import annotations
@@ -16,30 +16,19 @@ import numpy as np
 
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph, Node
+from pegasus.ops import facts
 from pegasus.quantized.params import QuantTable, TensorQuant
-from pegasus.quantized.rules.values import PASSTHROUGH_OPS
 from pegasus.quantizers import schemes
 from pegasus.quantizers.schemes import Scheme
-
-#: ops whose output grid is their input's
-TIED_OPS = set(PASSTHROUGH_OPS) | {"MaxPool", "GlobalMaxPool", "Pad", "Resize"}
 
 
 def weight_axis(node: Node, graph: Graph, index: int) -> int | None:
     """The output-channel axis of input ``index`` when it is the layer's weight tensor, else None."""
-    if node.op == "Conv" and index == 1:
-        return 0
-    if node.op == "ConvTranspose" and index == 1:
-        return 1
-    if node.op == "Gemm" and index == 1:
-        return 0 if node.attrs.transB else 1
-    if node.op == "MatMul" and index == 1 and graph.type_of(node.inputs[1]).rank >= 2:
-        return graph.type_of(node.inputs[1]).rank - 1
-    return None
+    return facts.weight_axis(node.op, node.attrs, index, graph.type_of(node.inputs[index]).rank)
 
 
 def is_bias(node: Node, index: int) -> bool:
-    return node.op in ("Conv", "ConvTranspose", "Gemm") and index == 2
+    return facts.is_bias(node.op, index)
 
 
 def layer_scheme(node: Node | None, model: Scheme, custom: dict[str, str]) -> Scheme | None:
@@ -99,7 +88,7 @@ def build_table(graph: Graph, ranges: dict[str, tuple[float, float]], model: Sch
             source = node.inputs[0] if node.inputs else ""
             if scheme is None:
                 put(out, float_entry(lo, hi))
-            elif node.op in TIED_OPS and source in tensors and tensors[source].is_integer:
+            elif facts.has_fact(node.op, "tied") and source in tensors and tensors[source].is_integer:
                 put(out, copy.deepcopy(tensors[source]))
             else:
                 put(out, scheme.activation(lo, hi))

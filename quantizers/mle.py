@@ -9,9 +9,9 @@ error between the values and their quantize → dequantize on that grid (clippin
 is replaced (same dtype/qtype) when a candidate beats it. Weights, biases and per-channel entries are
 left alone.
 
-Tensors sharing one grid — the output of a MaxPool/Reshape/... gets a copy of its input's entry
-(``assign.TIED_OPS``) so that it runs on integers unchanged — are refined as one group, on the values
-of all of them, and keep sharing the new grid. The group is found from the table alone: entries
+Tensors sharing one grid — the output of a MaxPool/Reshape/... gets a copy of its input's entry (the
+``tied`` op fact, pegasus.ops.facts) so that it runs on integers unchanged — are refined as one group, on the
+values of all of them, and keep sharing the new grid. The group is found from the table alone: entries
 with identical parameters.
 """
 

@@ -32,6 +32,7 @@ from onnx import helper, numpy_helper, version_converter
 
 from pegasus.errors import PegasusError
 from pegasus.ir.graph import Graph, Node
+from pegasus.ops.facts import has_fact
 from pegasus.ops.fixedpoint import quantize_values
 from pegasus.quantized.context import broadcast_params
 from pegasus.quantized.lower import LoweredGraph, lower_to_integer
@@ -39,8 +40,6 @@ from pegasus.quantized.params import QuantTable, TensorQuant
 
 #: Integer kernels whose constant inputs are stored quantized in the export.
 INTEGER_KERNELS = ("QConv", "QMatMul", "QAdd", "QMul")
-#: Float ops pegasus folds into a producer's requantisation clamp.
-FUSED_ACTIVATIONS = ("Relu", "Clip")
 #: Opset with per-axis QuantizeLinear/DequantizeLinear; 16-bit grids need 21.
 MIN_OPSET, INT16_OPSET = 13, 21
 
@@ -104,7 +103,7 @@ def activation_grids(graph: Graph, table: QuantTable, lowered: LoweredGraph) -> 
                 grids[name] = q
             continue
         users = consumers.get(name, [])
-        if len(users) == 1 and users[0].op in FUSED_ACTIVATIONS and name not in graph.outputs:
+        if len(users) == 1 and has_fact(users[0].op, "clamp") and name not in graph.outputs:
             home = lowered.homes.get(users[0].outputs[0])
             if home is not None and home[1] is not None and home[1].is_integer:
                 grids[name] = home[1]

@@ -19,7 +19,7 @@ itself is untouched: the reference interpreter still runs every node, and a fuse
 the same outputs.
 
 Residual sums (ResNet's ``relu(conv(...) + shortcut)``): a float Conv group may take one Add or Sum
-(kernels/binary.py ``RESIDUAL_SUMS``) of the chain's value and another tensor R of the same shape and dtype
+(the ``residual_sum`` op fact) of the chain's value and another tensor R of the same shape and dtype
 (no broadcasting), as onnxruntime's NCHWc Conv takes its "Sum" input. The kernel loads R at each stored
 vector's own index and lanes and adds it in the epilogue's order (value + R, then the layers after), so
 the sum rounds as the unfused Add's does and the separate passes over the tensor (Add, then Relu: about
@@ -41,13 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pegasus.exporters.glow.kernels import conv_lanes
-from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS
 from pegasus.exporters.glow.kernels.elementwise import UNARY
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
+from pegasus.ops.facts import has_fact, ops_with
 from pegasus.ops.registry import get_op
 
-POOLS = ("MaxPool", "AveragePool")
 #: dtypes a fused float group computes in: the epilogue and the pooling then see exactly the values the
 #: unfused layers would read back from memory (float16 would be rounded in between)
 FUSED_DTYPES = (DType.FLOAT32, DType.FLOAT64)
@@ -69,7 +68,7 @@ class Fusion:
 #: the ops that head groups. A QConv's output is requantised integers: their max is exact, while an
 #: element-wise layer or an average on them would need a requantisation of its own in the kernel
 FUSIONS = {
-    "Conv": Fusion(FUSED_DTYPES, True, POOLS, residual=True, pools_apart=conv_lanes.pools_apart),
+    "Conv": Fusion(FUSED_DTYPES, True, ops_with("fusable_pool"), residual=True, pools_apart=conv_lanes.pools_apart),
     "QConv": Fusion((DType.INT8, DType.UINT8, DType.INT16), False, ("MaxPool",)),
     "BatchNormalization": Fusion(FUSED_DTYPES, True, ()),
 }
@@ -91,7 +90,7 @@ class Layer:
     def residual(self) -> str | None:
         """The other operand of the group's residual sum (module docstring), None without one."""
         for previous, node in zip(self.nodes, self.nodes[1:]):
-            if node.op in RESIDUAL_SUMS:
+            if has_fact(node.op, "residual_sum"):
                 return next(name for name in node.inputs if name and name != previous.outputs[0])
         return None
 
@@ -120,12 +119,12 @@ class Layer:
     @property
     def pool(self) -> Node | None:
         last = self.nodes[-1]
-        return last if self.fused and last.op in POOLS else None
+        return last if self.fused and has_fact(last.op, "fusable_pool") else None
 
     @property
     def epilogue(self) -> list[Node]:
         """The element-wise nodes applied to the head's values (the residual sum among them)."""
-        return [node for node in self.nodes[1:] if node.op not in POOLS]
+        return [node for node in self.nodes[1:] if not has_fact(node.op, "fusable_pool")]
 
 
 def single_layers(graph: Graph) -> list[Layer]:
@@ -138,7 +137,7 @@ def _can_follow(graph: Graph, layer: Layer, node: Node, target=None) -> bool:
     fusion = FUSIONS[layer.nodes[0].op]
     if layer.pool is not None:
         return False
-    if node.op in RESIDUAL_SUMS and fusion.residual and layer.residual is None:
+    if has_fact(node.op, "residual_sum") and fusion.residual and layer.residual is None:
         return _adds_residual(graph, node, layer.outputs[0])
     if [n for n in node.inputs if n] != [layer.outputs[0]]:
         return False

@@ -34,10 +34,11 @@ from pegasus.exporters.glow.kernels.registry import packed_weights, supports_cha
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.ops.facts import has_fact, op_facts
 from pegasus.ops.layout import first_shape, to_first_perm, to_last_perm
 from pegasus.ops.registry import make_attrs
 from pegasus.passes.cse import eliminate_common_subexpressions
-from pegasus.passes.fold_channel_affine import AFFINE, scale_per_output, set_input
+from pegasus.passes.fold_channel_affine import scale_per_output, set_input
 
 
 def materialize_outputs(graph: Graph) -> bool:
@@ -191,13 +192,14 @@ def _affine_after(graph: Graph, node: Node, readers: dict[str, list[Node]]) -> t
     out = node.outputs[0]
     ttype = graph.type_of(out)
     found = readers.get(out, [])
-    if len(found) != 1 or out in graph.outputs or ttype.dtype not in FLOATS or found[0].op not in AFFINE:
+    if len(found) != 1 or out in graph.outputs or ttype.dtype not in FLOATS \
+            or not has_fact(found[0].op, "channel_affine"):
         return None
     affine = found[0]
     result = graph.type_of(affine.outputs[0])
     if len(affine.inputs) != 2 or (result.shape, result.dtype) != (ttype.shape, ttype.dtype):
         return None
-    positions, kind = AFFINE[affine.op]
+    positions, kind = op_facts(affine.op).channel_affine
     for position in positions:
         if affine.inputs[position] == out and affine.inputs[1 - position] != out:
             vector = channel_vector(graph.value_of(affine.inputs[1 - position]), ttype.shape[1], ttype.rank)

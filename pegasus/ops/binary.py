@@ -54,6 +54,9 @@ class Add(_Ufunc2):
     """y = a + b"""
 
     name = "Add"
+    residual_sum = True
+    vector_safe = True
+    channel_affine = ((0, 1), "shift")
     ufunc = np.add
 
 
@@ -62,6 +65,8 @@ class Sub(_Ufunc2):
     """y = a - b"""
 
     name = "Sub"
+    vector_safe = True
+    channel_affine = ((0,), "negative shift")
     ufunc = np.subtract
 
 
@@ -70,6 +75,8 @@ class Mul(_Ufunc2):
     """y = a * b"""
 
     name = "Mul"
+    vector_safe = True
+    channel_affine = ((0, 1), "scale")
     ufunc = np.multiply
 
 
@@ -78,6 +85,7 @@ class Div(Binary):
     """y = a / b; integers truncate toward zero"""
 
     name = "Div"
+    vector_safe = True
 
     @staticmethod
     def fn(attrs, a, b):
@@ -143,6 +151,7 @@ class PRelu(Binary):
     """y = x if x >= 0 else slope * x; slope broadcasts to x's shape (one way)"""
 
     name = "PRelu"
+    vector_safe = True
 
     @classmethod
     def infer(cls, attrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
@@ -253,6 +262,7 @@ class Max(_Variadic):
     """y = max(x0, x1, ...)"""
 
     name = "Max"
+    vector_safe = True
     ufunc = np.maximum
 
 
@@ -261,6 +271,7 @@ class Min(_Variadic):
     """y = min(x0, x1, ...)"""
 
     name = "Min"
+    vector_safe = True
     ufunc = np.minimum
 
 
@@ -269,6 +280,8 @@ class Sum(_Variadic):
     """y = x0 + x1 + ..."""
 
     name = "Sum"
+    residual_sum = True
+    vector_safe = True
     ufunc = np.add
 
 
@@ -277,6 +290,7 @@ class Mean(_Variadic):
     """y = (x0 + x1 + ...) / n"""
 
     name = "Mean"
+    vector_safe = True
     ufunc = np.add
 
     @classmethod

@@ -124,6 +124,11 @@ class Conv(_ConvolutionBase):
     """Y = X ⊛ W + B (cross-correlation, ONNX Conv-22); kernel_shape defaults to W's spatial shape."""
 
     name = "Conv"
+    bias_input = 2
+
+    @staticmethod
+    def weight_axis(attrs, index: int, rank: int) -> int | None:
+        return 0 if index == 1 else None   # W is (M, C/group, k...)
 
     @dataclass(frozen=True)
     class Attrs(WindowAttrs):
@@ -144,6 +149,11 @@ class ConvTranspose(_ConvolutionBase):
     """Y = transpose of Conv applied to X with W (C, M/group, k...), plus B (ONNX ConvTranspose-22)."""
 
     name = "ConvTranspose"
+    bias_input = 2
+
+    @staticmethod
+    def weight_axis(attrs, index: int, rank: int) -> int | None:
+        return 1 if index == 1 else None   # W is (C, M/group, k...)
 
     @dataclass(frozen=True)
     class Attrs(WindowAttrs):

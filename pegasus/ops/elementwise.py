@@ -51,6 +51,11 @@ class Relu(Unary):
     """y = max(x, 0)"""
 
     name = "Relu"
+    clamp = True
+
+    @staticmethod
+    def activation_bounds(attrs):
+        return 0.0, None
 
     @staticmethod
     def fn(attrs, x):
@@ -62,6 +67,7 @@ class LeakyRelu(Unary):
     """y = x if x >= 0 else alpha * x"""
 
     name = "LeakyRelu"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -77,11 +83,16 @@ class Clip(Unary):
     """y = min(max(x, min), max); a bound of None is absent. (ONNX Clip-11+ passes the bounds as inputs.)"""
 
     name = "Clip"
+    clamp = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
         min: float | None = None
         max: float | None = None
+
+    @staticmethod
+    def activation_bounds(attrs):
+        return attrs.min, attrs.max
 
     @staticmethod
     def fn(attrs, x):
@@ -97,6 +108,7 @@ class Sigmoid(Unary):
     """y = 1 / (1 + exp(-x))"""
 
     name = "Sigmoid"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -108,6 +120,7 @@ class HardSigmoid(Unary):
     """y = max(0, min(1, alpha * x + beta))"""
 
     name = "HardSigmoid"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -124,6 +137,7 @@ class HardSwish(Unary):
     """y = x * max(0, min(1, x / 6 + 1 / 2))"""
 
     name = "HardSwish"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -135,6 +149,7 @@ class Elu(Unary):
     """y = x if x >= 0 else alpha * (exp(x) - 1)"""
 
     name = "Elu"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -150,6 +165,7 @@ class Selu(Unary):
     """y = gamma * (x if x > 0 else alpha * (exp(x) - 1))"""
 
     name = "Selu"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -166,6 +182,7 @@ class Celu(Unary):
     """y = max(0, x) + min(0, alpha * (exp(x / alpha) - 1))"""
 
     name = "Celu"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -181,6 +198,7 @@ class ThresholdedRelu(Unary):
     """y = x if x > alpha else 0"""
 
     name = "ThresholdedRelu"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -196,6 +214,7 @@ class Shrink(Unary):
     """y = x + bias if x < -lambd; x - bias if x > lambd; else 0"""
 
     name = "Shrink"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -212,6 +231,7 @@ class Softplus(Unary):
     """y = ln(1 + exp(x))"""
 
     name = "Softplus"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -223,6 +243,7 @@ class Softsign(Unary):
     """y = x / (1 + |x|)"""
 
     name = "Softsign"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -234,6 +255,7 @@ class Mish(Unary):
     """y = x * tanh(ln(1 + exp(x)))"""
 
     name = "Mish"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -245,6 +267,7 @@ class Swish(Unary):
     """y = x * sigmoid(alpha * x)  (ONNX Swish-24; SiLU when alpha = 1)"""
 
     name = "Swish"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -260,6 +283,7 @@ class Gelu(Unary):
     """y = x/2 * (1 + erf(x/√2)); approximate='tanh': x/2 * (1 + tanh(√(2/π) (x + 0.044715 x³)))"""
 
     name = "Gelu"
+    tabulable = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -286,6 +310,7 @@ class Erf(Unary):
     """y = erf(x)"""
 
     name = "Erf"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -297,6 +322,7 @@ class Reciprocal(Unary):
     """y = 1 / x"""
 
     name = "Reciprocal"
+    tabulable = True
 
     @staticmethod
     def fn(attrs, x):
@@ -308,6 +334,7 @@ class Tanh(_Ufunc):
     """y = tanh(x)"""
 
     name = "Tanh"
+    tabulable = True
     ufunc = np.tanh
 
 
@@ -316,6 +343,7 @@ class Exp(_Ufunc):
     """y = exp(x)"""
 
     name = "Exp"
+    tabulable = True
     ufunc = np.exp
 
 
@@ -324,6 +352,7 @@ class Log(_Ufunc):
     """y = ln(x)"""
 
     name = "Log"
+    tabulable = True
     ufunc = np.log
 
 
@@ -332,6 +361,7 @@ class Sqrt(_Ufunc):
     """y = √x"""
 
     name = "Sqrt"
+    tabulable = True
     ufunc = np.sqrt
 
 
@@ -340,6 +370,7 @@ class Abs(_Ufunc):
     """y = |x|"""
 
     name = "Abs"
+    tabulable = True
     ufunc = np.abs
 
 
@@ -348,6 +379,7 @@ class Neg(_Ufunc):
     """y = -x (integers wrap)"""
 
     name = "Neg"
+    tabulable = True
     ufunc = np.negative
 
 
@@ -356,6 +388,7 @@ class Floor(_Ufunc):
     """y = ⌊x⌋"""
 
     name = "Floor"
+    tabulable = True
     ufunc = np.floor
 
 
@@ -364,6 +397,7 @@ class Ceil(_Ufunc):
     """y = ⌈x⌉"""
 
     name = "Ceil"
+    tabulable = True
     ufunc = np.ceil
 
 
@@ -372,6 +406,7 @@ class Round(_Ufunc):
     """y = x rounded to the nearest integer, halves to even"""
 
     name = "Round"
+    tabulable = True
     ufunc = np.rint
 
 
@@ -380,6 +415,7 @@ class Sign(_Ufunc):
     """y = -1, 0 or 1 by the sign of x"""
 
     name = "Sign"
+    tabulable = True
     ufunc = np.sign
 
 
@@ -396,6 +432,7 @@ class Sin(_Ufunc):
     """y = sin(x)"""
 
     name = "Sin"
+    tabulable = True
     ufunc = np.sin
 
 
@@ -404,6 +441,7 @@ class Cos(_Ufunc):
     """y = cos(x)"""
 
     name = "Cos"
+    tabulable = True
     ufunc = np.cos
 
 
@@ -412,6 +450,7 @@ class Tan(_Ufunc):
     """y = tan(x)"""
 
     name = "Tan"
+    tabulable = True
     ufunc = np.tan
 
 
@@ -420,6 +459,7 @@ class Atan(_Ufunc):
     """y = arctan(x)"""
 
     name = "Atan"
+    tabulable = True
     ufunc = np.arctan
 
 

@@ -17,6 +17,7 @@ class Identity(Unary):
     """y = x (a copy when input and output do not share memory)."""
 
     name = "Identity"
+    value_preserving = True
     alias = True
 
     @staticmethod

@@ -40,6 +40,10 @@ class MatMul(OpDef):
     num_inputs = (2, 2)
 
     @staticmethod
+    def weight_axis(attrs, index: int, rank: int) -> int | None:
+        return rank - 1 if index == 1 and rank >= 2 else None   # B's columns are the outputs
+
+    @staticmethod
     def infer(attrs, inputs: Sequence[TensorType | None]) -> list[TensorType]:
         a, b = inputs
         return [TensorType(matmul_shape(a.shape, b.shape), a.dtype)]
@@ -55,7 +59,14 @@ class Gemm(OpDef):
     """Y = alpha * A' @ B' + beta * C, A' = A.T if transA, B' = B.T if transB; C broadcasts to Y (Gemm-13)."""
 
     name = "Gemm"
+    bias_input = 2
     num_inputs = (2, 3)
+
+    @staticmethod
+    def weight_axis(attrs, index: int, rank: int) -> int | None:
+        if index != 1:
+            return None
+        return 0 if attrs.transB else 1   # output column n is row n of B when transB
 
     @dataclass(frozen=True)
     class Attrs:

@@ -54,6 +54,8 @@ class MaxPool(_WindowPool):
     """Y = max over each window of X, padding excluded; Indices = flat index of the max in X (MaxPool-22)."""
 
     name = "MaxPool"
+    keeps_input_grid = True
+    fusable_pool = True
 
     @dataclass(frozen=True)
     class Attrs(WindowAttrs):
@@ -86,6 +88,7 @@ class AveragePool(_WindowPool):
     never the overrun of ceil_mode (AveragePool-22)."""
 
     name = "AveragePool"
+    fusable_pool = True
 
     @dataclass(frozen=True)
     class Attrs(WindowAttrs):
@@ -128,6 +131,7 @@ class GlobalMaxPool(_GlobalPool):
     """Y = max of X over the spatial axes, kept as size-1 axes (GlobalMaxPool-22)."""
 
     name = "GlobalMaxPool"
+    keeps_input_grid = True
     reduce = "max"
 
 

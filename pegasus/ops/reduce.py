@@ -113,6 +113,7 @@ class ReduceMax(_Reduce):
     """y = max(x) over axes (-inf, or the type's lowest value, over an empty set)."""
 
     name = "ReduceMax"
+    value_preserving = True
 
     @staticmethod
     def fn(x, axes, keepdims):
@@ -124,6 +125,7 @@ class ReduceMin(_Reduce):
     """y = min(x) over axes (+inf, or the type's highest value, over an empty set)."""
 
     name = "ReduceMin"
+    value_preserving = True
 
     @staticmethod
     def fn(x, axes, keepdims):
@@ -244,6 +246,7 @@ class TopK(OpDef):
     sorted, equal values by lower index first (ONNX TopK); NaN sorts after every number"""
 
     name = "TopK"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:

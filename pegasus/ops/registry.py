@@ -47,6 +47,42 @@ class OpDef:
     #: False for ops that read only their inputs' shapes (Shape, Size): always folded at import.
     needs_values: ClassVar[bool] = True
 
+    # Facts the later stages read (quantizers, integer rules, passes, exporters) through pegasus.ops.facts,
+    # declared here once instead of in lists of op names of their own. Most ops keep the defaults.
+    #: output values are a selection or rearrangement of input 0's values (Reshape, Transpose, Slice, Gather...):
+    #: the op runs unchanged on integer levels, its output on input 0's grid (the generic integer rule,
+    #: pegasus/quantized/rules/values.py ``passthrough``)
+    value_preserving: ClassVar[bool] = False
+    #: the output takes input 0's grid though the op is not ``value_preserving`` (its integer rule is its own:
+    #: MaxPool refuses a used Indices output, Pad pads and Resize interpolates levels); ``OpFacts.tied`` is
+    #: this or ``value_preserving``
+    keeps_input_grid: ClassVar[bool] = False
+    #: an activation a producer may apply as its requantisation clamp; ``activation_bounds`` gives its real bounds
+    clamp: ClassVar[bool] = False
+    #: a one-input element-wise function of the value alone: an integer rule may tabulate it on every input level
+    tabulable: ClassVar[bool] = False
+    #: a per-channel affine by a constant operand: (the operand positions the other tensor may take, how the
+    #: constant acts: "scale", "shift" or "negative shift"), e.g. Mul ((0, 1), "scale"); None for other ops
+    channel_affine: ClassVar[tuple[tuple[int, ...], str] | None] = None
+    #: a pooling a convolution group may end with (exporters/glow fuse.py)
+    fusable_pool: ClassVar[bool] = False
+    #: the value is the sum of its two operands: a convolution group may take one as its residual sum
+    residual_sum: ClassVar[bool] = False
+    #: its element formula takes vectors as it takes elements (the exporters' float loops may use lanes)
+    vector_safe: ClassVar[bool] = False
+    #: the input holding the layer's bias (per output channel), None without one
+    bias_input: ClassVar[int | None] = None
+
+    @staticmethod
+    def weight_axis(attrs: Any, index: int, rank: int) -> int | None:
+        """The output-channel axis of input ``index`` (of rank ``rank``) when it is the layer's weight tensor."""
+        return None
+
+    @staticmethod
+    def activation_bounds(attrs: Any) -> tuple[float | None, float | None]:
+        """A ``clamp`` op's real bounds (None: unbounded on that side)."""
+        raise NotImplementedError
+
     @staticmethod
     def infer(attrs: Any, inputs: Sequence[TensorType | None]) -> list[TensorType]:
         raise NotImplementedError

@@ -178,6 +178,7 @@ class Resize(OpDef):
     """y = x resampled to ``sizes`` with ONNX Resize semantics (coordinates mapped with ``scales``)."""
 
     name = "Resize"
+    keeps_input_grid = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:

@@ -117,6 +117,7 @@ class Reshape(_Reshaping):
     """y = x viewed with the explicit shape ``shape`` (ONNX Reshape with 0/-1 already resolved)."""
 
     name = "Reshape"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -134,6 +135,7 @@ class Flatten(_Reshaping):
     """y = x as 2-D: (prod(shape[:axis]), prod(shape[axis:])) (ONNX Flatten)."""
 
     name = "Flatten"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -152,6 +154,7 @@ class Squeeze(_Reshaping):
     """y = x without the size-1 dimensions ``axes`` (all size-1 dimensions when empty) (ONNX Squeeze)."""
 
     name = "Squeeze"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -168,6 +171,7 @@ class Unsqueeze(_Reshaping):
     """y = x with size-1 dimensions inserted at ``axes`` of the output (ONNX Unsqueeze)."""
 
     name = "Unsqueeze"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -186,6 +190,7 @@ class Transpose(OpDef):
     """y = x with dimensions permuted: y.shape[i] = x.shape[perm[i]]; empty perm reverses (ONNX Transpose)."""
 
     name = "Transpose"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -213,6 +218,7 @@ class Expand(OpDef):
     """y = x broadcast against ``shape`` (ONNX Expand: bidirectional broadcasting)."""
 
     name = "Expand"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -233,6 +239,7 @@ class Tile(OpDef):
     """y = x repeated ``repeats[i]`` times along axis i (ONNX Tile); empty repeats copies x."""
 
     name = "Tile"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -287,6 +294,7 @@ class Split(OpDef):
     """y_i = consecutive chunks of x along ``axis`` with explicit sizes ``split`` (ONNX Split)."""
 
     name = "Split"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -312,6 +320,7 @@ class Slice(OpDef):
     """y = x[start:end:step] on each axis in ``axes`` (ONNX Slice, with its clamping rules)."""
 
     name = "Slice"
+    value_preserving = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -341,6 +350,7 @@ class Pad(OpDef):
     """y = x padded by ``pads`` ([begin_0.., end_0..], negative crops) in mode constant|reflect|edge|wrap."""
 
     name = "Pad"
+    keeps_input_grid = True
 
     @dataclasses.dataclass(frozen=True)
     class Attrs:
@@ -410,6 +420,7 @@ class DepthToSpace(_BlockMove):
     """Moves channel blocks into bs x bs spatial blocks (ONNX DepthToSpace)."""
 
     name = "DepthToSpace"
+    value_preserving = True
 
     @staticmethod
     def plan(attrs, shape):
@@ -428,6 +439,7 @@ class SpaceToDepth(_BlockMove):
     """Moves bs x bs spatial blocks into channels (ONNX SpaceToDepth, the inverse of DepthToSpace)."""
 
     name = "SpaceToDepth"
+    value_preserving = True
 
     @staticmethod
     def plan(attrs, shape):
@@ -444,6 +456,7 @@ class Gather(OpDef):
     """y = take(data, indices, axis); negative indices count from the end (ONNX Gather)."""
 
     name = "Gather"
+    value_preserving = True
     num_inputs = (2, 2)
 
     @dataclasses.dataclass(frozen=True)

@@ -23,10 +23,7 @@ import numpy as np
 
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor
-
-#: the affine ops: op -> (which operand may be the layer's output, how the constant acts: "scale"/"shift"/
-#: "negative shift"); the exporter's channels-first folds (exporters/glow/lower.py) read the same table
-AFFINE = {"Mul": ((0, 1), "scale"), "Add": ((0, 1), "shift"), "Sub": ((0,), "negative shift")}
+from pegasus.ops.facts import has_fact, op_facts
 
 
 def _channel_vector(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
@@ -108,7 +105,7 @@ FOLDERS: dict[str, Callable[[Graph, Node, str, np.ndarray], bool]] = {
 
 
 def _fold_one(graph: Graph, affine: Node, producers: dict[str, Node], consumers: dict[str, list[Node]]) -> bool:
-    positions, kind = AFFINE[affine.op]
+    positions, kind = op_facts(affine.op).channel_affine   # Mul, Add, Sub (OpDef.channel_affine)
     for position in positions:
         source, other = affine.inputs[position], affine.inputs[1 - position]
         layer = producers.get(source)
@@ -140,7 +137,7 @@ def fold_channel_affine(graph: Graph) -> bool:
     while progress:
         progress = False
         producers, consumers = graph.producers(), graph.consumers()
-        for affine in [n for n in graph.nodes if n.op in AFFINE and len(n.inputs) == 2]:
+        for affine in [n for n in graph.nodes if has_fact(n.op, "channel_affine") and len(n.inputs) == 2]:
             if _fold_one(graph, affine, producers, consumers):
                 progress = changed = True
                 break

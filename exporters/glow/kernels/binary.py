@@ -37,6 +37,7 @@ from pegasus.exporters.glow.llvm.lanes import (
 )
 from pegasus.exporters.glow.llvm.scalar import Arith, LaneArith, compute_dtype
 from pegasus.ir.dtypes import DType
+from pegasus.ops.facts import has_fact
 
 # ---- broadcasting loops ---------------------------------------------------------------------------
 
@@ -179,13 +180,6 @@ BROADCAST: dict[str, Broadcast] = {
 }
 
 
-#: the ops whose value is the sum of their two operands: a float convolution group may take one, its other
-#: operand added to each value before the rest of its epilogue (exporters/glow/fuse.py, conv.py ``Epilogue``)
-RESIDUAL_SUMS = ("Add", "Sum")
-
-#: formulas that take vectors as they take elements (LaneArith), used in vectors on float tensors
-VECTOR_SAFE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "PRelu")
-
 
 @emitter(*BROADCAST)
 def broadcast(k: KernelContext) -> None:
@@ -193,7 +187,7 @@ def broadcast(k: KernelContext) -> None:
     operands = [ref for ref in k.inputs if ref is not None]
     compute, reads = (spec.dtypes or _same_as_first)([ref.type.dtype for ref in operands])
     b, y = k.builder, k.outputs[0]
-    lanes = float_lanes(k.target, compute, [y, *operands]) if k.node.op in VECTOR_SAFE else 1
+    lanes = float_lanes(k.target, compute, [y, *operands]) if has_fact(k.node.op, "vector_safe") else 1
     strides = [y.strides] + [broadcast_strides(y.shape, ref.shape) for ref in operands]
     sizes, merged = coalesce(y.shape, strides)
     inner = [steps[-1] if steps else 1 for steps in merged]

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pegasus.exporters.glow.kernels.binary import RESIDUAL_SUMS
 from pegasus.exporters.glow.kernels.elementwise import apply_unary
 from pegasus.exporters.glow.llvm.numeric import Numeric
 from pegasus.exporters.glow.llvm.simd import prefetch_span
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.types import Value
+from pegasus.ops.facts import has_fact
 
 #: bytes of a residual operand above which the kernels prefetch it (``Epilogue.prefetch``): larger than this
 #: CPU's 1 MB L2, it comes from L3 or memory. ResNet-50 in the model: 256@56 (3.2 MB) 1,300 -> 1,200 kcycles
@@ -34,7 +34,7 @@ def residual_prefetched(target, residual: TensorRef | None) -> bool:
 class Epilogue:
     """Element-wise layers fused after a convolution, as (op, attrs): applied, in order, to each
     accumulator vector before it is stored or pooled (the formulas of kernels/elementwise.py). A residual
-    sum (binary.py ``RESIDUAL_SUMS``, fuse.py) adds ``residual`` (Y's shape) at the vector's store: ``flat``,
+    sum (the ``residual_sum`` op fact, fuse.py) adds ``residual`` (Y's shape) at the vector's store: ``flat``,
     ``count`` and ``stride`` are the store's, so exactly the lanes stored are read."""
 
     layers: tuple[tuple[str, Any], ...] = ()
@@ -45,7 +45,7 @@ class Epilogue:
     def __call__(self, num: Numeric, value: Value, flat: Value | None = None, count: int | None = None,
                  stride: int = 1) -> Value:
         for op, attrs in self.layers:
-            if op in RESIDUAL_SUMS:
+            if has_fact(op, "residual_sum"):
                 value = num.add(value, self._operand(num, flat, value.type.count, count, stride))
             else:
                 value = apply_unary(num.b, self.math, op, attrs, value, num.dtype)

@@ -6,20 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from pegasus.ir.graph import Node
+from pegasus.ops.facts import has_fact
+from pegasus.ops.registry import get_op
 from pegasus.quantized.context import LoweringContext, same_grid
 from pegasus.quantized.params import TensorQuant
 
-#: Activations a producer can apply in its requantisation clamp: op → (lo, hi) in real values.
-CLAMP_OPS = ("Relu", "Clip")
-
 
 def clamp_of(node: Node) -> tuple[float | None, float | None] | None:
-    """Real bounds of a ReLU/Clip node, or None for any other op."""
-    if node.op == "Relu":
-        return 0.0, None
-    if node.op == "Clip":
-        return node.attrs.min, node.attrs.max
-    return None
+    """Real bounds of an activation a producer can apply in its requantisation clamp (the ``clamp`` op fact:
+    ReLU, Clip), or None for any other op."""
+    if not has_fact(node.op, "clamp"):
+        return None
+    return get_op(node.op).activation_bounds(node.attrs)
 
 
 def quantized_bounds(q: TensorQuant, lo: float | None, hi: float | None,

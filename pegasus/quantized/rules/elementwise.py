@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from pegasus.ir.graph import Node
+from pegasus.ops.facts import ops_with
 from pegasus.ops.fixedpoint import dequantize_values, integer_range, quantize_values
 from pegasus.ops.integer import LookupTable, interpolate_table
 from pegasus.ops.registry import all_ops
@@ -26,12 +27,8 @@ from pegasus.quantized.context import LoweringContext, integer_rule
 from pegasus.quantized.requant import requant_fields, requantize_attrs, value_bits
 from pegasus.quantized.rules.common import clamp_of, fused_output, quantized_bounds
 
-#: One-input element-wise ops that are not functions of the value to tabulate.
-_NOT_TABULATED = {"Identity", "Cast", "IsInf", "IsNaN", "Not", "Relu", "Clip", "DtypeConverter", "BFloat16Round",
-                  "Requantize"}
 
-
-@integer_rule("Relu", "Clip")
+@integer_rule(*ops_with("clamp"))
 def clamp(ctx: LoweringContext, node: Node) -> str | None:
     x, y = node.inputs[0], node.outputs[0]
     xq, yq = ctx.quant(x), ctx.quant(y)
@@ -139,11 +136,4 @@ def lookup_table(ctx: LoweringContext, node: Node) -> str | None:
     return None
 
 
-def _register_tables() -> None:
-    for name, opdef in all_ops().items():
-        if opdef.elementwise and opdef.num_inputs == (1, 1) and name not in _NOT_TABULATED \
-                and opdef.__module__ in ("pegasus.ops.elementwise",):
-            integer_rule(name)(lookup_table)
-
-
-_register_tables()
+integer_rule(*ops_with("tabulable"))(lookup_table)   # the ops declaring the fact

@@ -10,12 +10,9 @@ from dataclasses import replace
 import numpy as np
 
 from pegasus.ir.graph import Node
+from pegasus.ops.facts import ops_with
 from pegasus.quantized.context import LoweringContext, integer_rule, same_grid
 from pegasus.quantized.requant import requantize_attrs
-
-#: Ops whose outputs are (a selection or rearrangement of) input 0's values.
-PASSTHROUGH_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Slice", "Gather",
-                   "Split", "Tile", "Expand", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "TopK")
 
 
 def _raw(ctx: LoweringContext, name: str) -> str:
@@ -51,7 +48,7 @@ def passthrough(ctx: LoweringContext, node: Node, attrs=None) -> str | None:
     return None
 
 
-integer_rule(*PASSTHROUGH_OPS)(passthrough)
+integer_rule(*ops_with("value_preserving"))(passthrough)   # the ops declaring the fact
 
 
 @integer_rule("Concat")
