@@ -39,7 +39,7 @@ from pegasus.exporters.glow.kernels.registry import (
     workspace_bytes,
 )
 from pegasus.exporters.glow.llvm.mathlib import MathLib
-from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.tensors import TensorRef, constant_bounds
 from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.pooled_pair import PooledPair
@@ -263,15 +263,6 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
         function.args[-2].add_attribute("noalias")
     function.args[-1].add_attribute("noalias")   # read-only tables no store can reach
     return function
-
-
-def constant_bounds(graph: Graph, name: str) -> tuple[int, int] | None:
-    """(min, max) of a non-empty integer constant (TensorRef.bounds)."""
-    tensor = graph.tensors.get(name)
-    if tensor is None or not tensor.is_constant or not tensor.type.dtype.is_integer or not tensor.type.size:
-        return None
-    values = graph.value_of(name)
-    return int(values.min()), int(values.max())
 
 
 def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,

@@ -32,7 +32,7 @@ from pegasus.exporters.glow.kernels.parameters import TABLE_ALIGN, LayerParamete
 from pegasus.exporters.glow.kernels.registry import get_emitter, workspace_bytes
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range
-from pegasus.exporters.glow.llvm.tensors import TensorRef
+from pegasus.exporters.glow.llvm.tensors import TensorRef, constant_bounds
 from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes, strided_reader
 from pegasus.ir.graph import Graph
@@ -274,7 +274,5 @@ def _stage_function(function: ir.Function, graph: Graph, chain: RowChain, index:
 
 
 def chain_bound(graph: Graph, name: str) -> tuple[int, int] | None:
-    """(min, max) of an integer constant input (codegen.constant_bounds)."""
-    from pegasus.exporters.glow.codegen import constant_bounds  # codegen imports this module
-
+    """(min, max) of an integer constant input (llvm/tensors.py ``constant_bounds``)."""
     return constant_bounds(graph, name)

@@ -1,5 +1,7 @@
 """A tensor as kernels see it: ``TensorRef``, a typed pointer with its static shape (flat indices, loads,
-stores), and ``strides_of``, the row-major element strides of a shape."""
+stores) and, for an integer constant, its bounds (``constant_bounds``); and the layout arithmetic kernels share:
+``strides_of`` (row-major element strides), ``flat_spatial`` (an (N, C, D1, ...) tensor seen as (N, C, D1*...)),
+``batch_steps`` (where each batch matrix of a broadcast matrix product starts)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from pegasus.exporters.glow.llvm.types import I32, llvm_type
+from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import TensorType
 
 
@@ -76,3 +79,12 @@ def flat_spatial(ref: TensorRef, ptr: ir.Value | None = None) -> TensorRef:
     """``ref`` (N, C, D1, ...) seen as (N, C, D1*...) at ``ptr`` (default: its own)."""
     shape = ref.shape
     return TensorRef(ref.ptr if ptr is None else ptr, TensorType((*shape[:2], math.prod(shape[2:])), ref.type.dtype))
+
+
+def constant_bounds(graph: Graph, name: str) -> tuple[int, int] | None:
+    """(min, max) of a non-empty integer constant (TensorRef.bounds)."""
+    tensor = graph.tensors.get(name)
+    if tensor is None or not tensor.is_constant or not tensor.type.dtype.is_integer or not tensor.type.size:
+        return None
+    values = graph.value_of(name)
+    return int(values.min()), int(values.max())
