@@ -16,6 +16,15 @@ FOLDERS = {"pegasus": "pegasus", "pegasus.importers": "importers", "pegasus.quan
            "pegasus.exporters": "exporters"}
 #: the packages (import names) held to both rules
 PACKAGES = ["pegasus.quantized", "pegasus.ops", "pegasus.passes", "pegasus.quantizers", "pegasus.importers"]
+#: packages free of private imports whose last cycle goes through work still pending (issue 29): the cycle test is
+#: expected to fail for them, strictly, so it reports the moment they are clean and the entry must move to PACKAGES
+PENDING = {
+    "pegasus.exporters": "the select stage (issue 29): kernels/integer_conv_plan.py and integer_conv_pool.py import "
+                         "fuse.heads_pooling, fuse.py imports the kernels package (fuse -> kernels -> integer_conv -> "
+                         "integer_conv_plan -> fuse, 11 modules)",
+}
+CYCLE_CHECKED = [*PACKAGES, *(pytest.param(package, marks=pytest.mark.xfail(reason=reason, strict=True))
+                              for package, reason in PENDING.items())]
 
 
 def module_files() -> dict[str, Path]:
@@ -110,14 +119,14 @@ def test_cycles_are_found():
     assert sorted(cycles(graph)) == [["a", "b"], ["c", "d", "e"]]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", CYCLE_CHECKED)
 def test_no_import_cycle(package):
     graph = import_graph()
     inside = [cycle for cycle in cycles(graph) if any(_inside(module, package) for module in cycle)]
     assert not inside, f"import cycles through {package}: {inside}"
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", [*PACKAGES, *PENDING])
 def test_no_private_name_imported(package):
     modules = module_files()
     private = [f"{module} takes {name} from {target}" for module, path in modules.items() if _inside(module, package)
