@@ -1,5 +1,7 @@
-"""Shared fixtures (the demo model, a runner for the ``pegasus`` command line) and the per-op summary of
-the ONNX conformance run (kept here, in the root conftest, so pytest-xdist's controller sees it)."""
+"""Shared fixtures (the demo model, a runner for the ``pegasus`` command line), the test tiers (markers by
+folder, tests/support/tiers.py), the rule for a missing toolchain or framework (a skip with the install hint, a
+failure under ``--require-all``: tests/support/requirements.py) and the per-op summary of the ONNX conformance run
+(kept here, in the root conftest, so pytest-xdist's controller sees it)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support import requirements, tiers
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "conversion_scripts" / "demo"
@@ -42,6 +46,47 @@ def demo_model(tmp_path_factory, demo_onnx) -> tuple[Path, Path]:
                      "--output-data", folder / "lenet_mnist.data")
     assert result.code == 0, result.stderr
     return folder / "lenet_mnist.json", folder / "lenet_mnist.data"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--require-all", action="store_true",
+                     help="fail (instead of skip) a test whose toolchain or framework is missing (make test, CI)")
+
+
+def pytest_configure(config):
+    requirements.set_require_all(config.getoption("--require-all"))
+
+
+def pytest_collection_modifyitems(config, items):
+    tiers.mark(items, config.rootpath)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module importing a framework that is not installed: skipped with the hint (unless --require-all)."""
+    report = (yield).get_result()
+    if report.failed and not requirements.require_all():
+        reason = requirements.missing_in_text(str(report.longrepr))
+        if reason:
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), None, f"Skipped: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A missing tool or framework surfacing while the test runs (the bundle harness's MissingToolError, a
+    program not on PATH, a framework import): skipped with the hint, unless --require-all."""
+    report = (yield).get_result()
+    if call.excinfo is None:
+        return
+    line = (item.location[1] or 0) + 1
+    if report.skipped and any(entry.path == Path(requirements.__file__) for entry in call.excinfo.traceback):
+        report.longrepr = (str(item.path), line, report.longrepr[2])     # need_tool's caller, not need_tool
+    elif report.failed and not requirements.require_all():
+        reason = requirements.missing_of(call.excinfo.value)
+        if reason:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), line, f"Skipped: {reason}")
 
 
 _OUTCOMES: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

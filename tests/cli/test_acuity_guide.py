@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import DEMO_DIR
 from tests.security.harness import run_many
+from tests.support.requirements import need_module
 
 
 def guide(text: str, **names: str) -> list[str]:
@@ -159,7 +160,7 @@ def test_guide_workflow(workspace):
 
 def test_keras_convert_engine(tmp_path):
     """``import keras --model xxxx.hdf5 ... --convert-engine Keras`` (the guide's table): imported, one note."""
-    keras = pytest.importorskip("keras")
+    keras = need_module("keras")
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)])
     model.save(tmp_path / "net.h5")
     text = "./bin/pegasus import keras --model net.h5 --output-data net.data --output-model net.json"

@@ -17,8 +17,9 @@ from pegasus.ops.registry import ShapeError, make_attrs
 from pegasus.ops.spatial import WindowAttrs, tap_counts, transposed_window, window
 from pegasus.runtime.interpreter import run
 from tests.ops.test_elementwise import assert_same, check_infer, onnx_model
+from tests.support.requirements import need_module
 
-ort = pytest.importorskip("onnxruntime")
+ort = need_module("onnxruntime")
 
 RNG = np.random.default_rng(1)
 

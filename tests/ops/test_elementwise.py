@@ -19,8 +19,9 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.registry import ShapeError, get_op, make_attrs
 from pegasus.runtime.interpreter import run
+from tests.support.requirements import need_module
 
-ort = pytest.importorskip("onnxruntime")
+ort = need_module("onnxruntime")
 
 RNG = np.random.default_rng(0)
 

@@ -22,8 +22,9 @@ from pegasus.ops import get_op
 from pegasus.ops.registry import ShapeError, make_attrs
 from pegasus.runtime.interpreter import run
 from tests.ops.test_elementwise import assert_same, check_infer, onnx_model
+from tests.support.requirements import need_module
 
-ort = pytest.importorskip("onnxruntime")
+ort = need_module("onnxruntime")
 
 RNG = np.random.default_rng(7)
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}

@@ -9,10 +9,10 @@ import zlib
 
 import numpy as np
 import onnx
-import pytest
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from tests.security.harness import assert_refused, run_many
+from tests.support.requirements import need_module
 
 X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
 Y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
@@ -158,7 +158,7 @@ def test_tflite_and_samples(tmp_path):
     from tests.conftest import ROOT
 
     shutil.copyfile(ROOT / "fuzz" / "corpus" / "tflite" / "convnet_float.tflite", tmp_path / "convnet_float.tflite")
-    pytest.importorskip("tflite")
+    need_module("tflite")
     no_filter = _tflite_without_filter(tmp_path / "nofilter.tflite")
     onnx_model = _save(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"])],
                        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])])

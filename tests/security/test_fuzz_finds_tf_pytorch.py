@@ -17,6 +17,7 @@ import pytest
 
 from pegasus.errors import PegasusError
 from tests.security.harness import assert_refused, run_many
+from tests.support.requirements import need_module
 
 
 def _zip(members: dict[str, bytes], method: int = zipfile.ZIP_STORED) -> bytes:
@@ -77,7 +78,7 @@ def _frozen_batchnorm(tf, variance: np.ndarray, scale: np.ndarray) -> bytes:
 
 
 def test_batch_norm_constants_from_the_file(tmp_path: Path) -> None:
-    tf = pytest.importorskip("tensorflow")
+    tf = need_module("tensorflow")
     from pegasus.importers.tensorflow.loader import import_tensorflow
 
     ones = np.ones(2, np.float32)
@@ -94,7 +95,7 @@ def test_batch_norm_constants_from_the_file(tmp_path: Path) -> None:
 def test_nodes_checked_against_their_op_definition(tmp_path: Path) -> None:
     """A node missing a data input or a required attribute (what dropping one field of a GraphDef does) is refused
     naming the node before any converter indexes its inputs."""
-    tf = pytest.importorskip("tensorflow")
+    tf = need_module("tensorflow")
     from tensorflow.core.framework import graph_pb2
 
     from pegasus.importers.tensorflow.loader import import_tensorflow

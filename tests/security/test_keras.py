@@ -18,11 +18,11 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests.security.harness import assert_refused, run_many
+from tests.support.requirements import need_module
 
-h5py = pytest.importorskip("h5py")
+h5py = need_module("h5py")
 
 MARKER = b"K37-SECRET-MARKER-0123456789abcd"   # 32 bytes: 8 float32
 KERNEL = np.arange(12, dtype=np.float32).reshape(4, 3) / 7

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from tests.security.harness import assert_no_canary, assert_refused, run_many
+from tests.support.requirements import need_module
 
-torch = pytest.importorskip("torch")
+torch = need_module("torch")
 nn = torch.nn
 
 

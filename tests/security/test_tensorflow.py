@@ -30,9 +30,10 @@ import numpy as np
 import pytest
 
 from tests.security.harness import assert_refused, run_many
+from tests.support.requirements import need_module
 
 pytestmark = pytest.mark.xdist_group("tensorflow")
-tf = pytest.importorskip("tensorflow")
+tf = need_module("tensorflow")
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2  # noqa: E402
 from tensorflow.core.protobuf import tensor_bundle_pb2  # noqa: E402
 

@@ -21,8 +21,9 @@ import pytest
 
 from pegasus.errors import PegasusError
 from tests.security.harness import assert_no_canary, assert_refused, run_many
+from tests.support.requirements import need_module
 
-torch = pytest.importorskip("torch")
+torch = need_module("torch")
 nn = torch.nn
 
 MARKER = b"SECRET-MARKER-7f3a9c-SECRET-MARKER-7f3a9c-4567890"[:48]

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.support.requirements import need_module
 from tests.workflow.helpers import DEMO, digit, lenet_onnxruntime, run_bundle
 
 pytestmark = pytest.mark.xdist_group("workflow")
@@ -124,7 +125,7 @@ def test_rerun_skips_everything_done(manifest, first_run):
 
 
 def test_same_summary_on_a_dask_cluster(manifest, first_run):
-    distributed = pytest.importorskip("distributed")
+    distributed = need_module("distributed")
     local = _summary(manifest / "out")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1",
                                   dashboard_address=None) as cluster:

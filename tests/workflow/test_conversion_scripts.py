@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.support.requirements import need_module
 from tests.workflow.helpers import DEMO, SCRIPTS, digit, lenet_onnxruntime, run_bundle, run_script
 
 pytestmark = pytest.mark.xdist_group("workflow")
@@ -70,7 +71,7 @@ def test_unknown_suffix_is_refused(tmp_path):
 
 
 def _tflite(builder_name: str):
-    pytest.importorskip("tensorflow")
+    need_module("tensorflow")
     from tests.importers.tflite import harness
 
     if builder_name == "int8_cnn":
