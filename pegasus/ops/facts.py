@@ -1,6 +1,7 @@
 """Asking the registry what an op is, by name: the facts each op declares once in its ``OpDef`` (``registry.py``:
 value-preserving, grid-tied, clamp, tabulable, affine, fusable pooling, residual sum, vector-safe, bias input,
-weight axis). Quantizers, integer rules, passes and exporters read these instead of keeping lists of op names."""
+weight axis, quantized form). Quantizers, integer rules, passes and exporters read these instead of keeping lists
+of op names."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class OpFacts:
     residual_sum: bool
     vector_safe: bool
     bias_input: int | None
+    quantized_form: bool
 
 
 _FACTS: dict[str, OpFacts] = {}
@@ -36,7 +38,8 @@ def op_facts(op: str) -> OpFacts:
         _FACTS[op] = OpFacts(
             value_preserving=cls.value_preserving, tied=cls.value_preserving or cls.keeps_input_grid, clamp=cls.clamp,
             tabulable=cls.tabulable, channel_affine=cls.channel_affine, fusable_pool=cls.fusable_pool,
-            residual_sum=cls.residual_sum, vector_safe=cls.vector_safe, bias_input=cls.bias_input)
+            residual_sum=cls.residual_sum, vector_safe=cls.vector_safe, bias_input=cls.bias_input,
+            quantized_form=cls.quantized_form)
     return _FACTS[op]
 
 

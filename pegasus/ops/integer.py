@@ -116,6 +116,7 @@ class QConv(OpDef):
     """Y = requant(Σ (X - x_zero_point) * (W - w_zero_point) + B) per output channel (Conv geometry)."""
 
     name = "QConv"
+    quantized_form = True
     num_inputs = (2, 3)
 
     @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class QMatMul(OpDef):
     """Y = requant((A - a_zero_point) @ (B - b_zero_point) + bias) per output column (matmul semantics)."""
 
     name = "QMatMul"
+    quantized_form = True
     num_inputs = (2, 3)
 
     @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class Requantize(OpDef):
     """Y = requant(X - in_zero_point): change of scale/zero point/type, with an optional clamp (ReLU, Clip)."""
 
     name = "Requantize"
+    quantized_form = True
     elementwise = True
 
     @dataclass(frozen=True)
@@ -201,6 +204,7 @@ class QAdd(OpDef):
     broadcasting; a negative b_multiplier makes it a subtraction."""
 
     name = "QAdd"
+    quantized_form = True
     num_inputs = (2, 2)
     elementwise = True
 
@@ -234,6 +238,7 @@ class QMul(OpDef):
     """Y = requant((A - a_zero_point) * (B - b_zero_point)), broadcasting."""
 
     name = "QMul"
+    quantized_form = True
     num_inputs = (2, 2)
     elementwise = True
 
@@ -263,6 +268,7 @@ class LookupTable(OpDef):
     exact in 32 bits: the table holds values of Y's type of at most 16 bits, so Y needs no clamp)."""
 
     name = "LookupTable"
+    quantized_form = True
     num_inputs = (2, 2)
     elementwise = True
 
@@ -322,6 +328,7 @@ class QSoftmax(OpDef):
     0, 32767)."""
 
     name = "QSoftmax"
+    quantized_form = True
     num_inputs = (2, 2)
 
     @dataclass(frozen=True)
@@ -406,6 +413,7 @@ class QAveragePool(OpDef):
     / c) + out_zero_point), an integer division rounded half away from zero; the tables are empty."""
 
     name = "QAveragePool"
+    quantized_form = True
 
     @dataclass(frozen=True)
     class Attrs(AveragePool.Attrs, RequantAttrs):
@@ -468,6 +476,7 @@ class BFloat16Round(OpDef):
     """Y = X rounded to bfloat16 precision (stored as float32): how qbfloat16 tensors are simulated."""
 
     name = "BFloat16Round"
+    quantized_form = True
     elementwise = True
     inplace = True
 

@@ -67,6 +67,7 @@ class QSigmoid16(OpDef):
     Y = (r - 2**23 + 128) >> 8 for v >= 0, (2**23 - r + 127) >> 8 below (arithmetic shifts)."""
 
     name = "QSigmoid16"
+    quantized_form = True
     num_inputs = (2, 2)
     elementwise = True
 
@@ -116,6 +117,7 @@ class QLeakyRelu(OpDef):
     alpha_shift below it; zero point, clamp and rounding as every requantising op (one multiplier each)."""
 
     name = "QLeakyRelu"
+    quantized_form = True
     num_inputs = (1, 1)
     elementwise = True
 

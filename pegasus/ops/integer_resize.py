@@ -54,6 +54,7 @@ class QResizeBilinear(OpDef):
     """Y (N, sizes..., C) = TFLite's integer bilinear resize of X (N, H, W, C), int8 or int16 (module docstring)."""
 
     name = "QResizeBilinear"
+    quantized_form = True
     num_inputs = (1, 1)
 
     @dataclass(frozen=True)

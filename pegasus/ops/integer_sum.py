@@ -30,6 +30,7 @@ class QAddRescaled(OpDef):
     says, three times."""
 
     name = "QAddRescaled"
+    quantized_form = True
     num_inputs = (2, 2)
     elementwise = True
     inplace = True   # Y may take A's bytes when A dies here: each element of A is read before Y's is written
@@ -64,6 +65,7 @@ class QReduceSum(OpDef):
     mean with 1/count in the multiplier (TFLite's MEAN)."""
 
     name = "QReduceSum"
+    quantized_form = True
 
     @dataclass(frozen=True)
     class Attrs(RequantAttrs):

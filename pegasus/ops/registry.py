@@ -70,6 +70,9 @@ class OpDef:
     residual_sum: ClassVar[bool] = False
     #: its element formula takes vectors as it takes elements (the exporters' float loops may use lanes)
     vector_safe: ClassVar[bool] = False
+    #: an op of the quantized graph only: the integer lowering emits it (QConv, Requantize, LookupTable, the
+    #: bfloat16 rounding...), so it needs no integer rule of its own
+    quantized_form: ClassVar[bool] = False
     #: the input holding the layer's bias (per output channel), None without one
     bias_input: ClassVar[int | None] = None
 
