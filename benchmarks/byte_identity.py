@@ -103,7 +103,7 @@ def digests(only: str | None) -> dict[str, dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="pegasus-identity-") as tmp:
         work = Path(tmp)
         for name, argv in cases(work):
-            if only and only not in name:
+            if only and not name.startswith(only) and f"-{only}" not in name:
                 continue
             out = work / "bundles" / name
             started = time.monotonic()

@@ -27,24 +27,14 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.fuse import Layer, single_layers
 from pegasus.exporters.glow.generated_text import bundle_name
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.conv_pool import conv_pool_workspace
-from pegasus.exporters.glow.kernels.integer_pooled_pair import emit_pooled_pair
 from pegasus.exporters.glow.kernels.parameters import LayerParameters, dims_table
-from pegasus.exporters.glow.kernels.registry import (
-    Stream,
-    get_emitter,
-    get_group_emitter,
-    runtime_dims_of,
-    stream_of,
-    workspace_bytes,
-)
+from pegasus.exporters.glow.kernels.registry import Stream, sizing_context
+from pegasus.exporters.glow.kernels.strategy import Choice, Query, get_implementation, implementations_of, run_hook
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.llvm.tensors import TensorRef, constant_bounds
 from pegasus.exporters.glow.llvm.types import llvm_type
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
-from pegasus.exporters.glow.pooled_pair import PooledPair
-from pegasus.exporters.glow.row_chains import RowChain
-from pegasus.exporters.glow.row_emit import emit_row_chain
+from pegasus.exporters.glow.schedule.select import select_layers
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph
 from pegasus.ops.registry import attrs_to_dict, get_op
@@ -53,9 +43,13 @@ BYTE_PTR = ir.IntType(8).as_pointer()
 REGION_ARG = {CONSTANT: 0, MUTABLE: 1, ACTIVATIONS: 2}
 
 
+#: layers whose stages read the graph: never shared by key, no run-time dimensions
+BLOCKS = ("RowChain", "PooledPair")
+
+
 def check_emitters(graph: Graph) -> None:
-    """Refuse, before any work, a graph with an op that has no emitter (naming op and layer)."""
-    missing = [f"{node.op} (layer '{node.name}')" for node in graph.nodes if get_emitter(node.op) is None]
+    """Refuse, before any work, a graph with an op that no implementation computes (naming op and layer)."""
+    missing = [f"{node.op} (layer '{node.name}')" for node in graph.nodes if not implementations_of(node.op)]
     if missing:
         raise PegasusError(f"no code generator for {len(missing)} layer(s): " + "; ".join(missing))
 
@@ -64,8 +58,14 @@ def _overlaps(a: Location, b: Location) -> bool:
     return a.region == b.region != CODE and a.offset < b.offset + b.size and b.offset < a.offset + a.size
 
 
-def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> ir.Module:
+def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str,
+                 choices: list[Choice] | None = None) -> ir.Module:
+    """The module of ``plan``'s layers, each computed by its implementation in ``choices`` (by default what the
+    select stage chooses: exporters/glow/pipeline.py passes its own)."""
     check_emitters(graph)
+    layers = plan.layers or single_layers(graph)
+    if choices is None:
+        choices = [selection.choice for selection in select_layers(graph, layers, target)]
     module = ir.Module(name=bundle_name(name))   # the module ID line and the entry symbol: an identifier only
     module.triple = target.triple
     math = MathLib(module, target)
@@ -78,7 +78,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
     code_constants: dict[str, ir.GlobalVariable] = {}
     bodies: dict[str, list[ir.Function]] = {}
     made: dict[str, tuple[ir.Function, bytes]] = {}
-    for index, unit in enumerate(plan.layers or single_layers(graph)):
+    for index, (unit, choice) in enumerate(zip(layers, choices)):
         present = [n for n in unit.inputs + unit.outputs if n]
         workspace = plan.workspace_of(unit)
         args = []
@@ -93,7 +93,7 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
         if workspace is not None:
             args.append(builder.gep(entry.args[REGION_ARG[workspace.region]],
                                     [ir.Constant(ir.IntType(32), workspace.offset)], inbounds=True))
-        dims = _runtime_dims(graph, unit, target)
+        dims = _runtime_dims(graph, unit, target, choice)
         key = _layer_key(graph, plan, unit, present, workspace, set(dims))
         if key not in made:
             layer = _layer_function(module, graph, plan, index, unit, present, workspace is not None)
@@ -102,8 +102,9 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
                 layer.append_basic_block("entry")
                 ir.IRBuilder(layer.entry_basic_block).ret_void()
             else:
-                _emit_layer_body(layer, graph, unit, present, math, target, workspace.size if workspace else 0,
-                                 parameters, lambda function: _shared(module, function, bodies))
+                _emit_layer_body(layer, graph, unit, choice, present, math, target,
+                                 workspace.size if workspace else 0, parameters,
+                                 lambda function: _shared(module, function, bodies))
                 # a size left out of the key but baked in would make the layers sharing the function wrong
                 assert parameters.dims_read == set(dims), \
                     f"layer '{unit.nodes[0].name}': its kernel read {parameters.dims_read} of {set(dims)}"
@@ -124,15 +125,12 @@ def build_module(graph: Graph, plan: MemoryPlan, target: Target, name: str) -> i
     return module
 
 
-def _runtime_dims(graph: Graph, unit: Layer, target: Target) -> dict[tuple[int, int], int]:
+def _runtime_dims(graph: Graph, unit: Layer, target: Target, choice: Choice) -> dict[tuple[int, int], int]:
     """(input position, axis) -> size of the dimensions the layer's kernel reads at run time from its parameter
-    block (registry.runtime_dims; none for row-by-row blocks and pairs)."""
-    if isinstance(unit, (RowChain, PooledPair)):
-        return {}
+    block (its implementation's ``runtime_dims`` hook: kernels/registry.py)."""
     head = unit.nodes[0]
-    types = [[graph.type_of(n) if n else None for n in names] for names in (head.inputs, head.outputs)]
-    return {(position, axis): graph.type_of(head.inputs[position]).shape[axis]
-            for position, axis in runtime_dims_of(head, *types, target)}
+    found = run_hook(choice.impl, "runtime_dims", (), sizing_context(Query(graph, unit, target), choice))
+    return {(position, axis): graph.type_of(head.inputs[position]).shape[axis] for position, axis in found}
 
 
 def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], workspace: Location | None,
@@ -144,7 +142,7 @@ def _layer_key(graph: Graph, plan: MemoryPlan, unit: Layer, present: list[str], 
     layer's parameter block, so their functions are merged by text) or attributes that are not plain values.
     Whether each tensor is a constant is part of the key (a channels-last convolution runs natively only when
     its weights are)."""
-    if isinstance(unit, (RowChain, PooledPair)) or any(
+    if unit.kind in BLOCKS or any(
             graph.type_of(name).quant is not None
             or not (graph.type_of(name).dtype.is_float or graph.tensors[name].is_constant) for name in present):
         return ""
@@ -265,59 +263,38 @@ def _layer_function(module: ir.Module, graph: Graph, plan: MemoryPlan, index: in
     return function
 
 
-def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, present: list[str], math: MathLib,
-                     target: Target, workspace_size: int, parameters: LayerParameters, share) -> None:
+def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, choice: Choice, present: list[str],
+                     math: MathLib, target: Target, workspace_size: int, parameters: LayerParameters, share) -> None:
+    """The layer's function body, written by the implementation the select stage chose for it."""
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     refs = {name: TensorRef(arg, graph.type_of(name), constant_bounds(graph, name))
             for name, arg in zip(present, function.args)}
-    if isinstance(unit, RowChain):   # a block computed row by row: its stages' functions, called per row
-        emit_row_chain(function, builder, graph, unit, refs, math, target,
-                       function.args[-2] if workspace_size else None, parameters, share)
-        builder.ret_void()
-        return
-    if isinstance(unit, PooledPair):   # two convolutions and their poolings, the first's rows streamed
-        emit_pooled_pair(builder, graph, unit, refs, math, target, function.args[-2], parameters)
-        builder.ret_void()
-        return
     inputs = [refs[n] if n else None for n in unit.inputs]
     outputs = [refs[n] if n else None for n in unit.outputs]
     head = unit.nodes[0]
     k = KernelContext(head, head.attrs, builder, inputs, outputs, math, target,
-                      function.args[-2] if workspace_size else None, workspace_size, parameters=parameters)
-    if not unit.fused:
-        get_emitter(head.op)(k)
-    else:     # a group (fuse.py), computed by its head op's group kernel
-        get_group_emitter(head.op)(k, unit)
+                      function.args[-2] if workspace_size else None, workspace_size, parameters=parameters,
+                      layer=unit, choice=choice, graph=graph, refs=refs, share=share)
+    get_implementation(choice.impl).emit(k)
     builder.ret_void()
 
 
-def layer_workspaces(graph: Graph, layers: list[Layer], target: Target) -> dict[int, int]:
-    """Scratch bytes each layer's kernel needs on ``target`` (layers without a workspace left out)."""
+def layer_workspaces(graph: Graph, layers: list[Layer], target: Target, choices: list[Choice]) -> dict[int, int]:
+    """Scratch bytes each layer's implementation needs on ``target`` (its ``workspace`` hook; layers without a
+    workspace left out)."""
     sizes = {}
-    for index, unit in enumerate(layers):
-        types_in = [graph.type_of(n) if n else None for n in unit.nodes[0].inputs]   # the head's (not a residual)
-        if isinstance(unit, RowChain):   # its windows and its stages' scratch
-            size = unit.workspace_layout(graph, target)[2]
-        elif isinstance(unit, PooledPair):   # its ring of rows
-            size = unit.workspace_bytes()
-        elif unit.pool:   # a convolution with its pooling may stage its output (conv_pool.conv_pool_workspace)
-            size = conv_pool_workspace(unit.nodes[0], types_in, unit.pool, target)
-        else:           # one node, or a head whose element-wise followers need nothing more: the head's own
-            types_out = [graph.type_of(n) if n else None for n in unit.nodes[0].outputs]
-            size = workspace_bytes(unit.nodes[0], types_in, types_out, target)
+    for index, (unit, choice) in enumerate(zip(layers, choices)):
+        size = run_hook(choice.impl, "workspace", 0, sizing_context(Query(graph, unit, target), choice))
         if size:
             sizes[index] = size
     return sizes
 
 
-def layer_streams(graph: Graph, layers: list[Layer], target: Target) -> dict[int, Stream]:
-    """The layers whose kernel streams on ``target`` (``kernels.registry.streams``; fused layers do not)."""
+def layer_streams(graph: Graph, layers: list[Layer], target: Target, choices: list[Choice]) -> dict[int, Stream]:
+    """The layers whose implementation streams on ``target`` (its ``stream`` hook, kernels/registry.py)."""
     found = {}
-    for index, unit in enumerate(layers):
-        if unit.fused:
-            continue
-        stream = stream_of(unit.nodes[0], [graph.type_of(n) if n else None for n in unit.inputs],
-                           [graph.type_of(n) if n else None for n in unit.outputs], target)
+    for index, (unit, choice) in enumerate(zip(layers, choices)):
+        stream = run_hook(choice.impl, "stream", None, sizing_context(Query(graph, unit, target), choice))
         if stream is not None:
             found[index] = stream
     return found

@@ -11,33 +11,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pegasus.exporters.glow import bundle_files, memory_report
-from pegasus.exporters.glow.codegen import build_module, check_emitters, layer_streams, layer_workspaces
+from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
-from pegasus.exporters.glow.fuse import Layer, fuse_layers, single_layers
 from pegasus.exporters.glow.generated_text import bundle_name
-from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import MemoryPlan, check_limits, plan_memory
-from pegasus.exporters.glow.pooled_pair import pair_layers
-from pegasus.exporters.glow.row_chains import chain_rows
+from pegasus.exporters.glow.memory_plan import MemoryPlan
+from pegasus.exporters.glow.pipeline import Schedule, schedule
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet, check_folder
 from pegasus.ir.graph import Graph
-
-
-def plan_layers(graph: Graph, target: Target,
-                reuse_input_memory: bool = False) -> tuple[Graph, list[Layer], MemoryPlan]:
-    """(the graph lowered for ``target``, its layers, their memory plan): what a bundle and the instrumented
-    bundle of ``--profile`` (run/profile.py) are both compiled from. Convolutions fused with their consumers,
-    blocks chained row by row and pooled pairs formed unless ``target.fused`` is False (one layer per node);
-    a graph with an op no emitter computes, or a tensor the code cannot address, is refused here."""
-    graph = lower_for_export(graph, target)
-    check_emitters(graph)
-    grouped = chain_rows(graph, fuse_layers(graph, target)) if target.fused else single_layers(graph)
-    layers = pair_layers(graph, grouped, target, reuse_input_memory)
-    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target), layer_streams(graph, layers, target),
-                       reuse_input_memory, concat_in_place=not target.is_cortex_m)
-    check_limits(graph, plan, target.address_bits)
-    return graph, layers, plan
 
 
 @dataclass
@@ -47,6 +28,7 @@ class BundleResult:
     files: list[Path]
     plan: MemoryPlan
     report: str
+    schedule: Schedule | None = None
 
 
 def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bundle_api: str = "static",
@@ -60,8 +42,9 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     bundle_name(name)   # files, entry point, macros and Make variables are named after it: an identifier only
     if not fuse:    # the packers lay every layer's weights for its own kernel
         target = replace(target, fused=False)
-    graph, layers, plan = plan_layers(graph, target, reuse_input_memory)
-    module = build_module(graph, plan, target, name)
+    scheduled = schedule(graph, target, reuse_input_memory)
+    graph, plan = scheduled.graph, scheduled.plan
+    module = build_module(graph, plan, target, name, scheduled.choices)
     if bundle_api == "dynamic":
         bundle_files.add_dynamic_config(module, name, graph, plan)
     obj = compile_object(module, target)
@@ -82,4 +65,4 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     with AtomicFileSet() as files:
         for file_name, data in contents.items():
             files.stage(out_dir / file_name, data)
-    return BundleResult(name, graph, [out_dir / f for f in contents], plan, report_text)
+    return BundleResult(name, graph, [out_dir / f for f in contents], plan, report_text, scheduled)

@@ -36,12 +36,11 @@ conv_plane.py's tail tiles overlap their neighbours and would read R again where
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from pegasus.exporters.glow.kernels import conv_lanes
+import pegasus.exporters.glow.kernels  # noqa: F401  (registers the implementations fusion asks about)
 from pegasus.exporters.glow.kernels.elementwise import UNARY
+from pegasus.exporters.glow.kernels.strategy import Query, prefers_pooling_apart
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ops.facts import has_fact, ops_with
@@ -60,15 +59,16 @@ class Fusion:
     epilogue: bool              # whether unary element-wise layers may join
     pools: tuple[str, ...]      # the poolings that may end the group
     residual: bool = False      # whether a residual sum may join (module docstring; then no pooling)
-    #: (graph, head, target) -> whether the head's kernel on that target runs faster with its pooling as a
-    #: layer of its own (a group kernel that pools in registers would give up a faster kernel for the head)
-    pools_apart: Callable[[Graph, Node, Any], bool] | None = None
+    #: whether to ask the head's implementation on the target if it runs faster with its pooling as a layer of
+    #: its own (a group kernel that pools in registers would give up a faster kernel for the head:
+    #: kernels/strategy.py ``prefers_pooling_apart``)
+    pools_apart: bool = False
 
 
 #: the ops that head groups. A QConv's output is requantised integers: their max is exact, while an
 #: element-wise layer or an average on them would need a requantisation of its own in the kernel
 FUSIONS = {
-    "Conv": Fusion(FUSED_DTYPES, True, ops_with("fusable_pool"), residual=True, pools_apart=conv_lanes.pools_apart),
+    "Conv": Fusion(FUSED_DTYPES, True, ops_with("fusable_pool"), residual=True, pools_apart=True),
     "QConv": Fusion((DType.INT8, DType.UINT8, DType.INT16), False, ("MaxPool",)),
     "BatchNormalization": Fusion(FUSED_DTYPES, True, ()),
 }
@@ -104,6 +104,11 @@ class Layer:
     @property
     def fused(self) -> bool:
         return len(self.nodes) > 1
+
+    @property
+    def kind(self) -> str:
+        """What the select stage chooses an implementation for: the op, or ``<head op>+group`` when fused."""
+        return f"{self.nodes[0].op}+group" if self.fused else self.nodes[0].op
 
     @property
     def op(self) -> str:
@@ -143,8 +148,7 @@ def _can_follow(graph: Graph, layer: Layer, node: Node, target=None) -> bool:
         return False
     if node.op in fusion.pools:   # MaxPool's Indices need the whole tensor
         same_layout = layer.nodes[0].attrs.channels_last == node.attrs.channels_last
-        apart = fusion.pools_apart is not None and target is not None and fusion.pools_apart(graph, layer.nodes[0],
-                                                                                             target)
+        apart = fusion.pools_apart and prefers_pooling_apart(Query(graph, Layer([layer.nodes[0]]), target))
         return (same_layout and all(not name for name in node.outputs[1:]) and not apart
                 and layer.residual is None)   # the pooling kernels stage or reduce: no store to add R at
     source, result = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])

@@ -30,7 +30,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from pegasus.exporters.glow.kernels.registry import packed_weights, supports_channels_last
+import pegasus.exporters.glow.kernels  # noqa: F401  (registers the implementations: which run channels last)
+from pegasus.exporters.glow.kernels.registry import supports_channels_last
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
@@ -68,12 +69,6 @@ def materialize_outputs(graph: Graph) -> bool:
     return changed
 
 
-def _pack_weights(graph: Graph, node: Node, target=None) -> None:
-    """Replace the constant weights of a channels-last ``node`` by the re-laid ones its kernel reads."""
-    suffix = "channels_last" if getattr(node.attrs, "channels_last", False) else "packed"
-    relay_inputs(graph, node, packed_weights(node, graph, target), suffix)
-
-
 def relay_inputs(graph: Graph, node: Node, arrays: dict[int, np.ndarray], suffix: str) -> None:
     """``node``'s inputs at the positions of ``arrays`` replaced by new constants holding them, named
     ``{input}_{suffix}`` (new constants: a weight another layer shares keeps its own layout there)."""
@@ -82,23 +77,9 @@ def relay_inputs(graph: Graph, node: Node, arrays: dict[int, np.ndarray], suffix
         node.inputs = [name if i == position else n for i, n in enumerate(node.inputs)]
 
 
-def channels_first_packing(graph: Graph, target=None) -> bool:
-    """Channels-first layers whose kernel re-lays their constant weights (a ``packer(..., channels_first=True)``:
-    e.g. kernels/conv_lanes.py's blocks for 1x1 convolutions on small planes) get the re-laid constants."""
-    changed = False
-    for node in graph.nodes:
-        if getattr(node.attrs, "channels_last", True) or not all(graph.tensors[name].is_constant for name in
-                                                                  node.inputs[1:2] if name):
-            continue
-        before = list(node.inputs)
-        _pack_weights(graph, node, target)
-        changed |= node.inputs != before
-    return changed
-
-
-def channels_last_layers(graph: Graph, target=None, pack: bool = True) -> bool:
-    """Channels-last layers with a channels-last kernel get their weights re-laid for it (unless not ``pack``);
-    each other one runs channels first, between transposes."""
+def channels_last_layers(graph: Graph) -> bool:
+    """Channels-last layers that no implementation computes channels last run channels first, between
+    transposes (the others' weights are re-laid by the pack stage: exporters/glow/pipeline.py)."""
     changed = False
     nodes: list[Node] = []
     for node in graph.nodes:
@@ -107,8 +88,6 @@ def channels_last_layers(graph: Graph, target=None, pack: bool = True) -> bool:
             continue
         changed = True
         if supports_channels_last(node, graph):
-            if pack:
-                _pack_weights(graph, node, target)
             nodes.append(node)
             continue
         x, y = node.inputs[0], node.outputs[0]
@@ -314,18 +293,16 @@ def float_rewrites(graph: Graph) -> bool:
     return folded or moved
 
 
-def lower_for_export(graph: Graph, target=None, pack: bool = True) -> Graph:
-    """The graph code is generated from; ``target`` (exporters.glow.target.Target) lets packers lay weights
-    out for its instructions (e.g. 16-bit pairs for Cortex-M's DSP extension). Without ``pack`` the same graph
-    keeps the registry's weight layouts: the reference interpreter runs it, its tensors named as the code's
-    (``pegasus run --compare-layers``)."""
+def lower_for_export(graph: Graph, target=None) -> Graph:
+    """The lower stage (exporters/glow/pipeline.py): the graph layers are grouped from, with the registry's
+    weight layouts (the pack stage re-lays them later), so the reference interpreter also runs it, its tensors
+    named as the code's (``pegasus run --compare-layers``). ``target`` is not read: the rewrites are the same
+    for every target."""
     lowered = copy.deepcopy(graph)
     float_rewrites(lowered)
     eliminate_common_subexpressions(lowered)     # the import's merge ran before its BN folding; this one after
     # the float rewrites (which can make two layers equal), and for graphs imported without the passes
     dense_layers_as_convs(lowered)
-    channels_last_layers(lowered, target, pack)
-    if pack:
-        channels_first_packing(lowered, target)
+    channels_last_layers(lowered)
     materialize_outputs(lowered)
     return lowered

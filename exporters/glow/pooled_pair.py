@@ -38,7 +38,6 @@ import numpy as np
 from pegasus.exporters.glow.fuse import Layer, headed_layer
 from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.context import piece
-from pegasus.exporters.glow.lower import relay_inputs
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node
@@ -269,40 +268,25 @@ class PooledPair(Layer):
     def op(self) -> str:
         return "pair_" + "_".join(node.op for node in self.nodes)
 
+    @property
+    def kind(self) -> str:
+        return "PooledPair"
+
     def workspace_bytes(self) -> int:
         return self.plan.workspace_bytes
 
 
 def pair_layers(graph: Graph, layers: list[Layer], target, inputs_reused: bool = False) -> list[Layer]:
     """``layers`` with each QConv + MaxPool group followed by the group reading its output replaced by their
-    ``PooledPair`` where ``pair_of`` allows it; ``graph`` (the export's lowered copy) then reads both weights as
-    laid for the kernel. A convolution the packers left for a pair that is not formed (an export without fusion,
-    a group taken by a row chain, inputs reused: ``pair_plan``) gets the layout its own kernel reads."""
-    skipped = [node for node in graph.nodes if node.op == "QConv" and pair_of(graph, node, target) is not None]
+    ``PooledPair`` where ``pair_of`` allows it (the pack stage then lays both weights for the pair's kernel:
+    schedule/blocks.py)."""
     out: list[Layer] = []
-    paired: set[int] = set()
     for layer in layers:
         previous = out[-1] if out else None
         if type(layer) is Layer and type(previous) is Layer and len(layer.nodes) == 2 and len(previous.nodes) == 2:
             found = pair_of(graph, layer.nodes[0], target, inputs_reused)
             if found is not None and previous.nodes == [found[0].a, found[0].pool_a]:
-                plan, first, second = found
-                for node, laid in ((plan.a, first), (plan.b, second)):
-                    relay_inputs(graph, node, {1: laid}, "paired")
-                    paired.add(id(node))
-                out[-1] = PooledPair(previous.nodes + layer.nodes, plan)
+                out[-1] = PooledPair(previous.nodes + layer.nodes, found[0])
                 continue
         out.append(layer)
-    for node in skipped:
-        if id(node) not in paired:
-            _pack_alone(graph, node, target)
     return out
-
-
-def _pack_alone(graph: Graph, node: Node, target) -> None:
-    """``node``'s weights (and bias) as its own kernel's packer lays them."""
-    from pegasus.exporters.glow.kernels.integer_conv_plan import pack_weights
-    from pegasus.exporters.glow.kernels.integer_conv_pool import pooled_halves
-
-    packed = (pack_weights if node.attrs.channels_last else pooled_halves)(node, graph, target)
-    relay_inputs(graph, node, packed, "channels_last" if node.attrs.channels_last else "packed")

@@ -42,9 +42,8 @@ from dataclasses import dataclass, field, replace
 
 from pegasus.exporters.glow.fuse import Layer
 from pegasus.exporters.glow.kernels.context import piece
-from pegasus.exporters.glow.kernels.integer_conv_plan import depthwise, weight_shape
-from pegasus.exporters.glow.kernels.registry import workspace_bytes
-from pegasus.ir.dtypes import DType
+from pegasus.exporters.glow.kernels.registry import sizing_context
+from pegasus.exporters.glow.kernels.strategy import Choice, Query, choose, run_hook
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
@@ -140,6 +139,10 @@ class RowChain(Layer):
         return "rows_" + "_".join(node.op for node in self.nodes)
 
     @property
+    def kind(self) -> str:
+        return "RowChain"
+
+    @property
     def writes_over(self) -> str | None:
         return self.source if self.over_source else None
 
@@ -152,9 +155,27 @@ class RowChain(Layer):
         for tensor, rows in self.windows.items():
             offsets[tensor] = used
             used = piece(used + rows * row_bytes(graph, tensor))
-        kernel = max((workspace_bytes(*stage.variant(graph, pads), target) for stage in self.stages
+        kernel = max((stage_workspace(graph, *stage.variant(graph, pads), target) for stage in self.stages
                       for pads in stage.variants()), default=0)
         return offsets, used, used + kernel if kernel else used
+
+
+def stage_query(graph: Graph, node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
+                target) -> tuple[Query, Choice]:
+    """(the query of a stage's node computing a band of rows — its tensors of those types — and the implementation
+    the select stage's rule gives it there)."""
+    inputs = node.inputs if len(types_in) == len(node.inputs) else [n for n in node.inputs if n]
+    names = [*inputs, *node.outputs]
+    types = tuple((name, ttype) for name, ttype in zip(names, [*types_in, *types_out]) if name and ttype is not None)
+    query = Query(graph, Layer([node]), target, types)
+    return query, choose(query)
+
+
+def stage_workspace(graph: Graph, node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
+                    target) -> int:
+    """The scratch bytes a stage's implementation takes for a band of rows."""
+    query, choice = stage_query(graph, node, types_in, types_out, target)
+    return run_hook(choice.impl, "workspace", 0, sizing_context(query, choice))
 
 
 def row_bytes(graph: Graph, tensor: str) -> int:
@@ -163,12 +184,10 @@ def row_bytes(graph: Graph, tensor: str) -> int:
 
 
 def _window(graph: Graph, node: Node) -> Window:
+    """A channels-last convolution's window (grouping sees the weights as the registry lays them: (M, C/group, k...);
+    the pack stage re-lays them later)."""
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
-    packed = depthwise(node.attrs.group, x.shape[-1] // node.attrs.group)
-    shape = weight_shape(w.shape, True, packed)
-    if w.dtype is DType.INT32:   # centred 16-bit pairs (integer_conv_plan.paired)
-        shape = (shape[0] * 2,) + shape[1:] if packed else (shape[0], shape[1] * 2) + shape[2:]
-    return Conv.geometry(node.attrs, first_shape(x.shape, True), shape)
+    return Conv.geometry(node.attrs, first_shape(x.shape, True), w.shape)
 
 
 def _row_conv(graph: Graph, layer: Layer) -> bool:

@@ -29,12 +29,13 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.parameters import TABLE_ALIGN, LayerParameters
-from pegasus.exporters.glow.kernels.registry import get_emitter, workspace_bytes
+from pegasus.exporters.glow.kernels.registry import sizing_context
+from pegasus.exporters.glow.kernels.strategy import get_implementation, run_hook
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.exporters.glow.llvm.tensors import TensorRef, constant_bounds
 from pegasus.exporters.glow.llvm.types import llvm_type
-from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes, strided_reader
+from pegasus.exporters.glow.row_chains import RowChain, Stage, row_bytes, stage_query, strided_reader
 from pegasus.ir.graph import Graph
 
 I32 = ir.IntType(32)
@@ -246,7 +247,8 @@ def _stage_function(function: ir.Function, graph: Graph, chain: RowChain, index:
     workspace. Its pointers are ``noalias`` but where the block's output takes X's bytes and the stage reads X."""
     node, types_in, types_out = stage.variant(graph, pads)
     names = [n for n in node.inputs if n]
-    scratch = workspace_bytes(node, types_in, types_out, target)
+    query, choice = stage_query(graph, node, types_in, types_out, target)
+    scratch = run_hook(choice.impl, "workspace", 0, sizing_context(query, choice))
     arg_types = [llvm_type(t.dtype).as_pointer() for t in types_in + types_out]
     arg_types += [BYTE_PTR] * (2 if scratch else 1)
     module = function.module
@@ -267,8 +269,9 @@ def _stage_function(function: ir.Function, graph: Graph, chain: RowChain, index:
     out = TensorRef(sub.args[len(names)], types_out[0])
     parameters = LayerParameters(sub.args[-1])
     k = KernelContext(node, node.attrs, builder, refs, [out], math, target,
-                      sub.args[-2] if scratch else None, scratch, parameters=parameters)
-    get_emitter(node.op)(k)
+                      sub.args[-2] if scratch else None, scratch, parameters=parameters, layer=query.layer,
+                      choice=choice, graph=graph)
+    get_implementation(choice.impl).emit(k)
     builder.ret_void()
     return sub, parameters.data, bool(scratch)
 

@@ -3,6 +3,9 @@
 from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registers its emitters)
     binary,
     conv,
+    conv_channels_last,
+    conv_first,
+    conv_lanes,
     conv_pool,
     elementwise,
     identity,

@@ -36,6 +36,11 @@ class KernelContext:
     workspace_size: int = 0
     _workspace_used: int = 0
     parameters: Any = None   # kernels.parameters.LayerParameters: where the layer's tables go (None: the code)
+    layer: Any = None        # the layer (fuse.Layer or a block) this context computes
+    choice: Any = None       # kernels.strategy.Choice: its implementation as the select stage chose it
+    graph: Any = None        # the lowered graph (blocks read their stages from it)
+    refs: Any = None         # tensor name -> TensorRef of the layer's arguments (blocks)
+    share: Any = None        # codegen's function de-duplication (row chains share stage functions)
 
     @property
     def module(self) -> ir.Module:

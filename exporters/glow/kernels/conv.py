@@ -21,8 +21,9 @@ each accumulator vector before storing it, a residual sum's other operand read a
 lanes (every store site passes them); conv_pool.py's ``emit_conv_pool`` reduces ``correlate``'s register tiles
 straight into pooled outputs.
 
-Channels-last layers (``channels_last``) with constant weights go to conv_channels_last.py, built on
-this file's ``Axis``; the exporter re-lays their weights for it.
+The Conv implementations are registered by the files that emit them (kernels/strategy.py; schedule/select.py
+chooses): conv_plane.py (channels first: pointwise, im2col, row taps, direct), conv_lanes.py (x86),
+conv_channels_last.py and conv_pool.py (a Conv with its pooling).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
 from pegasus.exporters.glow.kernels.epilogue import Epilogue
-from pegasus.exporters.glow.kernels.registry import emitter, workspace
+from pegasus.exporters.glow.kernels.registry import emitter
 from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
@@ -234,21 +235,12 @@ def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
                        y.shape[1] // group * w.strides[0], w.strides[2:], epilogue=epilogue)
 
 
-@workspace("Conv")
-def conv_workspace(k: KernelContext) -> int:
-    """A Conv strided along its last axis on a hosted target gathers, once, what its taps read into the
-    workspace, so each block of output channels reads contiguous vectors (rather than shuffling strided loads,
-    once per block: ResNet-50's stride-2 projections ran at 22-33 GF/s): a pointwise one the input positions
-    it reads (``_pointwise_correlation``), one whose output rows the flattened plane covers better every
-    tap's inputs (conv_plane.py ``im2col_bytes``), any other each tap's run of the last axis
-    (``row_taps_correlation``)."""
-    if conv_lanes.packed(k):
-        return conv_lanes.workspace_bytes(k)
-    return conv_plane.im2col_bytes(k, simd_of(k.target)) or row_taps_bytes(k)
-
-
 def row_taps_bytes(k: KernelContext) -> int:
-    """The workspace of ``conv_workspace`` but for the im2col one (also what a staged Conv + pool gathers)."""
+    """The workspace of a Conv strided along its last axis on a hosted target, which gathers once what its taps
+    read, so each block of output channels reads contiguous vectors (rather than shuffling strided loads, once
+    per block: ResNet-50's stride-2 projections ran at 22-33 GF/s): a pointwise one the input positions it reads
+    (``pointwise_correlation``), any other each tap's run of the last axis (``row_taps_correlation``); also
+    what a staged Conv + pool gathers. 0: none."""
     x, w = k.inputs[0], k.inputs[1]
     if k.attrs.channels_last or k.target.is_cortex_m or x.type.dtype not in FLOATS:
         return 0
@@ -296,52 +288,21 @@ def gather_positions(b: ir.IRBuilder, pointer: ir.Value, x: TensorRef, win: Wind
     return picked
 
 
-def _pointwise_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> Correlation:
+def pointwise_correlation(k: KernelContext, epilogue: Epilogue, win: Window) -> Correlation:
     """A pointwise Conv on a hosted target as a correlation over the flattened positions (one axis: rows as
     long as the whole plane, so a 7x7 plane fills 16-lane tiles instead of 8-lane rows of 7). Strided: over the
-    input positions it reads, gathered into the workspace first (``conv_workspace``)."""
+    input positions it reads, gathered into the workspace first (``row_taps_bytes``)."""
     x, w, y = k.inputs[0], k.inputs[1], k.outputs[0]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     source = flat_spatial(x)
-    if conv_workspace(k):
+    gathered = row_taps_bytes(k)
+    if gathered:
         assert k.workspace is not None, f"layer '{k.node.name}': its strided pointwise Conv has no workspace"
-        source = flat_spatial(gather_positions(k.builder, k.scratch(x.element, conv_workspace(k)), x, win))
+        source = flat_spatial(gather_positions(k.builder, k.scratch(x.element, gathered), x, win))
     positions = source.shape[2]
     group = k.attrs.group
     return Correlation(source, w, bias, flat_spatial(y), [Axis(positions, positions, 1, 1, 1, 0)], group, w.strides[0],
                        w.strides[1], y.shape[1] // group * w.strides[0], (0,), epilogue=epilogue)
-
-
-def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
-    """Conv, its outputs passed through ``epilogue`` (fused element-wise layers) before they are stored."""
-    if k.attrs.channels_last:
-        conv_channels_last.emit_conv(k, epilogue)
-        return
-    num = Numeric(k.builder, require_dtype(k, FLOATS))
-    if conv_lanes.packed(k):
-        conv_lanes.emit_layer(k, epilogue)
-        return
-    win = Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
-    simd = simd_of(k.target)
-    if pointwise(win) and (len(win.out) > 1 and not k.target.is_cortex_m or conv_workspace(k)):
-        flat = _pointwise_correlation(k, epilogue, win)
-        cr = conv_plane.as_plane(flat)
-        if conv_plane.fits(cr, simd, num, k.target) and conv_plane.pointwise_fits(cr, simd, num):
-            conv_plane.emit_plane(k, num, cr, simd)
-            return
-        emit_correlation(k, num, flat)
-        return
-    if conv_plane.im2col_bytes(k, simd):
-        conv_plane.emit_plane(k, num, conv_plane.im2col_correlation(k, epilogue, win, simd), simd)
-        return
-    if conv_workspace(k):
-        emit_correlation(k, num, row_taps_correlation(k, epilogue, win))
-        return
-    cr = conv_correlation(k, epilogue)
-    if conv_plane.fits(cr, simd, num, k.target):
-        conv_plane.emit_plane(k, num, cr, simd)
-        return
-    emit_correlation(k, num, cr)
 
 
 def weights_known(node: Node, graph: Graph) -> bool:
@@ -349,23 +310,16 @@ def weights_known(node: Node, graph: Graph) -> bool:
     return graph.tensors[node.inputs[1]].is_constant
 
 
-@emitter("Conv", channels_last=weights_known)
-def conv(k: KernelContext) -> None:
-    emit_conv(k, Epilogue())
-
-
 # ----------------------------------------------------------------------------------------------------
 # ConvTranspose
 
 
-@emitter("ConvTranspose", channels_last=weights_known)
+@emitter("ConvTranspose")
 def conv_transpose(k: KernelContext) -> None:
     """Y[o] = bias + sum of X[i] * W[tap] over the (i, tap) with i*stride - pad + tap*dilation = o:
     each combination of per-axis phases (o mod stride) is a dense stride-1 correlation, register
-    tiled like Conv, whose outputs land every ``stride`` positions of Y."""
-    if k.attrs.channels_last:
-        conv_channels_last.emit_conv_transpose(k)
-        return
+    tiled like Conv, whose outputs land every ``stride`` positions of Y (channels first; channels last:
+    conv_channels_last.py)."""
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
     y = k.outputs[0]
@@ -382,7 +336,3 @@ def conv_transpose(k: KernelContext) -> None:
                          sum(p.residue * ys for p, ys in zip(phases, y_strides)))
         emit_correlation(k, num, cr)
 
-
-# the channels-last and flattened-plane kernels build on this file (imported last: they import it; this
-# also registers the channels-last weight layouts)
-from pegasus.exporters.glow.kernels import conv_channels_last, conv_lanes, conv_plane  # noqa: E402

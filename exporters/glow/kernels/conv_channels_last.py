@@ -34,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.conv import weights_known
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
-from pegasus.exporters.glow.kernels.epilogue import Epilogue
-from pegasus.exporters.glow.kernels.registry import packer
+from pegasus.exporters.glow.kernels.epilogue import Epilogue, layer_epilogue
+from pegasus.exporters.glow.kernels.registry import channels_last_ops, packer
+from pegasus.exporters.glow.kernels.strategy import Choice, Query, Verdict, implementation
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
 from pegasus.exporters.glow.llvm.simd import Simd, simd_of, vconst
@@ -44,25 +46,36 @@ from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.tiles import for_tiles, pieces, range_nest
 from pegasus.exporters.glow.llvm.types import Value
 from pegasus.exporters.glow.llvm.windows import Axis, axes_of, axis_phases
-from pegasus.ir.graph import Graph, Node
 from pegasus.ops.conv import Conv, ConvTranspose
 
 # ----------------------------------------------------------------------------------------------------
 # Weights: (M, C/group, k...) for Conv, (C, M/group, k...) for ConvTranspose  ->  W'[k..., ci, m]
 
 
-@packer("Conv")
-def pack_conv(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
-    """W[m, ci, k...] -> W'[k..., ci, m]."""
-    w = graph.value_of(node.inputs[1])
+channels_last_ops("Conv", "ConvTranspose", supports=weights_known)
+
+
+def applies(query: Query) -> Verdict:
+    """A channels-last layer (lowering left it so: its weights are constants) whose layer ends without a pooling."""
+    if not query.node.attrs.channels_last:
+        return "channels first"
+    return True if query.layer.pool is None else "heads a pooling"
+
+
+@packer("conv.channels_last", "conv.pooled")
+def pack_conv(query: Query, choice: Choice) -> dict[int, np.ndarray]:
+    """W[m, ci, k...] -> W'[k..., ci, m] for a channels-last layer (with its pooling too: pool_channels_last.py)."""
+    if not query.node.attrs.channels_last:
+        return {}
+    w = query.graph.value_of(query.node.inputs[1])
     return {1: np.ascontiguousarray(w.transpose(*range(2, w.ndim), 1, 0))}
 
 
-@packer("ConvTranspose")
-def pack_conv_transpose(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+@packer("conv_transpose.channels_last")
+def pack_conv_transpose(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     """W[g*Cg + ci, j, k...] connects input channel g*Cg + ci to output g*Mg + j: W'[k..., ci, g*Mg + j]."""
-    w = graph.value_of(node.inputs[1])
-    group, n = node.attrs.group, w.ndim - 2
+    w = query.graph.value_of(query.node.inputs[1])
+    group, n = query.node.attrs.group, w.ndim - 2
     grouped = w.reshape((group, w.shape[0] // group) + w.shape[1:])      # (G, Cg, Mg, k...)
     relaid = grouped.transpose(*range(3, 3 + n), 1, 0, 2)                # (k..., Cg, G, Mg)
     return {1: np.ascontiguousarray(relaid).reshape(w.shape[2:] + (w.shape[0] // group, group * w.shape[1]))}
@@ -381,11 +394,15 @@ def conv_correlation(k: KernelContext, epilogue: Epilogue) -> Correlation:
                        y.strides[1:-1], epilogue=epilogue)
 
 
-def emit_conv(k: KernelContext, epilogue: Epilogue) -> None:
-    """Channels-last Conv, outputs through ``epilogue`` (fused element-wise layers) before the store."""
+@implementation("conv.channels_last", "Conv", "Conv+group", family="reference", priority=60, when=applies)
+def emit_conv(k: KernelContext) -> None:
+    """Channels-last Conv, outputs through the layer's epilogue (fused element-wise layers) before the store."""
+    k, epilogue = layer_epilogue(k)
     emit_correlation(k, Numeric(k.builder, require_dtype(k, FLOATS)), conv_correlation(k, epilogue))
 
 
+@implementation("conv_transpose.channels_last", "ConvTranspose", family="reference", priority=10,
+                when=lambda query: bool(query.node.attrs.channels_last) or "channels first")
 def emit_conv_transpose(k: KernelContext) -> None:
     """Channels-last ConvTranspose: per combination of the axes' stride phases (conv.py's ``axis_phases``),
     a stride-1 correlation reading its taps backwards, writing every stride-th output."""

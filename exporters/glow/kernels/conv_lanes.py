@@ -55,7 +55,9 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.kernels.context import KernelContext, piece
-from pegasus.exporters.glow.kernels.registry import packer, runtime_dims
+from pegasus.exporters.glow.kernels.epilogue import layer_epilogue
+from pegasus.exporters.glow.kernels.registry import packer, runtime_dims, workspace
+from pegasus.exporters.glow.kernels.strategy import Choice, Query, Verdict, hook, implementation
 from pegasus.exporters.glow.llvm.copies import copy_strided, fill_strided
 from pegasus.exporters.glow.llvm.lanes import vector_lanes
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range
@@ -64,7 +66,7 @@ from pegasus.exporters.glow.llvm.simd import Simd, simd_of, vconst
 from pegasus.exporters.glow.llvm.tensors import TensorRef, flat_spatial
 from pegasus.exporters.glow.llvm.windows import pointwise
 from pegasus.ir.dtypes import DType
-from pegasus.ir.graph import Graph, Node
+from pegasus.ir.graph import Node
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.conv import Conv
 
@@ -118,21 +120,30 @@ def wanted(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
     return fits and w_shape[0] >= simd.width // dtype.itemsize
 
 
-def pools_apart(graph: Graph, node: Node, target) -> bool:
-    """Whether float Conv ``node`` of ``graph`` runs in this kernel on ``target`` with its pooling a layer of its
-    own (fuse.py's ``Fusion.pools_apart``): its weights already re-laid (``pack``: rank 2), or ``wanted`` with at
-    least ``POOL_APART_MACS`` multiply-adds. The pooling then reads the whole output back once; in a smaller layer
-    the faster kernel saves microseconds, and the fused group keeps the output out of memory (LeNet's conv2, 1.6 M:
-    ACTIVATIONS 14,720 B fused, 35,840 apart). This machine, conv + Relu + 2x2 max pool fused over the flattened
-    plane -> here and pooled apart: VGG-19's 3x3 256@56 130 -> 162 GF/s (onnxruntime 157), 512@28 148 -> 157
-    (156), 512@14 147 -> 179 (149)."""
-    if node.op != "Conv" or target is None:
-        return False
+@hook("pools_apart", "conv.lanes")
+def pools_apart(query: Query) -> bool:
+    """Whether a layer this kernel computes should leave its pooling to a layer of its own (fuse.py asks through
+    kernels/strategy.py ``prefers_pooling_apart``): with at least ``POOL_APART_MACS`` multiply-adds. The pooling
+    then reads the whole output back once; in a smaller layer the faster kernel saves microseconds, and the fused
+    group keeps the output out of memory (LeNet's conv2, 1.6 M: ACTIVATIONS 14,720 B fused, 35,840 apart). This
+    machine, conv + Relu + 2x2 max pool fused over the flattened plane -> here and pooled apart: VGG-19's 3x3
+    256@56 130 -> 162 GF/s (onnxruntime 157), 512@28 148 -> 157 (156), 512@14 147 -> 179 (149)."""
+    node, graph = query.node, query.graph
+    w = graph.type_of(node.inputs[1])
+    return math.prod(graph.type_of(node.outputs[0]).shape) * math.prod(w.shape[1:]) >= POOL_APART_MACS
+
+
+def applies(query: Query) -> Verdict:
+    """A channels-first float Conv ``wanted`` here whose layer ends without a pooling."""
+    node, graph = query.node, query.graph
+    if getattr(node.attrs, "channels_last", False):
+        return "channels last"
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
-    if len(w.shape) == 2:
-        return True
-    return (wanted(node, x.shape, w.shape, x.dtype, target)
-            and math.prod(graph.type_of(node.outputs[0]).shape) * math.prod(w.shape[1:]) >= POOL_APART_MACS)
+    if not graph.tensors[node.inputs[1]].is_constant:
+        return "computed weights"
+    if not wanted(node, x.shape, w.shape, x.dtype, query.target):
+        return "not a float32 2-D AVX x86-64 layer of one group within this kernel's sizes"
+    return True if query.layer.pool is None else "heads a pooling (conv_pool.py pools in registers)"
 
 
 def _padded_bytes(x_shape, win, dtype: DType) -> int:
@@ -162,19 +173,11 @@ def packed_layout(channels: int, inputs: int, simd: Simd) -> list[tuple[int, int
     return blocks
 
 
-@packer("Conv", channels_first=True)
-def pack(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+@packer("conv.lanes")
+def pack(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     """W (M, C, k...) -> Wp: per block of ``packed_layout``, (C * taps, 16*V) with zero channels past M; as
-    (C * taps, M'). None for the layers ``wanted`` refuses and those heading a pooling."""
-    from pegasus.exporters.glow.fuse import headed_layer  # fuse.py imports the kernels
-
-    x, w = graph.type_of(node.inputs[0]), graph.value_of(node.inputs[1])
-    if not wanted(node, x.shape, w.shape, x.dtype, target):
-        return {}
-    layer = headed_layer(graph, node, target)
-    if layer is not None and layer.pool is not None:
-        return {}      # a pooling group's kernel (conv_pool.py) reads the weights as they are
-    return _packed(w, target)
+    (C * taps, M')."""
+    return _packed(query.graph.value_of(query.node.inputs[1]), query.target)
 
 
 def _packed(w: np.ndarray, target) -> dict[int, np.ndarray]:
@@ -192,11 +195,6 @@ def _packed(w: np.ndarray, target) -> dict[int, np.ndarray]:
     return {1: np.concatenate([part.reshape(-1) for part in parts]).reshape(inputs, -1)}
 
 
-def packed(k: KernelContext) -> bool:
-    """Whether the layer's weights were re-laid by ``pack`` (rank 2 instead of a Conv's (M, C, k...))."""
-    return len(k.inputs[1].shape) == 2
-
-
 def geometry(k: KernelContext):
     """The layer's Window, from its attributes and the weights' shape before ``pack`` (the kernel's size from
     ``kernel_shape``, or 1x1 when the model gave none: packed weights are (C * taps, M'))."""
@@ -205,16 +203,17 @@ def geometry(k: KernelContext):
     return Conv.geometry(k.attrs, x.shape, (y.shape[1], x.shape[1]) + kernel)
 
 
-@runtime_dims("Conv")
+@runtime_dims("conv.lanes")
 def shared_dims(k: KernelContext) -> tuple[tuple[int, int], ...]:
-    """A packed 1x1 layer in one chunk reads its input channels at run time (X's axis 1, the packed weights'
-    rows): DenseNet-121's 1x1 layers of a block, which differ only in those, share one function (its export
-    compiled 40 copies of 155 KB of IR). Other Conv layers bake every size in."""
-    if not packed(k) or not pointwise(geometry(k)) or partial_bytes(k):
+    """A 1x1 layer in one chunk reads its input channels at run time (X's axis 1, the packed weights' rows):
+    DenseNet-121's 1x1 layers of a block, which differ only in those, share one function (its export compiled 40
+    copies of 155 KB of IR). Other Conv layers bake every size in."""
+    if not pointwise(geometry(k)) or partial_bytes(k):
         return ()
     return ((0, 1), (1, 0))
 
 
+@workspace("conv.lanes")
 def workspace_bytes(k: KernelContext) -> int:
     """The padded input (``_padded_bytes``), then the partial sums of a chunked layer (``partial_bytes``)."""
     padded_input = _padded_bytes(k.inputs[0].shape, geometry(k), k.inputs[0].type.dtype)
@@ -222,10 +221,12 @@ def workspace_bytes(k: KernelContext) -> int:
     return piece(padded_input) + partial if partial else padded_input
 
 
-def emit_layer(k: KernelContext, epilogue) -> None:
-    """The layer: a larger kernel over its input copied with its padding into the workspace (``padded``), every
-    tap then a broadcast at a fixed offset; a 1x1 over the flattened plane, or when strided row by row over the
-    input positions it reads."""
+@implementation("conv.lanes", "Conv", "Conv+group", family="x86", priority=50, when=applies)
+def emit_layer(k: KernelContext) -> None:
+    """Output channels in vector lanes, positions broadcast: a larger kernel over its input copied with its
+    padding into the workspace (``padded``), every tap then a broadcast at a fixed offset; a 1x1 over the
+    flattened plane, or when strided row by row over the input positions it reads."""
+    k, epilogue = layer_epilogue(k)
     x, y, win = k.inputs[0], k.outputs[0], geometry(k)
     padded_input, partial = _padded_bytes(x.shape, win, x.type.dtype), partial_bytes(k)
     assert k.workspace is not None or not (padded_input or partial), \
@@ -452,3 +453,4 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
         for first, vectors, _ in blocks[whole:]:
             block(batch, affine(b, first), vectors, affine(b, 0, (times(rows, first), 1)),
                   [max(0, min(lanes, channels - first - v * lanes)) for v in range(vectors)])
+

@@ -23,9 +23,7 @@ from pegasus.exporters.glow.kernels.conv import (
     Correlation,
     block_channels,
     conv_correlation,
-    conv_workspace,
     correlate,
-    emit_conv,
     row_taps_bytes,
     row_taps_correlation,
     tile_channels,
@@ -33,9 +31,10 @@ from pegasus.exporters.glow.kernels.conv import (
     tile_shape,
 )
 from pegasus.exporters.glow.kernels.dtypes import FLOATS, require_dtype
-from pegasus.exporters.glow.kernels.epilogue import Epilogue, residual_prefetched
+from pegasus.exporters.glow.kernels.epilogue import Epilogue, layer_epilogue
 from pegasus.exporters.glow.kernels.pool import average_pool, max_pool
-from pegasus.exporters.glow.kernels.registry import group_emitter
+from pegasus.exporters.glow.kernels.registry import workspace
+from pegasus.exporters.glow.kernels.strategy import Query, Verdict, implementation
 from pegasus.exporters.glow.llvm.copies import copy_strided
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.numeric import Accumulators, Numeric
@@ -220,7 +219,7 @@ def _plane(conv: Node, types_in: list[TensorType | None], target) -> Correlation
     y = TensorRef(None, TensorType((x.shape[0], w.shape[0], *win.out), x.dtype))
     context = KernelContext(conv, conv.attrs, None, [TensorRef(None, t) if t else None for t in types_in], [y], None,
                             target)
-    if pointwise(win) or conv_workspace(context):
+    if pointwise(win) or conv_plane.im2col_bytes(context, simd_of(target)) or row_taps_bytes(context):
         return None
     cr = conv_correlation(context, Epilogue())
     return cr if conv_plane.fits(cr, simd_of(target), Numeric(None, x.dtype), target) else None
@@ -436,19 +435,22 @@ def emit_conv_pool(k: KernelContext, epilogue: Epilogue, pool: Node) -> None:
             for_tiles(b, 0, cr.out_group, block, lambda start, count: row(batch, group, position, start, count))
 
 
-@group_emitter("Conv")
-def conv_group(k: KernelContext, layer) -> None:
-    """A float convolution group (fuse.py): its element-wise nodes as the epilogue, then its pooling if any.
-    A residual sum's other operand comes after the Conv's own inputs (``Layer.inputs``)."""
-    heads = len(layer.nodes[0].inputs)
-    residual = k.inputs[heads] if layer.residual else None
-    k = replace(k, inputs=k.inputs[:heads])
-    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math, residual,
-                        prefetches=residual_prefetched(k.target, residual))
-    if layer.pool is None:
-        emit_conv(k, epilogue)
-    else:
-        emit_conv_pool(k, epilogue, layer.pool)
+def pooled(query: Query) -> Verdict:
+    """A Conv group that ends in its pooling."""
+    return True if query.layer.pool is not None else "no pooling"
+
+
+@implementation("conv.pooled", "Conv+group", family="fused", priority=100, when=pooled)
+def conv_group(k: KernelContext) -> None:
+    """A float convolution, its element-wise nodes as the epilogue, its pooling reduced from the convolution's
+    tiles (staged through the workspace where ``conv_pool_workspace`` says)."""
+    k, epilogue = layer_epilogue(k)
+    emit_conv_pool(k, epilogue, k.layer.pool)
+
+
+@workspace("conv.pooled")
+def conv_group_workspace(k: KernelContext) -> int:
+    return conv_pool_workspace(k.node, [ref.type if ref else None for ref in k.inputs], k.layer.pool, k.target)
 
 
 # the channels-last kernels build on this file (imported last: they import it)

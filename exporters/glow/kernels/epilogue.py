@@ -9,7 +9,7 @@ definition serves them all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pegasus.exporters.glow.kernels.elementwise import apply_unary
@@ -64,3 +64,17 @@ class Epilogue:
         if count is None or count >= lanes:
             return num.load(self.residual, flat, lanes, stride)
         return num.load_lanes(self.residual, flat, lanes, stride, tuple(lane < count for lane in range(lanes)))
+
+
+def layer_epilogue(k: Any) -> tuple[Any, Epilogue]:
+    """(the context of the layer's head, its ``Epilogue``) for a float convolution layer ``k.layer``: a fused
+    group's element-wise nodes (fuse.py), a residual sum's other operand taken off the inputs (it comes after the
+    head's own: ``Layer.inputs``); none for a layer of one node."""
+    layer = k.layer
+    if layer is None or not layer.fused:
+        return k, Epilogue()
+    heads = len(layer.nodes[0].inputs)
+    residual = k.inputs[heads] if layer.residual else None
+    epilogue = Epilogue(tuple((node.op, node.attrs) for node in layer.epilogue), k.math, residual,
+                        prefetches=residual_prefetched(k.target, residual))
+    return replace(k, inputs=k.inputs[:heads]), epilogue

@@ -34,7 +34,7 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import (
 from pegasus.exporters.glow.kernels.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer_im2col import qconv_im2col
 from pegasus.exporters.glow.kernels.registry import Stream, emitter, packer, streams, workspace
-from pegasus.ir.graph import Graph, Node
+from pegasus.exporters.glow.kernels.strategy import Choice, Query
 
 
 def kernel_of(cp: ConvPlan) -> Callable[[KernelContext, ConvPlan], None]:
@@ -44,12 +44,12 @@ def kernel_of(cp: ConvPlan) -> Callable[[KernelContext, ConvPlan], None]:
 
 
 @packer("QConv")
-def pack_qconv(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
-    from pegasus.exporters.glow.pooled_pair import pair_of  # it imports fuse.py, which imports the kernels
-
-    if pair_of(graph, node, target) is not None:   # either half of a pooled pair: pooled_pair.py lays them
+def pack_qconv(query: Query, choice: Choice) -> dict[int, np.ndarray]:
+    """A channels-last layer's weights as its kernels read them (integer_conv_plan.py ``pack_weights``)."""
+    node = query.node
+    if not node.attrs.channels_last:
         return {}
-    return pack_weights(node, graph, target)
+    return pack_weights(node, query.graph, query.target)
 
 
 @workspace("QConv")

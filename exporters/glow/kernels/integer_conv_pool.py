@@ -41,10 +41,11 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, window_inside
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, pack_weights, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
 from pegasus.exporters.glow.kernels.integer_smlad import tuned
 from pegasus.exporters.glow.kernels.registry import group_emitter, packer
+from pegasus.exporters.glow.kernels.strategy import Choice, Query
 from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.requant import widen
@@ -417,23 +418,23 @@ def qconv_pool(k: KernelContext, layer) -> None:
 
 
 
-@packer("QConv", channels_first=True)
-def pack_pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
-    """A channels-first QConv fused with its MaxPool on a CPU with the DSP extension: its weights (M, C, k...)
+@packer("QConv+group")
+def pack_pooled_halves(query: Query, choice: Choice) -> dict[int, np.ndarray]:
+    """A QConv fused with its MaxPool: channels last, its weights as the channels-last kernels read them
+    (integer_conv_plan.py ``pack_weights``); channels first on a CPU with the DSP extension, its weights (M, C, k...)
     as halfword pairs of rows (integer_halves.py: per pair of channels, one SMLAD sums A0 and T = 256 A1 + A0 over
     a word of two halfwords, one more A0 over their SXTB16'd low bytes) in the order ``Dot`` reads each row of
     the window (``integer_halves.run_order``), as int16 (M / 2, C, k...): where the windows never cross the
     padding (none), with dilation 1 and rows shorter than the input's (the runs are the kernel's rows), else
     the bytes stay."""
-    from pegasus.exporters.glow.pooled_pair import pair_of  # it imports fuse.py, which imports the kernels
-
-    if pair_of(graph, node, target) is not None:   # either half of a pooled pair: pooled_pair.py lays them
-        return {}
-    return pooled_halves(node, graph, target)
+    node = query.node
+    if node.attrs.channels_last:
+        return pack_weights(node, query.graph, query.target)
+    return pooled_halves(node, query.graph, query.target)
 
 
 def pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
-    """``pack_pooled_halves`` whether or not the layer is half of a pooled pair."""
+    """The channels-first weights of ``pack_pooled_halves`` (also what a pooled pair's packer starts from)."""
     from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
 
     info = CPUS.get(getattr(target, "cpu", ""))

@@ -29,112 +29,89 @@ from dataclasses import dataclass
 from typing import Any
 
 from pegasus.exporters.glow.kernels.context import KernelContext
+from pegasus.exporters.glow.kernels.strategy import FAMILIES, Choice, Query, hook, register
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.ir.graph import Node
-from pegasus.ir.tensor import TensorType
 
 Emitter = Callable[[KernelContext], None]
 #: whether a channels-last layer runs in the op's emitter: (node, graph) -> bool
 Supports = Callable[[Node, Any], bool]
-#: the weights a channels-last kernel reads, re-laid at export: (node, graph) -> {input position: array}
-Packer = Callable[[Node, Any], dict[int, Any]]
-_EMITTERS: dict[str, Emitter] = {}
-_CHANNELS_LAST: dict[str, Supports] = {}
-_PACKERS: dict[str, Packer] = {}
-_FIRST_PACKERS: dict[str, Packer] = {}
+#: the weights an implementation reads, re-laid by the pack stage: (query, choice) -> {input position: array}
+Packer = Callable[[Query, Choice], dict[int, Any]]
 Sizer = Callable[[KernelContext], int]
-_WORKSPACES: dict[str, Sizer] = {}
+_CHANNELS_LAST: dict[str, Supports] = {}
 
 
-def _register(table: dict[str, Any], ops: tuple[str, ...], fn: Any, what: str) -> None:
-    """Put ``fn`` in ``table`` under each of ``ops``, refusing an op that already has one (a second registration
-    would silently replace the first)."""
-    for op in ops:
-        if op in table:
-            raise ValueError(f"{what} for {op} registered twice")
-        table[op] = fn
+def family_of(fn: Callable[..., Any]) -> str:
+    """The family (kernels/strategy.py ``FAMILIES``) of an emitter, from the folder or the name of its module."""
+    parts = fn.__module__.split(".")
+    for family in FAMILIES:
+        if family in parts[:-1]:
+            return family
+    return "integer" if parts[-1].startswith(("integer_", "quantize")) else "reference"
 
 
 def emitter(*ops: str, channels_last: bool | Supports = False) -> Callable[[Emitter], Emitter]:
-    """Register ``fn`` as the emitter of ``ops``. ``channels_last`` says it also reads the ops'
-    ``channels_last`` attribute (pegasus/ops/layout.py) itself: True for every layer, or a predicate
-    ``(node, graph) -> bool`` naming the layers it computes channels last. The exporter wraps any other
-    channels-last layer in transposes (exporters/glow/lower.py)."""
+    """Register ``fn`` as the one implementation of each of ``ops``, named after the op (kernels/strategy.py).
+    ``channels_last`` says it also reads the ops' ``channels_last`` attribute (pegasus/ops/layout.py) itself:
+    True for every layer, or a predicate ``(node, graph) -> bool`` naming the layers it computes channels last.
+    The exporter wraps any other channels-last layer in transposes (exporters/glow/lower.py)."""
     def decorate(fn: Emitter) -> Emitter:
-        _register(_EMITTERS, ops, fn, "emitter")
         for op in ops:
-            if channels_last:
-                _CHANNELS_LAST[op] = channels_last if callable(channels_last) else (lambda node, graph: True)
+            register(op, (op,), fn, family=family_of(fn))
+        if channels_last:
+            channels_last_ops(*ops, supports=channels_last)
         return fn
     return decorate
 
 
-def supports_channels_last(node: Node, graph: Any) -> bool:
-    """Whether ``node`` (a channels-last layer of ``graph``) runs channels last in its op's emitter."""
-    import pegasus.exporters.glow.kernels  # noqa: F401  (registers every family)
+def channels_last_ops(*ops: str, supports: bool | Supports = True) -> None:
+    """Say that some implementation of each of ``ops`` computes channels-last layers: all (True) or those
+    ``supports(node, graph)`` names."""
+    for op in ops:
+        if op in _CHANNELS_LAST:
+            raise ValueError(f"channels-last support of {op} registered twice")
+        _CHANNELS_LAST[op] = supports if callable(supports) else (lambda node, graph: True)
 
+
+def supports_channels_last(node: Node, graph: Any) -> bool:
+    """Whether ``node`` (a channels-last layer of ``graph``) runs channels last in an implementation of its op
+    (the kernels must be registered: exporters/glow/schedule/select.py imports them all)."""
     supports = _CHANNELS_LAST.get(node.op)
     return supports is not None and supports(node, graph)
 
 
-def packer(*ops: str, channels_first: bool = False) -> Callable[[Packer], Packer]:
-    """Register how a channels-last kernel of ``ops`` (``channels_first``: a channels-first one) wants its
-    constant weights laid out: ``fn(node, graph, target)`` returns the re-laid arrays by input position, or
-    none for a layer it leaves as it is (``target``: the bundle's, or None when no target is known — then the
-    layout may not depend on one). The exporter replaces those inputs with the re-laid constants before code
-    generation (exporters/glow/lower.py), so NAME.weights.bin holds what the kernel reads."""
+def packer(*names: str) -> Callable[[Packer], Packer]:
+    """Register how implementations ``names`` want their constant weights laid out: ``fn(query, choice)`` returns
+    the re-laid arrays of the layer's head by input position, or none for a layer it leaves as it is. The pack
+    stage (exporters/glow/pipeline.py) replaces those inputs with the re-laid constants after selection, so
+    NAME.weights.bin holds what the kernel reads. (A block's ``pack`` hook, kernels/strategy.py ``hook``, returns
+    ``[(node name, arrays, suffix), ...]`` for several nodes, which this wraps for the head.)"""
     def decorate(fn: Packer) -> Packer:
-        _register(_FIRST_PACKERS if channels_first else _PACKERS, ops, fn,
-                  "channels-first packer" if channels_first else "channels-last packer")
+        def laid(query: Query, choice: Choice) -> list[tuple[str, dict[int, Any], str]]:
+            node = query.node
+            return [(node.name, fn(query, choice),
+                     "channels_last" if getattr(node.attrs, "channels_last", False) else "packed")]
+        hook("pack", *names)(laid)
         return fn
     return decorate
 
 
-def packed_weights(node: Node, graph: Any, target: Any = None) -> dict[int, Any]:
-    """The re-laid weights of ``node`` (channels last or first, as its ``channels_last`` says) whose kernel has
-    a ``packer`` for that layout (else none)."""
-    import pegasus.exporters.glow.kernels  # noqa: F401
-
-    table = _PACKERS if getattr(node.attrs, "channels_last", False) else _FIRST_PACKERS
-    pack = table.get(node.op)
-    return pack(node, graph, target) if pack is not None else {}
+def workspace(*names: str) -> Callable[[Sizer], Sizer]:
+    """Register the scratch bytes implementations ``names`` take with ``KernelContext.scratch`` (a sum of
+    16-byte aligned pieces)."""
+    return hook("workspace", *names)
 
 
-def get_emitter(op: str) -> Emitter | None:
-    import pegasus.exporters.glow.kernels  # noqa: F401  (registers every family)
-
-    return _EMITTERS.get(op)
-
-
-def emitted_ops() -> list[str]:
-    import pegasus.exporters.glow.kernels  # noqa: F401
-
-    return sorted(_EMITTERS)
-
-
-def workspace(*ops: str) -> Callable[[Sizer], Sizer]:
-    """Register the scratch bytes an op's emitter takes with ``KernelContext.scratch`` (a sum of 16-byte
-    aligned pieces)."""
-    def decorate(fn: Sizer) -> Sizer:
-        _register(_WORKSPACES, ops, fn, "workspace")
-        return fn
-    return decorate
-
-
-def _sizing_context(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
-                    target: Any) -> KernelContext:
-    """A context without builder or pointers: what a workspace size or a stream is decided from."""
+def sizing_context(query: Query, choice: Choice | None = None) -> KernelContext:
+    """A context without builder or pointers, the layer's head's types (its outputs the layer's when it ends in
+    another node: a pooling): what a workspace size or a stream is decided from."""
+    node = query.node
+    types_in = [query.type_of(n) for n in node.inputs]
+    types_out = [query.type_of(n) for n in node.outputs]
     refs = [[TensorRef(None, t) if t is not None else None for t in types] for types in (types_in, types_out)]
-    return KernelContext(node, node.attrs, None, refs[0], refs[1], None, target)
-
-
-def workspace_bytes(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
-                    target: Any) -> int:
-    """The workspace ``node``'s emitter needs on ``target`` (0 for ops without one)."""
-    import pegasus.exporters.glow.kernels  # noqa: F401
-
-    sizer = _WORKSPACES.get(node.op)
-    return 0 if sizer is None else sizer(_sizing_context(node, types_in, types_out, target))
+    return KernelContext(node, node.attrs, None, refs[0], refs[1], None, query.target, layer=query.layer,
+                         choice=choice, graph=query.graph)
 
 
 @dataclass(frozen=True)
@@ -152,68 +129,38 @@ class Stream:
 
 
 Streamer = Callable[[KernelContext], Stream | None]
-_STREAMS: dict[str, Streamer] = {}
 
 
-def streams(*ops: str) -> Callable[[Streamer], Streamer]:
-    """Register ``fn(context) -> Stream | None``: whether (and how) the emitter of ``ops`` streams a layer
+def streams(*names: str) -> Callable[[Streamer], Streamer]:
+    """Register ``fn(context) -> Stream | None``: whether (and how) implementations ``names`` stream a layer
     (the context is a workspace sizer's: types and target only)."""
-    def decorate(fn: Streamer) -> Streamer:
-        _register(_STREAMS, ops, fn, "stream")
-        return fn
-    return decorate
-
-
-def stream_of(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
-              target: Any) -> Stream | None:
-    """The ``Stream`` of ``node``'s emitter on ``target``, None when it does not stream."""
-    import pegasus.exporters.glow.kernels  # noqa: F401
-
-    streamer = _STREAMS.get(node.op)
-    return None if streamer is None else streamer(_sizing_context(node, types_in, types_out, target))
+    return hook("stream", *names)
 
 
 #: the dimensions of a layer's tensors its kernel reads from the layer's parameter block at run time instead of
 #: baking them into its instructions: (input position, axis) pairs of the head node (kernels/parameters.py)
 RuntimeDims = Callable[[KernelContext], tuple[tuple[int, int], ...]]
-_RUNTIME_DIMS: dict[str, RuntimeDims] = {}
 
 
-def runtime_dims(*ops: str) -> Callable[[RuntimeDims], RuntimeDims]:
-    """Register ``fn(context) -> ((input position, axis), ...)``: the input dimensions the emitter of ``ops``
-    reads at run time for a layer (``KernelContext.dim``; the context is a workspace sizer's). Layers that differ
+def runtime_dims(*names: str) -> Callable[[RuntimeDims], RuntimeDims]:
+    """Register ``fn(context) -> ((input position, axis), ...)``: the input dimensions implementations ``names``
+    read at run time for a layer (``KernelContext.dim``; the context is a workspace sizer's). Layers that differ
     only in those dimensions then share one function (exporters/glow/codegen.py): DenseNet-121's 1x1 layers of
     one block differ only in their input channels."""
-    def decorate(fn: RuntimeDims) -> RuntimeDims:
-        _register(_RUNTIME_DIMS, ops, fn, "runtime_dims")
-        return fn
-    return decorate
-
-
-def runtime_dims_of(node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
-                    target: Any) -> tuple[tuple[int, int], ...]:
-    """The (input position, axis) pairs ``node``'s emitter reads at run time on ``target`` (none by default)."""
-    import pegasus.exporters.glow.kernels  # noqa: F401
-
-    reader = _RUNTIME_DIMS.get(node.op)
-    return () if reader is None else tuple(reader(_sizing_context(node, types_in, types_out, target)))
+    return hook("runtime_dims", *names)
 
 
 #: the kernel of a fused layer (exporters/glow/fuse.py): ``fn(context, layer)``, the context's outputs the
 #: layer's (its last node's), its inputs and attributes the head's
 GroupEmitter = Callable[[KernelContext, Any], None]
-_GROUPS: dict[str, GroupEmitter] = {}
 
 
 def group_emitter(*ops: str) -> Callable[[GroupEmitter], GroupEmitter]:
-    """Register ``fn`` as the kernel of the fused layers headed by ``ops`` (fuse.py says which nodes join)."""
+    """Register ``fn`` as the one implementation, ``<op>+group``, of the fused layers headed by ``ops`` (fuse.py
+    says which nodes join)."""
     def decorate(fn: GroupEmitter) -> GroupEmitter:
-        _register(_GROUPS, ops, fn, "group emitter")
+        for op in ops:
+            kind = f"{op}+group"
+            register(kind, (kind,), lambda k, fn=fn: fn(k, k.layer), family="fused")
         return fn
     return decorate
-
-
-def get_group_emitter(op: str) -> GroupEmitter | None:
-    import pegasus.exporters.glow.kernels  # noqa: F401
-
-    return _GROUPS.get(op)

@@ -18,9 +18,9 @@ from llvmlite import ir
 from pegasus.exporters.glow import bundle_files, memory_report
 from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
-from pegasus.exporters.glow.export import plan_layers
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.memory_plan import ACTIVATIONS, MUTABLE
+from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet
 from pegasus.ir.graph import Graph
@@ -56,7 +56,7 @@ class InstrumentedBundle:
     def reference(self) -> Graph:
         """The compiled graph with the registry's weight layouts (same tensor names), which the reference
         interpreter runs: ``graph``'s weights are re-laid for the kernels. Lowered on demand (--compare-layers)."""
-        return lower_for_export(self.source, self.target, pack=False)
+        return lower_for_export(self.source, self.target)
 
 
 def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
@@ -64,8 +64,9 @@ def export_instrumented(graph: Graph, out_dir: Path, name: str, target: Target,
     """Write NAME.o/.h/.weights.bin/.memory.json with probes between layers into ``out_dir``, its memory
     planned as export_bundle plans it (Concat built in place on hosted targets too)."""
     macs_of = {node.name: node_macs(graph, node) for node in graph.nodes}
-    source, (graph, layers, plan) = graph, plan_layers(graph, target, reuse_input_memory)
-    module = build_module(graph, plan, target, name)
+    source, scheduled = graph, schedule(graph, target, reuse_input_memory)
+    graph, layers, plan = scheduled.graph, scheduled.layers, scheduled.plan
+    module = build_module(graph, plan, target, name, scheduled.choices)
     probes = _insert_probes(module, name)
     obj = compile_object(module, target)
     _, report_json = memory_report.memory_report(name, plan, obj)
