@@ -135,27 +135,29 @@ def qmatmul_workspace(k: KernelContext) -> int:
     return piece(plan.pair_bytes) + piece(plan.row_bytes)
 
 
-@emitter("QMatMul")
-def qmatmul(k: KernelContext) -> None:
-    """numpy.matmul semantics (1-D operands, broadcast batches); per-column requantisation and bias."""
-    b = k.builder
-    a, bm = k.inputs[0], k.inputs[1]
-    bias = k.inputs[2] if len(k.inputs) > 2 else None
-    y = k.outputs[0]
-    a_shape, b_shape = _matrix_shapes(k)
-    plan = matmul_plan(k)
-    rows, depth, cols, mac = plan.rows, plan.depth, plan.cols, plan.mac
-    row_tile, width, madd_width, dual_cols = plan.row_tile, plan.width, plan.madd_width, plan.dual_cols
-    acc = mac.acc
-    rq = Requant(k.table, k.attrs, y, acc_bound(mac, bias))
-    pairs = plan.pairs
-    batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
-    steps = (batch_steps(a_shape, batch, rows * depth), batch_steps(b_shape, batch, depth * cols),
-             [s * rows * cols for s in strides_of(batch)])
+@dataclass
+class _MatMul:
+    """One QMatMul layer's products, tile by tile (``qmatmul``): its operands, plan and requantisation, and the
+    scratch the paired paths fill (``pair_words``/``pair_sums``: A's rows as 16-bit pairs for PMADDWD;
+    ``row_buffer``/``row_sum``: one centred row of A for the SMLAxy path)."""
 
-    def vector_products(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
+    b: ir.IRBuilder
+    a: TensorRef
+    bm: TensorRef
+    y: TensorRef
+    bias: TensorRef | None
+    plan: MatMulPlan
+    rq: Requant
+    pair_words: Value | None = None
+    pair_sums: Value | None = None
+    row_buffer: Value | None = None
+    row_sum: Value | None = None
+
+    def vector_products(self, base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
                         sums: list[Value] | None) -> list[list[Value]]:
         """Rows of A (broadcast elements) times a vector of B's row: <ncols x acc> per row of the tile."""
+        b, a, bm, plan = self.b, self.a, self.bm, self.plan
+        depth, cols, mac, acc = plan.depth, plan.cols, plan.mac, plan.mac.acc
         vector = ir.VectorType(acc, ncols)
         slots = [zeroed(b, vector) for _ in range(nrows)]
         with for_range(b, depth, name="k") as kk:
@@ -172,12 +174,13 @@ def qmatmul(k: KernelContext) -> None:
         totals = [b.load(slot) for slot in slots]
         return [[b.extract_element(total, const(c)) for c in range(ncols)] for total in totals]
 
-    def madd_products(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
+    def madd_products(self, base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
                       sums: list[Value] | None) -> list[list[Value]]:
         """x86 PMADDWD over pairs of B's rows: rows k and k + 1 of ``ncols`` (8, 16 or 32) columns are
         interleaved per 128-bit lane (low and high four columns of every eight) and meet the broadcast
         pair (A[r, k], A[r, k + 1]) - zero point; an odd last k pairs with zeros."""
-        sub = min(ncols, madd_width)                # columns per PMADDWD
+        b, depth = self.b, self.plan.depth
+        sub = min(ncols, self.plan.madd_width)                # columns per PMADDWD
         blocks = ncols // sub
         accumulator = ir.VectorType(I32, sub // 2)
         slots = [[zeroed(b, accumulator) for _ in range(2 * blocks)] for _ in range(nrows)]
@@ -185,30 +188,14 @@ def qmatmul(k: KernelContext) -> None:
         highs = [c + 4 for c in lows]
         columns = [[s * sub + 8 * lane + 4 * h + j for lane in range(sub // 8) for j in range(4)]
                    for s in range(blocks) for h in range(2)]
-
-        def step(kk: Value, pair: bool) -> None:
-            chunks = []
-            for s in range(blocks):
-                rows_b = [load_lanes(b, bm.address(b, affine(b, s * sub, (base[1], 1), (kk, cols), (col0, 1),
-                                                              (d, cols))), sub, mac.w.signed, sub)
-                          for d in range(2 if pair else 1)]
-                other = rows_b[1] if pair else ir.Constant(rows_b[0].type, None)
-                chunks += [b.shuffle_vector(rows_b[0], other, ir.Constant(ir.VectorType(I32, sub), m))
-                           for m in (lows, highs)]
-            for r in range(nrows):
-                word = b.load(b.gep(pair_words, [affine(b, r * pairs, (b.lshr(kk, const(1)), 1))], inbounds=True))
-                both = b.bitcast(_splat(b, word, sub // 2), ir.VectorType(I16, sub))
-                for h, chunk in enumerate(chunks):
-                    accumulate(b, slots[r][h], madd(b, both, chunk))
-
         if depth >= 2:
             with for_range(b, depth // 2, name="kp") as kp:
-                step(b.mul(kp, const(2)), True)
+                self._madd_step(base, nrows, col0, slots, sub, (lows, highs), b.mul(kp, const(2)), True)
         if depth % 2:
-            step(const(depth - 1), False)
+            self._madd_step(base, nrows, col0, slots, sub, (lows, highs), const(depth - 1), False)
         if sums is not None:
             for r in range(nrows):
-                b.store(b.load(b.gep(pair_sums, [const(r)], inbounds=True)), sums[r])
+                b.store(b.load(b.gep(self.pair_sums, [const(r)], inbounds=True)), sums[r])
         out = []
         for r in range(nrows):
             values = [b.load(slot) for slot in slots[r]]
@@ -219,13 +206,33 @@ def qmatmul(k: KernelContext) -> None:
             out.append(row)
         return out
 
-    def dual_products(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
+    def _madd_step(self, base: list[Value], nrows: int, col0: Value, slots: list[list[Value]], sub: int,
+                   masks: tuple[list[int], list[int]], kk: Value, pair: bool) -> None:
+        """Rows kk (and kk + 1 when ``pair``) of B's column tile, interleaved by ``masks``, into ``slots``."""
+        b, bm, plan = self.b, self.bm, self.plan
+        chunks = []
+        for s in range(len(slots[0]) // 2):
+            rows_b = [load_lanes(b, bm.address(b, affine(b, s * sub, (base[1], 1), (kk, plan.cols), (col0, 1),
+                                                          (d, plan.cols))), sub, plan.mac.w.signed, sub)
+                      for d in range(2 if pair else 1)]
+            other = rows_b[1] if pair else ir.Constant(rows_b[0].type, None)
+            chunks += [b.shuffle_vector(rows_b[0], other, ir.Constant(ir.VectorType(I32, sub), m)) for m in masks]
+        for r in range(nrows):
+            word = b.load(b.gep(self.pair_words, [affine(b, r * plan.pairs, (b.lshr(kk, const(1)), 1))],
+                                inbounds=True))
+            both = b.bitcast(_splat(b, word, sub // 2), ir.VectorType(I16, sub))
+            for h, chunk in enumerate(chunks):
+                accumulate(b, slots[r][h], madd(b, both, chunk))
+
+    def dual_products(self, base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int,
                       sums: list[Value] | None) -> list[list[Value]]:
         """One row of A, centred beforehand into 16-bit pairs (``centered_row``), times B's rows read a
         word at a time and spread into 16-bit halves by SXTB16: per two steps of k, one load of A's pair
         and single 16 x 16 MACs of its bottom and top halves (SMLABB, SMLATB, SMLABT, SMLATT)."""
+        b, bm, plan = self.b, self.bm, self.plan
+        depth, cols, mac, acc = plan.depth, plan.cols, plan.mac, plan.mac.acc
         slots = [zeroed(b, acc) for _ in range(ncols)]
-        words = b.bitcast(row_buffer, I32.as_pointer())
+        words = b.bitcast(self.row_buffer, I32.as_pointer())
 
         def step(kk: Value, pair: Value | None) -> None:
             flat = affine(b, 0, (base[1], 1), (kk, cols), (col0, 1))
@@ -239,81 +246,104 @@ def qmatmul(k: KernelContext) -> None:
                 step(b.mul(kp, const(2)), b.load(b.gep(words, [kp], inbounds=True)))
         if depth % 2:
             last = depth - 1
-            x = widen(b, b.load(b.gep(row_buffer, [const(last)], inbounds=True)), I32, True)
+            x = widen(b, b.load(b.gep(self.row_buffer, [const(last)], inbounds=True)), I32, True)
             for c, value in enumerate(_halves(b, bm, affine(b, last * cols, (base[1], 1), (col0, 1)), ncols,
                                               mac.w.signed)):
                 accumulate(b, slots[c], widen(b, b.mul(x, value), acc, True))
         if sums is not None:
-            b.store(b.load(row_sum), sums[0])
+            b.store(b.load(self.row_sum), sums[0])
         return [[b.load(slot) for slot in slots]]
 
-    def centered_row(base: list[Value], row: Value) -> None:
+    def centered_row(self, base: list[Value], row: Value) -> None:
         """row_buffer[k] = A[row, k] - a_zero_point (int16), row_sum = their sum."""
+        b, plan, row_sum = self.b, self.plan, self.row_sum
         if row_sum is not None:
-            b.store(ir.Constant(acc, 0), row_sum)
-        with for_range(b, depth, name="ka") as kk:
-            x = centered(b, a, affine(b, 0, (base[0], 1), (row, depth), (kk, 1)), mac.x)
-            b.store(b.trunc(x, I16), b.gep(row_buffer, [kk], inbounds=True))
+            b.store(ir.Constant(plan.mac.acc, 0), row_sum)
+        with for_range(b, plan.depth, name="ka") as kk:
+            x = centered(b, self.a, affine(b, 0, (base[0], 1), (row, plan.depth), (kk, 1)), plan.mac.x)
+            b.store(b.trunc(x, I16), b.gep(self.row_buffer, [kk], inbounds=True))
             if row_sum is not None:
-                accumulate(b, row_sum, widen(b, x, acc, True))
+                accumulate(b, row_sum, widen(b, x, plan.mac.acc, True))
 
-    def tile(base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int, products) -> None:
-        sums = [zeroed(b, acc) for _ in range(nrows)] if mac.fold else None
+    def tile(self, base: list[Value], row0: Value, nrows: int, col0: Value, ncols: int, products) -> None:
+        b, mac, cols = self.b, self.plan.mac, self.plan.cols
+        sums = [zeroed(b, mac.acc) for _ in range(nrows)] if mac.fold else None
         totals = products(base, row0, nrows, col0, ncols, sums)
         sum_xs = [b.load(sums[r]) if sums is not None else None for r in range(nrows)]
         cells = [(r, c) for r in range(nrows) for c in range(ncols)]
-        values = finish(b, mac, [(totals[r][c], sum_xs[r], affine(b, c, (col0, 1))) for r, c in cells], bias, rq)
+        values = finish(b, mac, [(totals[r][c], sum_xs[r], affine(b, c, (col0, 1))) for r, c in cells], self.bias,
+                        self.rq)
         for (r, c), value in zip(cells, values):
-            y.store(b, value, affine(b, r * cols + c, (base[2], 1), (row0, cols), (col0, 1)))
+            self.y.store(b, value, affine(b, r * cols + c, (base[2], 1), (row0, cols), (col0, 1)))
 
-    def paired_rows(base: list[Value], row0: Value, nrows: int) -> None:
+    def paired_rows(self, base: list[Value], row0: Value, nrows: int) -> None:
         """pair_words[r][k / 2] = (A[row0 + r, k], A[row0 + r, k + 1]) - zero point as 16-bit halves (an
         odd last k with 0), pair_sums[r] = their sum: A's side of every column tile, formed once."""
-        def pair(r: int, kw: Value, odd: bool) -> Value:
-            kk = b.mul(kw, const(2))
-            xs = [centered(b, a, affine(b, r * depth + d, (base[0], 1), (row0, depth), (kk, 1)), mac.x)
-                  for d in range(1 if odd else 2)] + ([const(0)] if odd else [])
-            b.store(b.or_(b.and_(xs[0], const(0xFFFF)), b.shl(xs[1], const(16))),
-                    b.gep(pair_words, [affine(b, r * pairs, (kw, 1))], inbounds=True))
-            return b.add(xs[0], xs[1])
-
+        b, depth = self.b, self.plan.depth
         for r in range(nrows):
-            running = b.gep(pair_sums, [const(r)], inbounds=True)
-            b.store(ir.Constant(acc, 0), running)
+            running = b.gep(self.pair_sums, [const(r)], inbounds=True)
+            b.store(ir.Constant(self.plan.mac.acc, 0), running)
             with for_range(b, depth // 2, name="kw") as kw:
-                accumulate(b, running, pair(r, kw, False))
+                accumulate(b, running, self._pair(base, row0, r, kw, False))
             if depth % 2:
-                accumulate(b, running, pair(r, const(depth // 2), True))
+                accumulate(b, running, self._pair(base, row0, r, const(depth // 2), True))
 
-    def row_block(base: list[Value], row0: Value, nrows: int) -> None:
+    def _pair(self, base: list[Value], row0: Value, r: int, kw: Value, odd: bool) -> Value:
+        """Stores pair ``kw`` of row ``r`` (``odd``: the last k, with 0) and returns its sum."""
+        b, plan = self.b, self.plan
+        kk = b.mul(kw, const(2))
+        xs = [centered(b, self.a, affine(b, r * plan.depth + d, (base[0], 1), (row0, plan.depth), (kk, 1)), plan.mac.x)
+              for d in range(1 if odd else 2)] + ([const(0)] if odd else [])
+        b.store(b.or_(b.and_(xs[0], const(0xFFFF)), b.shl(xs[1], const(16))),
+                b.gep(self.pair_words, [affine(b, r * plan.pairs, (kw, 1))], inbounds=True))
+        return b.add(xs[0], xs[1])
+
+    def row_block(self, base: list[Value], row0: Value, nrows: int) -> None:
+        b, plan = self.b, self.plan
+        cols, width, madd_width, dual_cols = plan.cols, plan.width, plan.madd_width, plan.dual_cols
         if madd_width:
-            paired_rows(base, row0, nrows)
+            self.paired_rows(base, row0, nrows)
         start = 0
         for ncols in (2 * madd_width, madd_width, 16, 8) if madd_width else ():
             whole = (cols - start) // ncols * ncols
             if ncols <= 2 * madd_width and whole:
                 for_tiles(b, start, whole, ncols,
-                          lambda col0, n: tile(base, row0, nrows, col0, n, madd_products))
+                          lambda col0, n: self.tile(base, row0, nrows, col0, n, self.madd_products))
                 start += whole
         if start:
             if cols > start:
                 for_tiles(b, start, cols - start, width,
-                          lambda col0, ncols: tile(base, row0, nrows, col0, ncols, vector_products))
+                          lambda col0, ncols: self.tile(base, row0, nrows, col0, ncols, self.vector_products))
             return
         if dual_cols:
-            centered_row(base, row0)
+            self.centered_row(base, row0)
             for_tiles(b, 0, dual_cols, width,
-                      lambda col0, ncols: tile(base, row0, nrows, col0, ncols, dual_products))
+                      lambda col0, ncols: self.tile(base, row0, nrows, col0, ncols, self.dual_products))
         if cols > dual_cols:
             for_tiles(b, dual_cols, cols - dual_cols, width,
-                      lambda col0, ncols: tile(base, row0, nrows, col0, ncols, vector_products))
+                      lambda col0, ncols: self.tile(base, row0, nrows, col0, ncols, self.vector_products))
 
-    if madd_width:
-        pair_words = b.bitcast(k.scratch(ir.ArrayType(I32, row_tile * pairs), plan.pair_bytes), I32.as_pointer())
-        pair_sums = b.bitcast(entry_alloca(b, ir.ArrayType(acc, row_tile)), acc.as_pointer())
-    if dual_cols:
-        row_buffer = b.bitcast(k.scratch(ir.ArrayType(I32, pairs), plan.row_bytes), I16.as_pointer())
-        row_sum = entry_alloca(b, acc) if mac.fold else None
+
+@emitter("QMatMul")
+def qmatmul(k: KernelContext) -> None:
+    """numpy.matmul semantics (1-D operands, broadcast batches); per-column requantisation and bias."""
+    b = k.builder
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    y = k.outputs[0]
+    a_shape, b_shape = _matrix_shapes(k)
+    plan = matmul_plan(k)
+    rows, depth, cols, acc = plan.rows, plan.depth, plan.cols, plan.mac.acc
+    mm = _MatMul(b, k.inputs[0], k.inputs[1], y, bias, plan, Requant(k.table, k.attrs, y, acc_bound(plan.mac, bias)))
+    batch = broadcast_shape(a_shape[:-2], b_shape[:-2])
+    steps = (batch_steps(a_shape, batch, rows * depth), batch_steps(b_shape, batch, depth * cols),
+             [s * rows * cols for s in strides_of(batch)])
+    if plan.madd_width:
+        mm.pair_words = b.bitcast(k.scratch(ir.ArrayType(I32, plan.row_tile * plan.pairs), plan.pair_bytes),
+                                  I32.as_pointer())
+        mm.pair_sums = b.bitcast(entry_alloca(b, ir.ArrayType(acc, plan.row_tile)), acc.as_pointer())
+    if plan.dual_cols:
+        mm.row_buffer = b.bitcast(k.scratch(ir.ArrayType(I32, plan.pairs), plan.row_bytes), I16.as_pointer())
+        mm.row_sum = entry_alloca(b, acc) if plan.mac.fold else None
     with loop_nest(b, batch) as index:
         base = [affine(b, 0, *zip(index, step)) for step in steps]
-        for_tiles(b, 0, rows, row_tile, lambda row0, nrows: row_block(base, row0, nrows))
+        for_tiles(b, 0, rows, plan.row_tile, lambda row0, nrows: mm.row_block(base, row0, nrows))
