@@ -85,7 +85,7 @@ def export_seconds(name: str) -> tuple[float, float]:
 
 
 def cortex_m7_row() -> dict:
-    from pegasus.exporters.glow.memory_report import memory_report
+    from pegasus.exporters.glow.memory.report import memory_report
     from tests.support.toolchains import count_instructions_cortex_m
 
     graph = import_onnx(DEMO, name="lenet_mnist")

@@ -30,7 +30,7 @@ from heldout import heldout_digits  # noqa: E402
 from timing import median_us  # noqa: E402
 
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
-from pegasus.exporters.glow.memory_report import memory_report  # noqa: E402
+from pegasus.exporters.glow.memory.report import memory_report  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
 from pegasus.ir import serialize  # noqa: E402

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pegasus.exporters.glow.export import export_bundle  # noqa: E402
-from pegasus.exporters.glow.memory_report import object_sizes  # noqa: E402
+from pegasus.exporters.glow.memory.report import object_sizes  # noqa: E402
 from pegasus.exporters.glow.run import toolchains  # noqa: E402
 from pegasus.exporters.glow.run.profile import export_instrumented, node_macs, profile_table  # noqa: E402
 from pegasus.exporters.glow.run.target_run import output_spec, run_bundle  # noqa: E402

@@ -23,7 +23,7 @@ from llvmlite import ir
 
 from pegasus import __version__
 from pegasus.exporters.glow.generated_text import bundle_name, c_comment, c_string, fill_template, make_word
-from pegasus.exporters.glow.memory_plan import ALIGN, CONSTANT, MUTABLE, Location, MemoryPlan, align
+from pegasus.exporters.glow.memory.plan import ALIGN, CONSTANT, MUTABLE, Location, MemoryPlan, align
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import TensorType
@@ -204,7 +204,7 @@ def _model_info(name: str, graph: Graph, plan: MemoryPlan, idents: dict[str, str
 
 
 def _overwrite_note(plan: MemoryPlan) -> list[str]:
-    """Exported with --reuse-input-memory: the inference overwrites its inputs (memory_plan.py)."""
+    """Exported with --reuse-input-memory: the inference overwrites its inputs (memory/plan.py)."""
     if not plan.reuses_inputs:
         return []
     return ["// NOTE: exported with --reuse-input-memory: every tensor lives in",

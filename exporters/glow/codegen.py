@@ -33,7 +33,7 @@ from pegasus.exporters.glow.kernels.strategy import Choice, Query, get_implement
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.llvm.tensors import TensorRef, constant_bounds
 from pegasus.exporters.glow.llvm.types import llvm_type
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
+from pegasus.exporters.glow.memory.plan import ACTIVATIONS, CODE, CONSTANT, MUTABLE, Location, MemoryPlan
 from pegasus.exporters.glow.schedule.select import select_layers
 from pegasus.exporters.glow.target import Target
 from pegasus.ir.graph import Graph

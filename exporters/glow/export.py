@@ -10,11 +10,12 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pegasus.exporters.glow import bundle_files, memory_report
+from pegasus.exporters.glow import bundle_files
 from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.generated_text import bundle_name
-from pegasus.exporters.glow.memory_plan import MemoryPlan
+from pegasus.exporters.glow.memory import report as memory_report
+from pegasus.exporters.glow.memory.plan import MemoryPlan
 from pegasus.exporters.glow.pipeline import Schedule, schedule
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet, check_folder
@@ -37,7 +38,7 @@ def export_bundle(graph: Graph, out_dir: Path, name: str, target: Target, *, bun
     pooling consumers inside its loop nest (fuse.py), False generates one layer per node. With ``board``
     (pegasus.boards.Board) a bundle that does not fit it is refused before anything is written, and the
     memory report ends with the fit. ``reuse_input_memory`` plans every tensor in the mutable region, over
-    the inputs once they are read: the inference overwrites them (memory_plan.py)."""
+    the inputs once they are read: the inference overwrites them (memory/plan.py)."""
     check_folder(out_dir, "--output-path")   # a missing folder is made when the files are written
     bundle_name(name)   # files, entry point, macros and Make variables are named after it: an identifier only
     if not fuse:    # the packers lay every layer's weights for its own kernel

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pegasus.exporters.glow.generated_text import dot_string, dot_text
-from pegasus.exporters.glow.memory_plan import MemoryPlan
+from pegasus.exporters.glow.memory.plan import MemoryPlan
 from pegasus.fileio import atomic_write
 from pegasus.ir.graph import Graph
 

@@ -9,7 +9,7 @@ exporters/glow/export.py).
 - **select** (schedule/select.py): one implementation per layer, an immutable ``Choice``.
 - **pack**: each layer's weights re-laid as its implementation reads them (its ``pack`` hook), so
   NAME.weights.bin holds exactly what the code reads.
-- **plan** (memory_plan.py): every tensor's and workspace's place in the three buffers.
+- **plan** (memory/plan.py): every tensor's and workspace's place in the three buffers.
 
 ``--explain`` prints the ``Selection`` of each layer (``explain``).
 """
@@ -22,7 +22,7 @@ from pegasus.exporters.glow.codegen import check_emitters, layer_streams, layer_
 from pegasus.exporters.glow.fuse import Layer, fuse_layers, single_layers
 from pegasus.exporters.glow.kernels.strategy import Choice, Query, run_hook
 from pegasus.exporters.glow.lower import lower_for_export, relay_inputs
-from pegasus.exporters.glow.memory_plan import MemoryPlan, check_limits, plan_memory
+from pegasus.exporters.glow.memory.plan import MemoryPlan, check_limits, plan_memory
 from pegasus.exporters.glow.pooled_pair import pair_layers
 from pegasus.exporters.glow.row_chains import chain_rows
 from pegasus.exporters.glow.schedule.select import Selection, select_layers

@@ -32,7 +32,7 @@ bit for bit the unfused layers' (exporters/glow/row_emit.py generates the code).
 Whether the output may take X's bytes is decided by playing the schedule (``schedule``): every output
 row must be written only after the last read of the X rows whose bytes it covers (an element-wise last
 stage may read X at the very bytes it writes, element by element). The memory planner then writes the
-block's output over X when X dies there (memory_plan.py, ``Layer.writes_over``).
+block's output over X when X dies there (memory/plan.py, ``Layer.writes_over``).
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def run_glow(args: argparse.Namespace) -> int:
 
         write_dot(result.graph, result.plan, Path(args.dump_graph_dag))
     if args.dump_memory_plan:
-        from pegasus.exporters.glow.plan_plot import plot_memory_plan
+        from pegasus.exporters.glow.memory.plot import plot_memory_plan
 
         plot_memory_plan(result.graph, result.plan, Path(args.dump_memory_plan))
     print(f"exported {name} for {target.triple} ({target.cpu}) to {out_dir}")
@@ -161,7 +161,7 @@ def report_board_fit(board, folder: Path, name: str, stack: int | None) -> str:
     """The fit section for ``board``, appended to NAME.memory.txt; a bundle that does not fit is refused."""
     import json
 
-    from pegasus.exporters.glow.memory_report import board_fit
+    from pegasus.exporters.glow.memory.report import board_fit
     from pegasus.fileio import atomic_write
 
     text = board_fit(board, json.loads((folder / f"{name}.memory.json").read_text()), stack)

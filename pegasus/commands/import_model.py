@@ -181,7 +181,7 @@ def _save(args: argparse.Namespace, graph, source: dict, json_path: Path, data_p
 
 def _warn_oversized(graph) -> None:
     """One line on stderr when a tensor is over 2 GiB (elements or bytes): no bundle can hold it."""
-    from pegasus.exporters.glow.memory_plan import MAX_INDEX, describe_size, oversized_tensors
+    from pegasus.exporters.glow.memory.plan import MAX_INDEX, describe_size, oversized_tensors
 
     too_big = oversized_tensors(graph)
     if too_big:

@@ -19,7 +19,7 @@ transposes.
 A kernel that finishes its output positions in row-major order, reading only the inputs of the positions it
 has not finished, declares it with ``@streams("QConv")``: a function of the same context as a workspace size
 returning the layer's ``Stream`` (or None when this layer's loops do not stream). The memory planner may then
-write the layer's output over the bytes of an input that dies there (exporters/glow/memory_plan.py).
+write the layer's output over the bytes of an input that dies there (exporters/glow/memory/plan.py).
 """
 
 from __future__ import annotations

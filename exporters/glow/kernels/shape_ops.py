@@ -133,7 +133,7 @@ def tile(k: KernelContext) -> None:
 
 @emitter("Concat")
 def concat(k: KernelContext) -> None:
-    """Each input copied to its place in the output, unless the planner put it there already (memory_plan.py,
+    """Each input copied to its place in the output, unless the planner put it there already (memory/plan.py,
     Concat by construction): one pointer compare at run time per input."""
     b, y = k.builder, k.outputs[0]
     axis = normalize_axis(k.attrs.axis, len(y.shape))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS
+from pegasus.exporters.glow.memory.plan import ACTIVATIONS
 from pegasus.exporters.glow.run import toolchains
 from pegasus.exporters.glow.run.profile import InstrumentedBundle
 from pegasus.runtime import interpreter

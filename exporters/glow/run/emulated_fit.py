@@ -74,7 +74,7 @@ def _header_size(header: str, name: str, what: str) -> int | None:
 def bundle_needs(bundle_dir: Path, name: str, input_bytes: int, extra_ram: int = 0) -> Needs | None:
     """What the bundle in ``bundle_dir`` needs on a board; None when its header or object cannot be read (the
     harness's own build then says what is wrong)."""
-    from pegasus.exporters.glow.memory_report import object_sizes
+    from pegasus.exporters.glow.memory.report import object_sizes
 
     header, obj = Path(bundle_dir) / f"{name}.h", Path(bundle_dir) / f"{name}.o"
     if not header.is_file() or not obj.is_file():

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 from llvmlite import ir
 
-from pegasus.exporters.glow import bundle_files, memory_report
+from pegasus.exporters.glow import bundle_files
 from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS, MUTABLE
+from pegasus.exporters.glow.memory import report as memory_report
+from pegasus.exporters.glow.memory.plan import ACTIVATIONS, MUTABLE
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import Target
 from pegasus.fileio import AtomicFileSet

@@ -19,12 +19,14 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 from onnx import TensorProto, helper, numpy_helper
 
-from pegasus.exporters.glow import bundle_files, memory_report, plan_plot
+from pegasus.exporters.glow import bundle_files
 from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import plan_memory
+from pegasus.exporters.glow.memory import plot as plan_plot
+from pegasus.exporters.glow.memory import report as memory_report
+from pegasus.exporters.glow.memory.plan import plan_memory
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.dtypes import DType

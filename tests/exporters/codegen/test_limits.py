@@ -20,11 +20,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow import memory_report
 from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.compile import compile_object
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.memory_plan import MAX_INDEX, check_limits, plan_memory
+from pegasus.exporters.glow.memory import report as memory_report
+from pegasus.exporters.glow.memory.plan import MAX_INDEX, check_limits, plan_memory
 from pegasus.exporters.glow.target import host_arch, resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.dtypes import DType

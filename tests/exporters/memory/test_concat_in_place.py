@@ -1,4 +1,4 @@
-"""Concat by construction (exporters/glow/memory_plan.py ``concat_in_place``, on hosted targets): the layers
+"""Concat by construction (exporters/glow/memory/plan.py ``concat_in_place``, on hosted targets): the layers
 producing a Concat's inputs write into the joined tensor, at each input's slice, and the Concat copies
 nothing. A dense block (each Concat joining the previous one and a new convolution's output) nests into one
 buffer; an input that another layer still reads after something is written over the joined tensor, a graph

@@ -1,7 +1,7 @@
 """The static memory plan: LeNet's sizes against Glow's (unfused: one layer per node, as Glow plans it;
 the fused plan is in test_fusion.py), and, for every light model planned unfused and fused, that no two
 tensors alive at the same time share bytes unless one is an alias or in-place rewrite of the other, or a
-Concat input built in place in its output (memory_plan.py ``concat_in_place``, at its slice), and that the
+Concat input built in place in its output (memory/plan.py ``concat_in_place``, at its slice), and that the
 tensors inside a fused layer get no memory at all."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from pegasus.exporters.glow.fuse import fuse_layers, single_layers
-from pegasus.exporters.glow.memory_plan import ACTIVATIONS, CONSTANT, MUTABLE, concat_slices, plan_memory
+from pegasus.exporters.glow.memory.plan import ACTIVATIONS, CONSTANT, MUTABLE, concat_slices, plan_memory
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import get_op
 
@@ -125,7 +125,7 @@ def test_live_tensors_never_overlap(file, fuse, concat, demo_onnx):
 @pytest.mark.parametrize("file", ["light_inception_v1.onnx", "demo"])
 def test_workspaces_never_overlap_a_live_tensor(file, demo_onnx):
     """A layer's workspace (kernel scratch) lies in ACTIVATIONS, apart from every tensor alive at that layer."""
-    from pegasus.exporters.glow.memory_plan import workspace_name
+    from pegasus.exporters.glow.memory.plan import workspace_name
 
     graph = import_onnx(demo_onnx if file == "demo" else os.path.join(LIGHT_DIR, file))
     layers = single_layers(graph)

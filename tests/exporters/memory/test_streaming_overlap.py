@@ -1,4 +1,4 @@
-"""A streaming convolution's output planned over its dying input (memory_plan.py, kernels.registry.Stream).
+"""A streaming convolution's output planned over its dying input (memory/plan.py, kernels.registry.Stream).
 
 - ``overlap_bytes`` against the bytes the kernels' access order actually reads, enumerated tap by tap on
   random geometries (1-D to 3-D, strides, pads, dilations, channel counts): never below the least safe
@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pegasus.exporters.glow import memory_plan
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.registry import Stream, stream_of
 from pegasus.exporters.glow.llvm.windows import Axis
-from pegasus.exporters.glow.memory_plan import align, overlap_bytes
+from pegasus.exporters.glow.memory import plan as memory_plan
+from pegasus.exporters.glow.memory.plan import align, overlap_bytes
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
@@ -325,7 +325,7 @@ def _m7_plan(graph: Graph, reuse: bool):
     from pegasus.exporters.glow.codegen import layer_streams, layer_workspaces
     from pegasus.exporters.glow.fuse import fuse_layers
     from pegasus.exporters.glow.lower import lower_for_export
-    from pegasus.exporters.glow.memory_plan import plan_memory
+    from pegasus.exporters.glow.memory.plan import plan_memory
     from pegasus.exporters.glow.row_chains import chain_rows
 
     lowered, target = lower_for_export(graph), resolve_target("arm", "cortex-m7")
@@ -381,8 +381,8 @@ def test_mlperf_models_reusing_their_input_on_cortex_m7(lowered_models, tmp_path
 
 
 def test_memory_plan_drawing_shows_the_mutable_region_when_inputs_are_reused():
-    from pegasus.exporters.glow import plan_plot
-    from pegasus.exporters.glow.memory_plan import plan_memory
+    from pegasus.exporters.glow.memory import plot as plan_plot
+    from pegasus.exporters.glow.memory.plan import plan_memory
 
     graph = Graph("reuse")
     _chain(graph, "net", (1, 9, 7, 16), (16, 16, 3, 3), pads=(1, 1, 1, 1))

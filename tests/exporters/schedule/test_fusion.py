@@ -14,7 +14,7 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.fuse import fuse_layers, single_layers
-from pegasus.exporters.glow.memory_plan import plan_memory
+from pegasus.exporters.glow.memory.plan import plan_memory
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.graph import Graph, Node

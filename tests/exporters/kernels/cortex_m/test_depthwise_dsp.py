@@ -24,7 +24,7 @@ import pytest
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels import integer_depthwise_dsp
 from pegasus.exporters.glow.kernels.registry import stream_of
-from pegasus.exporters.glow.memory_plan import align, overlap_bytes
+from pegasus.exporters.glow.memory.plan import align, overlap_bytes
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType

@@ -19,7 +19,7 @@ import pytest
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.integer_conv_plan import block_table, pack_weights
 from pegasus.exporters.glow.kernels.registry import stream_of
-from pegasus.exporters.glow.memory_plan import align, overlap_bytes
+from pegasus.exporters.glow.memory.plan import align, overlap_bytes
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import Tensor, TensorType

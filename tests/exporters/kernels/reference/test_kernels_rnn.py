@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 
 from pegasus.exporters.glow.codegen import build_module
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.memory_plan import plan_memory
+from pegasus.exporters.glow.memory.plan import plan_memory
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops import get_op
