@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from pegasus.exporters.glow.memory_plan import Buffer, MemoryPlan
+from pegasus.exporters.glow.memory.plan import Buffer, MemoryPlan
 from pegasus.fileio import atomic_write
 from pegasus.ir.graph import Graph
 

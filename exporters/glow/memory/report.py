@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
-from pegasus.exporters.glow.memory_plan import MemoryPlan
+from pegasus.exporters.glow.memory.plan import MemoryPlan
 
 CODE_PREFIXES = (".text", ".rodata", ".data.rel.ro")
 
