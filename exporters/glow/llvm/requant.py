@@ -17,9 +17,8 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.llvm.barriers import opaque
 from pegasus.exporters.glow.llvm.functions import intrinsic
+from pegasus.exporters.glow.llvm.types import I32, I64
 from pegasus.ops.fixedpoint import INT32_MAX, INT32_MIN
-
-I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
 Scalar = ir.Value | int
 
