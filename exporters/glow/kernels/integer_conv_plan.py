@@ -4,7 +4,7 @@ its taps (their input offsets, whether a window lies inside the input, where one
 
 Activations are channels first (N, C, D1..Dn) or, with ``channels_last``, (N, D1..Dn, C)
 (pegasus/ops/layout.py): ``Activation`` gives the kernels the strides of either. The weights of a
-channels-last layer are re-laid at export (``pack_weights``, applied by exporters/glow/lower.py, so
+channels-last layer are re-laid at export (``pack_weights``, applied by the pack stage, exporters/glow/pipeline.py, so
 NAME.weights.bin holds what the kernel reads): a depthwise layer's as (k..., 1, M), one vector of channels
 per tap, every other layer's as (M, k..., C/group), so that the taps of a weight row follow the input
 (each tap's C/group channels contiguous, as in the channels-last input). On Cortex-M with the DSP extension
@@ -95,17 +95,15 @@ def depthwise(group: int, in_group: int) -> bool:
     return group > 1 and in_group == 1
 
 
-def spreads_pairs(node: Node, graph: Graph, target) -> bool:
+def spreads_pairs(node: Node, graph: Graph, target, pooled: bool = False) -> bool:
     """Whether a channels-last QConv's weights are stored as centred 16-bit pairs for Cortex-M's DSP
     kernels — what SXTB16 would make of them in every inner loop, made once at export (twice the bytes of
     flash, none of RAM): 8-bit inputs and weights, a CPU with the DSP extension, and either a depthwise layer
     of one output channel per input channel and a multiple of four channels (integer_depthwise.py), or a
     layer of one group and a multiple of four input channels, computed by im2col (integer_im2col.py: not
-    fused with a pooling, whose kernel reads bytes) at several output positions — a dense layer (one
+    fused with a pooling, ``pooled``: whose kernel reads bytes) at several output positions — a dense layer (one
     position) reads each weight once, so its weights, often most of a model's, stay bytes. ``--compact-weights``
     (``Target.byte_weights``) keeps every layer's bytes."""
-    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
-
     x, w = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
     info = CPUS.get(getattr(target, "cpu", ""))
     if not (info is not None and info.has_dsp and target.is_cortex_m and not target.byte_weights
@@ -119,7 +117,7 @@ def spreads_pairs(node: Node, graph: Graph, target) -> bool:
     rows, run = prod(w.shape[2:-1]), w.shape[-1] * w.shape[1]
     dilated = bool(node.attrs.dilations) and node.attrs.dilations[-1] != 1
     reordered = w.shape[1] % 4 == 0 or (run >= 2 and not dilated and rows * (1 + run % 4) <= UNROLLED_ROWS)
-    return node.attrs.group == 1 and reordered and positions > 1 and not heads_pooling(graph, node, target)
+    return node.attrs.group == 1 and reordered and positions > 1 and not pooled
 
 
 def dense_halves(node: Node, graph: Graph, target, relaid: np.ndarray) -> np.ndarray | None:
@@ -172,25 +170,26 @@ def spread_pairs(w: np.ndarray) -> np.ndarray:
     return words.astype(np.uint32).view(np.int32).reshape(w.shape[:-1] + (w.shape[-1] // 2,))
 
 
-def pack_weights(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
+def pack_weights(node: Node, graph: Graph, target=None, pooled: bool = False) -> dict[int, np.ndarray]:
     """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring);
     for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis (``spreads_pairs``, ``spread_pairs``:
     int32 weights, which no layer has otherwise, mark the layout): a depthwise layer's as (k..., 1, M / 2),
     another's rows in ``stored_taps`` order, two by two interleaved (``interleave_rows``), as (M, k..., C/2) —
     or, with C not a multiple of four, as the first words of an (M', k..., C) array of the fewest rows M' that
-    hold them, the rest zeros (a shape that keeps the window: ``conv_plan`` and row_chains read it there)."""
+    hold them, the rest zeros (a shape that keeps the window: ``conv_plan`` and row_chains read it there).
+    ``pooled``: the layer ends with a pooling (its kernel, integer_conv_pool.py, reads bytes and its own bias)."""
     w = graph.value_of(node.inputs[1])
     n = w.ndim - 2
     if depthwise(node.attrs.group, w.shape[1]):
         relaid = np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))
     else:
         relaid = np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))
-    if not spreads_pairs(node, graph, target):
+    if not spreads_pairs(node, graph, target, pooled):
         halves = dense_halves(node, graph, target, relaid)
         return {1: relaid if halves is None else halves}
     centred = relaid.astype(np.int64) - node.attrs.w_zero_point
     if depthwise(node.attrs.group, w.shape[1]):
-        table = depthwise_table(node, graph, prod(w.shape[2:]))
+        table = depthwise_table(node, graph, prod(w.shape[2:]), pooled)
         if table is None:
             return {1: spread_pairs(centred)}
         return {1: spread_pairs(2 * centred), 2: table}
@@ -313,16 +312,14 @@ def tile_layout(cp: ConvPlan) -> bool:
     return cp.bias.shape[0] == cp.ya.channels // 2 * (cp.mac.depth + TILE_TAIL)
 
 
-def depthwise_table(node: Node, graph: Graph, taps: int) -> np.ndarray | None:
+def depthwise_table(node: Node, graph: Graph, taps: int, pooled: bool = False) -> np.ndarray | None:
     """What a paired depthwise layer (integer_depthwise_dsp.py) under TFLite rounding reads per channel in place
     of its bias when every channel's rounding constant folds: (2 b, K, M, t + 1) — its weights are then stored
     doubled, its sums start at 2 b, and each output is SMMLAR, ASR, SSAT (no doubling, no SUB); the table's
-    length, four words a channel, tells the layout (``depthwise_layout``). None otherwise, and for a layer a
-    pooling follows (integer_conv_pool.py reads its own bias)."""
-    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
-
+    length, four words a channel, tells the layout (``depthwise_layout``). None otherwise, and for a layer that
+    ends with a pooling (``pooled``: integer_conv_pool.py reads its own bias)."""
     found = _requant_rows(node, graph, taps)
-    if found is None or not found[1] or heads_pooling(graph, node):
+    if found is None or not found[1] or pooled:
         return None
     return np.asarray([(b, k, m, t) for b, m, t, k in found[0]], np.int64).reshape(-1).astype(np.int32)
 

@@ -427,20 +427,18 @@ def pack_pooled_halves(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     the window (``integer_halves.run_order``), as int16 (M / 2, C, k...): where the windows never cross the
     padding (none), with dilation 1 and rows shorter than the input's (the runs are the kernel's rows), else
     the bytes stay."""
-    node = query.node
+    node, pooled = query.node, query.layer.pool is not None
     if node.attrs.channels_last:
-        return pack_weights(node, query.graph, query.target)
-    return pooled_halves(node, query.graph, query.target)
+        return pack_weights(node, query.graph, query.target, pooled)
+    return pooled_halves(node, query.graph, query.target, pooled)
 
 
-def pooled_halves(node: Node, graph: Graph, target=None) -> dict[int, np.ndarray]:
-    """The channels-first weights of ``pack_pooled_halves`` (also what a pooled pair's packer starts from)."""
-    from pegasus.exporters.glow.fuse import heads_pooling  # fuse.py imports the kernels
-
+def pooled_halves(node: Node, graph: Graph, target, pooled: bool) -> dict[int, np.ndarray]:
+    """The channels-first weights of ``pack_pooled_halves`` for a layer that ends with a pooling (``pooled``)."""
     info = CPUS.get(getattr(target, "cpu", ""))
     attrs, x = node.attrs, graph.type_of(node.inputs[0])
     if not (info is not None and info.has_dsp and target.is_cortex_m and graph.tensors[node.inputs[1]].is_constant
-            and heads_pooling(graph, node, target)):
+            and pooled):
         return {}
     w = graph.value_of(node.inputs[1])
     if (attrs.group != 1 or x.dtype.itemsize != 1 or any(attrs.pads) or any(d != 1 for d in attrs.dilations or ())

@@ -16,7 +16,7 @@ import pytest
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels import integer_conv_plan
 from pegasus.exporters.glow.kernels.integer_halves import HALF_LIMIT, halve_rows, halves_rows
-from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
 from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
@@ -87,7 +87,7 @@ def test_which_weights_qualify():
 
 def stored(case: Case, cpu: str) -> np.ndarray:
     graph, _ = build_graph([case])
-    lowered = lower_for_export(graph, resolve_target("arm", cpu))
+    lowered = schedule(graph, resolve_target("arm", cpu)).graph
     node = next(node for node in lowered.nodes if node.op == "QConv")
     return lowered.value_of(node.inputs[1])
 
@@ -142,7 +142,7 @@ def assert_bundle_matches(cases: list[Case], cpu: str, folder) -> None:
 def test_bundles_on_cortex_m(cpu, tmp_path):
     graph, feeds = build_graph(CASES)
     outputs = interpreter.run(graph, feeds)
-    lowered = lower_for_export(graph, resolve_target("arm", cpu))
+    lowered = schedule(graph, resolve_target("arm", cpu)).graph
     kinds = [lowered.value_of(node.inputs[1]).dtype for node in lowered.nodes if node.op == "QConv"]
     halves = [not case.id.endswith("bytes") and cpu != "cortex-m0" for case in CASES]
     assert kinds == [np.int16 if half else np.int8 for half in halves]

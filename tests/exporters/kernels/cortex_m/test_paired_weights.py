@@ -16,7 +16,7 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.integer_conv_plan import pack_weights
-from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph, Node
@@ -127,10 +127,10 @@ def test_weights_stay_bytes_where_read_as_bytes():
                                                        channels_last=True), ["y0"], ["p0"]),
                    Node("conv1", "QConv", make_attrs("QConv", **requant), ["p0", "w1"], ["y1"])]
     graph.outputs = ["y1"]
-    lowered = lower_for_export(graph, resolve_target("arm", "cortex-m7"))
+    lowered = schedule(graph, resolve_target("arm", "cortex-m7")).graph
     assert lowered.value_of(lowered.nodes[0].inputs[1]).dtype == np.int8       # fused with the pool: bytes
     assert lowered.value_of(lowered.nodes[2].inputs[1]).dtype == np.int32      # spread
-    dense_graph = lower_for_export(build_graph([dense("d", 64, 8)])[0], resolve_target("arm", "cortex-m7"))
+    dense_graph = schedule(build_graph([dense("d", 64, 8)])[0], resolve_target("arm", "cortex-m7")).graph
     dense_node = next(node for node in dense_graph.nodes if node.op == "QConv")
     weights = dense_graph.value_of(dense_node.inputs[1])       # a dense layer: a byte a weight, two rows'
     assert weights.dtype == np.int16 and weights.nbytes == 64 * 8          # bytes as halfwords (integer_halves.py)
@@ -163,8 +163,8 @@ def test_compact_weights_keep_bytes(tmp_path):
     weights = sum(case.inputs[1].size for case in cases)
     assert sizes[False] - sizes[True] >= weights - 128       # the pairs' second byte of every weight, less padding
     target = dataclasses.replace(resolve_target("arm", "cortex-m4"), byte_weights=True)
-    assert all(lower_for_export(graph, target).value_of(node.inputs[1]).dtype == np.int8
-               for node in lower_for_export(graph, target).nodes if node.op == "QConv")
+    packed = schedule(graph, target).graph
+    assert all(packed.value_of(node.inputs[1]).dtype == np.int8 for node in packed.nodes if node.op == "QConv")
     export_bundle(graph, tmp_path / "bytes", "net", target)
     spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
     outputs = toolchains.run_cortex_m(tmp_path / "bytes", "net", "cortex-m4", feeds, spec)

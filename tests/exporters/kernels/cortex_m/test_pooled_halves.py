@@ -16,7 +16,7 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels import integer_conv_pool, integer_halves
-from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
 from tests.exporters.kernels.fused.test_kernels_integer_conv_pool import P22, chain, fused_graph
@@ -63,7 +63,7 @@ ALL = HALVES + BYTES
 
 
 def stored_dtypes(graph, cpu: str) -> list:
-    lowered = lower_for_export(graph, resolve_target("arm", cpu))
+    lowered = schedule(graph, resolve_target("arm", cpu)).graph
     return [lowered.value_of(node.inputs[1]).dtype for node in lowered.nodes if node.op == "QConv"]
 
 
@@ -85,7 +85,7 @@ def test_stored_layout(chains):
     """Per pair of channels, per row of the window: 256 w1 + w0 of taps (0, 2, 1, 3), 4 ... ; the biases less
     zx Σ w."""
     graph = chains[0]
-    lowered = lower_for_export(graph, resolve_target("arm", "cortex-m4"))
+    lowered = schedule(graph, resolve_target("arm", "cortex-m4")).graph
     node = next(node for node in lowered.nodes if node.op == "QConv")
     case = HALVES[0][0]
     w = case.inputs[1].astype(np.int64)                      # (10, 8, 5, 5)
