@@ -42,7 +42,7 @@ from bench_glow import feeds_for, models  # noqa: E402
 from pegasus.exporters.glow.run.profile import export_instrumented  # noqa: E402
 from pegasus.exporters.glow.target import resolve_target  # noqa: E402
 from pegasus.importers.onnx.loader import import_onnx  # noqa: E402
-from tests.support.host_runner import _aligned  # noqa: E402
+from tests.support.host_runner import aligned  # noqa: E402
 
 PROBE = """
 #include <stdint.h>
@@ -88,9 +88,9 @@ def bundle_layers(name: str, runs: int) -> list[tuple[str, float]]:
         library = ctypes.CDLL(str(tmp / "libnet.so"))
         sizes = _sizes((tmp / "net.h").read_text())
         blob = (tmp / "net.weights.bin").read_bytes()
-        constant = _aligned(sizes["CONSTANT"])
+        constant = aligned(sizes["CONSTANT"])
         constant[:len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-        buffers = [constant, _aligned(sizes["MUTABLE"]), _aligned(sizes["ACTIVATIONS"])]  # inputs 0: same time
+        buffers = [constant, aligned(sizes["MUTABLE"]), aligned(sizes["ACTIVATIONS"])]  # inputs 0: same time
         args = [buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)) for buf in buffers]
         for _ in range(3):
             library.net(*args)

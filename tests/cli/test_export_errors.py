@@ -6,8 +6,8 @@ import pytest
 
 from pegasus.cli import main
 from pegasus.exporters.glow.kernels import registry as kernel_registry
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import CliResult, run_cli
+from tests.support.cli_errors import assert_one_line_error
 
 
 def export(demo_model, out_dir, *extra):

@@ -11,8 +11,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from tests.cli.test_import_errors import assert_one_line_error, import_model, model_with, save, tensor
 from tests.conftest import run_cli
+from tests.support.cli_errors import assert_one_line_error, import_model, model_with, save, tensor
 
 
 def tf2onnx_like(batch: str | None = "unk__123") -> onnx.ModelProto:

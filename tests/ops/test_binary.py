@@ -9,7 +9,7 @@ import pytest
 from pegasus.errors import PegasusError
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import get_op
-from tests.ops.test_elementwise import assert_same, check_infer, onnx_model, onnx_vs_ort
+from tests.support.ops_reference import assert_same, check_infer, onnx_model, onnx_vs_ort
 
 RNG = np.random.default_rng(1)
 

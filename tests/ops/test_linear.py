@@ -12,8 +12,8 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops import get_op
 from pegasus.ops.registry import ShapeError, make_attrs
-from tests.ops.test_conv import against_ort, assert_all_same, rand
-from tests.ops.test_elementwise import check_infer
+from tests.support.ops_against_ort import against_ort, assert_all_same, rand
+from tests.support.ops_reference import check_infer
 
 C_SHAPES = [None, (), (1,), (5,), (3, 1), (3, 5), (1, 5)]
 

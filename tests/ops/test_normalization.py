@@ -12,8 +12,8 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops import get_op
 from pegasus.ops.registry import ShapeError, make_attrs
-from tests.ops.test_conv import against_ort, assert_all_same, rand
-from tests.ops.test_elementwise import check_infer, onnx_model
+from tests.support.ops_against_ort import against_ort, assert_all_same, rand
+from tests.support.ops_reference import check_infer, onnx_model
 
 
 def _bn_params(channels: int, *extra: int) -> dict[str, np.ndarray]:

@@ -12,8 +12,8 @@ from pegasus.ir.dtypes import DType
 from pegasus.ir.tensor import TensorType
 from pegasus.ops import get_op
 from pegasus.ops.registry import ShapeError, make_attrs
-from tests.ops.test_conv import against_ort, assert_all_same, rand
-from tests.ops.test_elementwise import check_infer
+from tests.support.ops_against_ort import against_ort, assert_all_same, rand
+from tests.support.ops_reference import check_infer
 
 RNG_INT = np.random.default_rng(3)
 WINDOWS = list(itertools.product((1, 2, 3), ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"), (1, 2), (0, 1)))

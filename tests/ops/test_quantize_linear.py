@@ -12,7 +12,7 @@ from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.tensor import TensorType
 from pegasus.ops.registry import ShapeError, get_op, make_attrs
 from pegasus.runtime.interpreter import run
-from tests.ops.test_elementwise import assert_same, check_infer, onnx_model, onnx_vs_ort
+from tests.support.ops_reference import assert_same, check_infer, onnx_model, onnx_vs_ort
 
 RNG = np.random.default_rng(2)
 X = (RNG.standard_normal((2, 3, 4)) * 40).astype(np.float32)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pegasus.importers.onnx.loader import import_onnx
-from tests.ops.test_elementwise import assert_same, check_infer, onnx_model, onnx_vs_ort
+from tests.support.ops_reference import assert_same, check_infer, onnx_model, onnx_vs_ort
 
 RNG = np.random.default_rng(5)
 REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

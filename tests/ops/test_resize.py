@@ -11,7 +11,7 @@ import pytest
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import ShapeError
 from pegasus.ops.resize import resize_plan
-from tests.ops.test_elementwise import assert_same, check_infer, onnx_model, onnx_vs_ort
+from tests.support.ops_reference import assert_same, check_infer, onnx_model, onnx_vs_ort
 
 RNG = np.random.default_rng(7)
 NO_ROI = np.array([], np.float32)

@@ -21,7 +21,7 @@ from pegasus.ir.tensor import TensorType
 from pegasus.ops import get_op
 from pegasus.ops.registry import ShapeError, make_attrs
 from pegasus.runtime.interpreter import run
-from tests.ops.test_elementwise import assert_same, check_infer, onnx_model
+from tests.support.ops_reference import assert_same, check_infer, onnx_model
 from tests.support.requirements import need_module
 
 ort = need_module("onnxruntime")

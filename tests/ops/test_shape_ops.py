@@ -11,8 +11,8 @@ from pegasus.errors import NeedsConstantError, PegasusError
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import ShapeError, get_op
 from pegasus.ops.shape_ops import resolve_reshape, resolve_slice, resolve_squeeze_axes
-from tests.ops.test_conv import against_ort, assert_all_same
-from tests.ops.test_elementwise import assert_same, check_infer, onnx_model, onnx_vs_ort
+from tests.support.ops_against_ort import against_ort, assert_all_same
+from tests.support.ops_reference import assert_same, check_infer, onnx_model, onnx_vs_ort
 
 RNG = np.random.default_rng(3)
 

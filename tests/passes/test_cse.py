@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.passes.cse import eliminate_common_subexpressions
-from tests.passes.test_import_passes import check_against_onnxruntime, make_model, onnxruntime_outputs
 from tests.support.host_runner import run_bundle_host
+from tests.support.onnx_passes import check_against_onnxruntime, make_model, onnxruntime_outputs
 
 RNG = np.random.default_rng(5)
 X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])

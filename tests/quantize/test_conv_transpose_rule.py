@@ -18,7 +18,7 @@ from pegasus.importers.onnx.loader import import_onnx
 from pegasus.quantized.lower import lower_to_integer
 from pegasus.quantized.rules.conv_transpose import phase_weights
 from pegasus.runtime import interpreter
-from tests.exporters.e2e.test_quantized_bundles import SCHEMES, quantize
+from tests.support.quantized_bundles import SCHEMES, quantize
 
 RNG = np.random.default_rng(77)
 

@@ -13,7 +13,7 @@ from onnx.backend.test.case.node import collect_testcases
 from pegasus.quantized.lower import lower_to_integer
 from pegasus.runtime import interpreter
 from tests.conformance.backend import graph_inputs, prepare
-from tests.exporters.e2e.test_quantized_bundles import SCHEMES, quantize
+from tests.support.quantized_bundles import SCHEMES, quantize
 
 
 def _float_cases():

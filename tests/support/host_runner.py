@@ -16,7 +16,7 @@ from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph
 
 
-def _aligned(size: int, alignment: int = 64) -> np.ndarray:
+def aligned(size: int, alignment: int = 64) -> np.ndarray:
     raw = np.zeros(size + alignment, dtype=np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + size]
@@ -57,11 +57,11 @@ def load_bundle(graph: Graph, feeds: dict[str, np.ndarray], folder: Path, name: 
     subprocess.run(["gcc", "-shared", "-o", str(library), str(folder / f"{name}.o")], check=True,
                    capture_output=True)
     plan = result.plan
-    constant = _aligned(max(plan.constant_size, 1))
+    constant = aligned(max(plan.constant_size, 1))
     blob = (folder / f"{name}.weights.bin").read_bytes()
     constant[:len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-    mutable = _aligned(max(plan.mutable_size, 1))
-    activations = _aligned(max(plan.activations_size, 1))
+    mutable = aligned(max(plan.mutable_size, 1))
+    activations = aligned(max(plan.activations_size, 1))
     for input_name in graph.inputs:
         loc = plan.locations[input_name]
         data = np.ascontiguousarray(feeds[input_name], dtype=graph.type_of(input_name).dtype.numpy)

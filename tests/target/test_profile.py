@@ -78,7 +78,7 @@ def test_compare_layers_on_a_channels_last_integer_model(tmp_path):
     graph with the registry's layouts, and every layer matches."""
     from pegasus.commands.quantized_model import lower_model
     from tests.importers.tflite.harness import cached_model, import_cli
-    from tests.importers.tflite.test_quantized import int8_cnn
+    from tests.support.tflite_models import int8_cnn
 
     json_path, data_path, table_path = import_cli(cached_model(int8_cnn), tmp_path / "model")
     graph = lower_model(serialize.load(json_path, data_path), str(table_path), show=False).graph

@@ -28,7 +28,7 @@ def batch(*args, cwd):
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
     from tests.importers.tflite import harness, models
-    from tests.importers.tflite.test_quantized import int8_cnn
+    from tests.support.tflite_models import int8_cnn
 
     folder = tmp_path_factory.mktemp("batch")
     shutil.copy(DEMO / "lenet_mnist.onnx", folder / "lenet.onnx")

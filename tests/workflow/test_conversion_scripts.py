@@ -75,7 +75,7 @@ def _tflite(builder_name: str):
     from tests.importers.tflite import harness
 
     if builder_name == "int8_cnn":
-        from tests.importers.tflite.test_quantized import int8_cnn as builder
+        from tests.support.tflite_models import int8_cnn as builder
     else:
         from tests.importers.tflite import models
 

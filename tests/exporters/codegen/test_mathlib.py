@@ -11,7 +11,6 @@ table: nothing from libm may be left undefined.
 from __future__ import annotations
 
 import ctypes
-import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,13 +18,13 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
-from elftools.elf.elffile import ELFFile
 from llvmlite import ir
 
 from pegasus.exporters.glow.compile import compile_object, optimize
 from pegasus.exporters.glow.llvm.loops import for_range
 from pegasus.exporters.glow.llvm.mathlib import MathLib
 from pegasus.exporters.glow.target import resolve_target
+from tests.support.objects import undefined_symbols
 
 F32, I32 = ir.FloatType(), ir.IntType(32)
 F32_PTR = F32.as_pointer()
@@ -292,11 +291,6 @@ LIBM = {
 TARGETS = [("arm", "cortex-m0", None), ("arm", "cortex-m4", None), ("arm", "cortex-m7", None),
            ("arm", "cortex-m33", None), ("arm", "cortex-m4", "soft"), ("aarch64", "cortex-a53", None),
            ("x86_64", None, None), ("i386", None, None)]
-
-
-def undefined_symbols(obj: bytes) -> set[str]:
-    symbols = ELFFile(io.BytesIO(obj)).get_section_by_name(".symtab")
-    return {s.name for s in symbols.iter_symbols() if s.name and s["st_shndx"] == "SHN_UNDEF"}
 
 
 @pytest.mark.parametrize(("arch", "mcpu", "float_abi"), TARGETS, ids=lambda v: str(v))

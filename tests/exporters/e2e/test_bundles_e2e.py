@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.test.runner import Runner
 
 from pegasus.exporters.glow.export import export_bundle
@@ -26,18 +25,14 @@ from tests.support import toolchains
 sys.path.insert(0, str(DEMO_DIR))
 from heldout import heldout_digits  # noqa: E402
 
-LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+from tests.support.model_bundles import LIGHT, LIGHT_DIR, SINGLE_OPS, output_spec, randn
+
 CORTEX_M = ["cortex-m7", "cortex-m4", "cortex-m33"]
-RNG = np.random.default_rng(7)
 
 
 def close(actual: dict, expected: dict) -> None:
     for name, want in expected.items():
         np.testing.assert_allclose(actual[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
-
-
-def output_spec(graph):
-    return {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +101,6 @@ def test_export_is_deterministic(lenet, tmp_path):
         assert file.read_bytes() == (tmp_path / "b" / file.name).read_bytes(), file.name
 
 
-LIGHT = sorted(f[len("light_"):-len(".onnx")] for f in os.listdir(LIGHT_DIR) if f.endswith(".onnx"))
-
-
 @pytest.mark.parametrize("model_name", LIGHT)
 def test_light_model_on_host(model_name, tmp_path):
     model = onnx.load(os.path.join(LIGHT_DIR, f"light_{model_name}.onnx"))
@@ -121,53 +113,6 @@ def test_light_model_on_host(model_name, tmp_path):
     close(out, interpreter.run(graph, feeds))
 
 
-def _single_op(op: str, inputs: dict[str, tuple], attrs: dict | None = None, consts: dict | None = None,
-               out_shape=None):
-    infos = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
-    inits = [numpy_helper.from_array(v, n) for n, v in (consts or {}).items()]
-    node = helper.make_node(op, list(inputs) + list(consts or {}), ["y"], **(attrs or {}))
-    graph = helper.make_graph([node], op.lower(), infos, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                                                         out_shape)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _f(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
-
-
-SINGLE_OPS = {
-    "Conv": _single_op("Conv", {"x": (1, 3, 9, 9)}, {"pads": [1, 1, 1, 1], "strides": [2, 2]},
-                       {"w": _f(4, 3, 3, 3), "b": _f(4)}),
-    "ConvDepthwise": _single_op("Conv", {"x": (1, 4, 8, 8)}, {"group": 4}, {"w": _f(4, 1, 3, 3)}),
-    "ConvTranspose": _single_op("ConvTranspose", {"x": (1, 2, 4, 4)}, {"strides": [2, 2]}, {"w": _f(2, 3, 3, 3)}),
-    "Gemm": _single_op("Gemm", {"x": (2, 8)}, {"transB": 1}, {"w": _f(5, 8), "b": _f(5)}),
-    "MatMul": _single_op("MatMul", {"x": (3, 6)}, None, {"w": _f(6, 4)}),
-    "MaxPool": _single_op("MaxPool", {"x": (1, 2, 7, 7)}, {"kernel_shape": [3, 3], "strides": [2, 2]}),
-    "AveragePool": _single_op("AveragePool", {"x": (1, 2, 6, 6)}, {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]}),
-    "GlobalAveragePool": _single_op("GlobalAveragePool", {"x": (1, 3, 5, 5)}),
-    "Relu": _single_op("Relu", {"x": (2, 17)}),
-    "Sigmoid": _single_op("Sigmoid", {"x": (2, 17)}),
-    "Tanh": _single_op("Tanh", {"x": (2, 17)}),
-    "Exp": _single_op("Exp", {"x": (2, 17)}),
-    "Erf": _single_op("Erf", {"x": (2, 17)}),
-    "HardSwish": _single_op("HardSwish", {"x": (2, 17)}),
-    "LeakyRelu": _single_op("LeakyRelu", {"x": (2, 17)}, {"alpha": 0.2}),
-    "Add": _single_op("Add", {"x": (2, 3, 4)}, None, {"b": _f(3, 1)}),
-    "Mul": _single_op("Mul", {"x": (2, 3, 4), "z": (2, 3, 4)}),
-    "Div": _single_op("Div", {"x": (4, 5)}, None, {"d": RNG.uniform(1, 2, (5,)).astype(np.float32)}),
-    "Softmax": _single_op("Softmax", {"x": (3, 10)}),
-    "Transpose": _single_op("Transpose", {"x": (2, 3, 4)}, {"perm": [2, 0, 1]}),
-    "Concat": _single_op("Concat", {"x": (2, 3), "z": (2, 5)}, {"axis": 1}),
-    "ReduceMean": _single_op("ReduceMean", {"x": (2, 3, 4)}, {"axes": [1], "keepdims": 0}),
-    "BatchNormalization": _single_op("BatchNormalization", {"x": (1, 3, 4, 4)}, None,
-                                     {"s": _f(3), "bias": _f(3), "m": _f(3), "v": RNG.uniform(0.5, 1, 3).astype(
-                                         np.float32)}),
-    "LayerNormalization": _single_op("LayerNormalization", {"x": (2, 6)}, None, {"g": _f(6), "bb": _f(6)}),
-    "Resize": _single_op("Resize", {"x": (1, 1, 3, 3)}, {"mode": "linear"},
-                         {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}),
-}
-
-
 @pytest.fixture(scope="module")
 def single_op_graphs():
     return {name: import_onnx(model, name=name.lower()) for name, model in SINGLE_OPS.items()}
@@ -177,7 +122,7 @@ def single_op_graphs():
 @pytest.mark.parametrize("op", list(SINGLE_OPS))
 def test_single_op_on_cortex_m(op, cpu, single_op_graphs, tmp_path):
     graph = single_op_graphs[op]
-    feeds = {name: _f(*graph.type_of(name).shape) for name in graph.inputs}
+    feeds = {name: randn(*graph.type_of(name).shape) for name in graph.inputs}
     export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
     out = toolchains.run_cortex_m(tmp_path, "net", cpu, feeds, output_spec(graph))
     close(out, interpreter.run(graph, feeds))

@@ -14,8 +14,8 @@ from pegasus.exporters.glow.kernels.registry import get_emitter
 from pegasus.ops.registry import all_ops
 from pegasus.runtime import interpreter
 from tests.conformance.backend import graph_inputs, prepare
-from tests.conformance.test_node_cases import _arrays, _exclusions, _io_reason, _supported
 from tests.support.host_runner import run_bundle_host
+from tests.support.node_cases import case_arrays, exclusions, io_reason, supported
 
 CASES_PER_OP = 3
 NOT_EXPORTED = {  # case name: why the exporter refuses it (each refusal is a clear error, tested elsewhere)
@@ -30,14 +30,14 @@ def _single_op_cases():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = collect_testcases()
-    excluded = _exclusions()
+    excluded = exclusions()
     chosen: dict[str, list] = defaultdict(list)
     for case in sorted(cases, key=lambda c: c.name):
         ops = {node.op_type for node in case.model.graph.node}
         if (len(ops) != 1 or "expanded" in case.name or case.name in excluded or case.name in NOT_EXPORTED
-                or not _supported(case)):
+                or not supported(case)):
             continue
-        if _io_reason(case):
+        if io_reason(case):
             continue
         op = ops.pop()
         if len(chosen[op]) < CASES_PER_OP:
@@ -48,7 +48,7 @@ def _single_op_cases():
 @pytest.mark.parametrize("case", _single_op_cases())
 def test_bundle_matches_reference(case, tmp_path):
     inputs, _ = case.data_sets[0]
-    inputs = _arrays(inputs)
+    inputs = case_arrays(inputs)
     with np.errstate(all="ignore"):
         graph = prepare(case.model, inputs)
         if not graph.nodes:

@@ -23,55 +23,20 @@ from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir import serialize
 from pegasus.ir.graph import Graph
 from pegasus.quantized.lower import expose_integer_io, lower_to_integer
-from pegasus.quantized.params import QuantTable
-from pegasus.quantizers.assign import build_table
-from pegasus.quantizers.calibrate import calibrate
 from pegasus.quantizers.hybrid import insert_converters
 from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
 from tests.conftest import DEMO_DIR, run_cli
-from tests.exporters.e2e.test_bundles_e2e import LIGHT, LIGHT_DIR, SINGLE_OPS, output_spec
 from tests.support import toolchains
+from tests.support.model_bundles import LIGHT, LIGHT_DIR, SINGLE_OPS, output_spec
 
 sys.path.insert(0, str(DEMO_DIR))
 from heldout import heldout_digits  # noqa: E402
 
-SCHEMES = {"u8": ("asymmetric_affine", "uint8"), "dfp8": ("dynamic_fixed_point", "int8"),
-           "pc8": ("perchannel_symmetric_affine", "int8"), "dfp16": ("dynamic_fixed_point", "int16")}
+from tests.support.quantized_bundles import SCHEMES, assert_bit_exact, export_for, quantize, run_on
+
 CROSS = ["cortex-m7", "cortex-m4", "cortex-m33", "aarch64"]
 RNG = np.random.default_rng(11)
-
-
-def quantize(graph: Graph, samples: list[dict[str, np.ndarray]], quantizer: str, qtype: str,
-             custom: dict[str, str] | None = None) -> QuantTable:
-    scheme = Scheme.of(quantizer, qtype)
-    calibration = calibrate(graph, samples, total=len(samples), batch_size=len(samples), signed=scheme.qtype != "u8",
-                            progress=False)
-    return build_table(graph, calibration.ranges, scheme, algorithm="normal", digest=serialize.graph_digest(graph),
-                       custom=custom)
-
-
-def assert_bit_exact(actual: dict, expected: dict) -> None:
-    for name, want in expected.items():
-        got = actual[name]
-        assert got.dtype == want.dtype and got.shape == want.shape, name
-        assert got.tobytes() == want.tobytes(), (
-            f"{name}: {np.count_nonzero(got != want)} of {want.size} values differ; max |diff| "
-            f"{np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))}")
-
-
-def run_on(key: str, folder, graph: Graph, feeds) -> dict[str, np.ndarray]:
-    spec = output_spec(graph)
-    if key == "host":
-        return toolchains.run_host(folder, "net", feeds, spec)
-    if key == "aarch64":
-        return toolchains.run_aarch64(folder, "net", feeds, spec)
-    return toolchains.run_cortex_m(folder, "net", key, feeds, spec)
-
-
-def export_for(key: str, graph: Graph, folder) -> None:
-    arch, cpu = {"host": (None, None), "aarch64": ("aarch64", "cortex-a53")}.get(key, ("arm", key))
-    export_bundle(graph, folder, "net", resolve_target(arch, cpu))
 
 
 # ---- single ops -----------------------------------------------------------------------------------

@@ -16,12 +16,12 @@ from pegasus.exporters.glow.target import resolve_target
 from pegasus.ops.fixedpoint import quantize_multiplier
 from pegasus.quantized.rules.tflite import softmax16_tables, softmax_table
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
 from tests.support import toolchains
+from tests.support.bundle_cases import Case, build_graph, check_case, ids, run_cases
+from tests.support.tflite_requant import INT32_MIN, rq, tflite_requant
 from tests.support.tflm import tflm_arena_bytes
 
 RNG = np.random.default_rng(41)
-INT32_MIN = -(1 << 31)
 
 
 def ints(shape, dtype: str, low=None, high=None) -> np.ndarray:
@@ -30,39 +30,10 @@ def ints(shape, dtype: str, low=None, high=None) -> np.ndarray:
     return values.astype(dtype)
 
 
-def rq(real: float, out_dtype: str = "int8", zero_point: int = 0, rounding: str = "tflite", **extra) -> dict:
-    m = quantize_multiplier(real, rounding=rounding)
-    return {"multiplier": (m.multiplier,), "shift": (m.shift,), "out_zero_point": zero_point,
-            "out_dtype": out_dtype, "rounding": rounding, **extra}
-
-
 def ties() -> np.ndarray:
     """int32 accumulators with every residue mod 8 around zero, both signs, and the int32 extremes."""
     values = np.concatenate([np.arange(-40, 41), [INT32_MIN, INT32_MIN + 1, (1 << 31) - 1, -(1 << 30), 1 << 30]])
     return values.astype(np.int32).reshape(1, -1)
-
-
-def srdhm_c(a: int, b: int) -> int:
-    """gemmlowp's SaturatingRoundingDoublingHighMul as C computes it."""
-    if a == b == INT32_MIN:
-        return (1 << 31) - 1
-    product = a * b
-    nudge = (1 << 30) if product >= 0 else 1 - (1 << 30)
-    total = product + nudge
-    return abs(total) // (1 << 31) * (1 if total >= 0 else -1)
-
-
-def rdbp_c(x: int, exponent: int) -> int:
-    """RoundingDivideByPOT: to nearest, ties away from zero."""
-    if exponent == 0:
-        return x
-    q, r = divmod(abs(x), 1 << exponent)
-    return (q + (r >= 1 << (exponent - 1))) * (1 if x >= 0 else -1)
-
-
-def tflite_requant(acc: int, m: int, s: int) -> int:
-    t = 31 - s
-    return rdbp_c(srdhm_c(acc * (1 << max(t, 0)), m), max(-t, 0))
 
 
 def requantize_case(id_: str, x: np.ndarray, multiplier: int, shift: int, out_dtype="int32", zp=0, in_zp=0,
@@ -169,36 +140,15 @@ def test_single_ops_bit_exact_on_cortex_m(cpu, tmp_path):
 MODEL_SAMPLES = 5
 
 
-@pytest.fixture(scope="module")
-def lowered_models(tmp_path_factory):
-    """builder -> (.tflite path, the lowered integer graph), imported through the CLI once."""
-    from pegasus.commands.quantized_model import lower_model
-    from pegasus.ir import serialize
-    from tests.importers.tflite.harness import cached_model, import_cli
-
-    done = {}
-
-    def get(builder):
-        if builder not in done:
-            path = cached_model(builder)
-            json_path, data_path, table_path = import_cli(path, tmp_path_factory.mktemp(builder.__name__))
-            graph = serialize.load(json_path, data_path)
-            lowered = lower_model(graph, str(table_path), show=False)
-            assert lowered.float_layers == [], lowered.float_layers
-            done[builder] = (path, lowered.graph)
-        return done[builder]
-    return get
-
-
 def _model_builders():
-    from tests.importers.tflite import test_quantized as tq
+    from tests.support import tflite_models as tq
     return [tq.int8_cnn, tq.int8_ops, tq.int8_ds_cnn, tq.int8_mobilenet_v1, tq.int8_resnet8, tq.int8_autoencoder,
             tq.uint8_model, tq.int16x8_model]
 
 
 def _reference_runs(path, graph, samples: int, seed: int = 0):
     """[(feeds by graph input, TFLite BUILTIN_REF outputs by name)] on full-range random inputs."""
-    from tests.importers.tflite.test_quantized import full_range_feeds, invoke, reference_interpreter
+    from tests.support.tflite_models import full_range_feeds, invoke, reference_interpreter
 
     interp = reference_interpreter(path)
     rng = np.random.default_rng(seed)
@@ -233,7 +183,7 @@ def test_model_bundle_equals_tflite_on_host(builder, lowered_models, tmp_path):
 
 
 def _cortex_m_builders():
-    from tests.importers.tflite import test_quantized as tq
+    from tests.support import tflite_models as tq
     return [tq.int8_ds_cnn, tq.int8_resnet8]
 
 
@@ -250,7 +200,7 @@ def test_model_bundle_equals_tflite_on_cortex_m(builder, cpu, lowered_models, tm
 
 
 def _ram_builders():
-    from tests.importers.tflite import test_quantized as tq
+    from tests.support import tflite_models as tq
     return [tq.int8_ds_cnn, tq.int8_mobilenet_v1, tq.int8_resnet8, tq.int8_autoencoder]
 
 

@@ -8,21 +8,20 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
-from tests.exporters.e2e.test_tflite_bundles import lowered_models  # noqa: F401  (the fixture)
-from tests.importers.tflite.test_quantized import int16x8_sigmoid_tanh, invoke, reference_interpreter
 from tests.support import toolchains
+from tests.support.tflite_models import int16x8_sigmoid_tanh, invoke, reference_interpreter
 
 pytestmark = pytest.mark.xdist_group("tflite")
 
 
-def _every_input(lowered_models):  # noqa: F811
+def _every_input(lowered_models):
     path, graph = lowered_models(int16x8_sigmoid_tanh)
     assert {"QSigmoid16", "QLeakyRelu"} <= {node.op for node in graph.nodes}
     every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, 65536)
     return graph, {graph.inputs[0]: every}, invoke(reference_interpreter(path), [every])
 
 
-def test_int16_functions_bundle_equals_tflite_on_host(lowered_models, tmp_path):  # noqa: F811
+def test_int16_functions_bundle_equals_tflite_on_host(lowered_models, tmp_path):
     from tests.support.host_runner import load_bundle
 
     graph, feeds, tflite = _every_input(lowered_models)
@@ -36,7 +35,7 @@ def test_int16_functions_bundle_equals_tflite_on_host(lowered_models, tmp_path):
         np.testing.assert_array_equal(got[name], tflite[name], err_msg=name)
 
 
-def test_int16_functions_bundle_equals_tflite_on_cortex_m7(lowered_models, tmp_path):  # noqa: F811
+def test_int16_functions_bundle_equals_tflite_on_cortex_m7(lowered_models, tmp_path):
     graph, feeds, tflite = _every_input(lowered_models)
     export_bundle(graph, tmp_path, "net", resolve_target("arm", "cortex-m7"))
     spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}

@@ -15,32 +15,29 @@
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.registry import Stream, stream_of
+from pegasus.exporters.glow.kernels.registry import Stream
 from pegasus.exporters.glow.llvm.windows import Axis
 from pegasus.exporters.glow.memory import plan as memory_plan
 from pegasus.exporters.glow.memory.plan import align, overlap_bytes
+from pegasus.exporters.glow.pipeline import stream_of
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.e2e import test_tflite_bundles
-from tests.exporters.kernels.integer.test_kernels_integer_linear import I8, conv
-from tests.support.host_runner import _aligned
+from tests.support.streaming import kept_apart, qconv, run_on_host
+from tests.support.tflm import tflm_arena_bytes
 
 RNG = np.random.default_rng(57)
-lowered_models = test_tflite_bundles.lowered_models   # the fixture: builder -> (.tflite, lowered graph)
 
 
 # ---- overlap_bytes against the reads, enumerated --------------------------------------------------------
@@ -104,22 +101,6 @@ def test_overlap_bytes_worked_examples():
 # ---- chains of channels-last QConv layers in a bundle --------------------------------------------------
 
 
-def _qconv(graph: Graph, name: str, x: str, w_shape: tuple[int, ...], channels_last: bool = True, **geometry) -> str:
-    """Append a QConv reading ``x`` (int8, random weights and requantisation) and return its output's name."""
-    x_type = graph.type_of(x)
-    first = (x_type.shape[0], x_type.shape[-1], *x_type.shape[1:-1]) if channels_last else x_type.shape
-    case = conv(name, first, w_shape, I8, I8, bias=None, **geometry)
-    inputs = [x]
-    for position, value in enumerate(case.inputs[1:], start=1):
-        inputs.append(f"{name}_in{position}")
-        graph.tensors[inputs[-1]] = Tensor.constant(inputs[-1], value)
-    attrs = make_attrs("QConv", **{**case.attrs, "channels_last": channels_last})
-    out_type = get_op("QConv").infer(attrs, [graph.type_of(n) for n in inputs])[0]
-    graph.tensors[f"{name}_y"] = Tensor(f"{name}_y", out_type)
-    graph.nodes.append(Node(name, "QConv", attrs, inputs, [f"{name}_y"]))
-    return f"{name}_y"
-
-
 def _chain(graph: Graph, name: str, x_shape, w_shape, channels_last: bool = True, reread: bool = False,
            **geometry) -> tuple[str, str]:
     """input -> pre (1x1, keeps the channels) -> the layer -> post (1x1 to 4 channels) -> output; with
@@ -127,12 +108,12 @@ def _chain(graph: Graph, name: str, x_shape, w_shape, channels_last: bool = True
     graph.tensors[f"{name}_x"] = Tensor(f"{name}_x", TensorType.of(np.zeros(x_shape, np.int8)))
     graph.inputs.append(f"{name}_x")
     channels = x_shape[-1] if channels_last else x_shape[1]
-    pre = _qconv(graph, f"{name}_pre", f"{name}_x", (channels, channels) + (1,) * (len(x_shape) - 2), channels_last)
-    layer = _qconv(graph, name, pre, w_shape, channels_last, **geometry)
-    post = _qconv(graph, f"{name}_post", layer, (4, w_shape[0]) + (1,) * (len(x_shape) - 2), channels_last)
+    pre = qconv(graph, f"{name}_pre", f"{name}_x", (channels, channels) + (1,) * (len(x_shape) - 2), channels_last)
+    layer = qconv(graph, name, pre, w_shape, channels_last, **geometry)
+    post = qconv(graph, f"{name}_post", layer, (4, w_shape[0]) + (1,) * (len(x_shape) - 2), channels_last)
     graph.outputs.append(post)
     if reread:
-        again = _qconv(graph, f"{name}_again", pre, (4, channels) + (1,) * (len(x_shape) - 2), channels_last)
+        again = qconv(graph, f"{name}_again", pre, (4, channels) + (1,) * (len(x_shape) - 2), channels_last)
         graph.outputs.append(again)
     return pre, layer
 
@@ -152,42 +133,13 @@ OVERLAPPING = [
 ]
 
 
-def _run_host(graph: Graph, feeds: dict[str, np.ndarray], folder: Path, reuse: bool = False):
-    """Export for the host, call the entry once; (plan, outputs, the mutable buffer, the compiled graph)."""
-    result = export_bundle(graph, folder, "net", resolve_target(None, None, None, "pic"), reuse_input_memory=reuse)
-    subprocess.run(["gcc", "-shared", "-o", str(folder / "libnet.so"), str(folder / "net.o")], check=True)
-    plan = result.plan
-    constant, mutable, activations = (_aligned(max(size, 1)) for size in
-                                      (plan.constant_size, plan.mutable_size, plan.activations_size))
-    blob = (folder / "net.weights.bin").read_bytes()
-    constant[:len(blob)] = np.frombuffer(blob, np.uint8)
-    for name, placeholder in zip(graph.inputs, result.graph.inputs):
-        loc = plan.locations[placeholder]
-        mutable[loc.offset:loc.offset + loc.size] = np.frombuffer(feeds[name].tobytes(), np.uint8)
-    entry = ctypes.CDLL(str(folder / "libnet.so")).net
-    pointer = ctypes.POINTER(ctypes.c_uint8)
-    assert entry(*(buffer.ctypes.data_as(pointer) for buffer in (constant, mutable, activations))) == 0
-    outputs = {}
-    for name, placeholder in zip(graph.outputs, result.graph.outputs):
-        loc, ttype = plan.locations[placeholder], graph.type_of(name)
-        outputs[name] = np.frombuffer(mutable[loc.offset:loc.offset + loc.size].tobytes(),
-                                      ttype.dtype.numpy).reshape(ttype.shape)
-    return plan, outputs, mutable, result.graph
-
-
 def _feeds(graph: Graph) -> dict[str, np.ndarray]:
     return {name: RNG.integers(-128, 128, graph.type_of(name).shape).astype(np.int8) for name in graph.inputs}
 
 
-def _apart(plan, a: str, b: str) -> bool:
-    x, y = plan.locations[a], plan.locations[b]
-    return x.region != y.region or x.offset + x.size <= y.offset or y.offset + y.size <= x.offset
-
-
 def _delta(graph: Graph, name: str) -> int:
     node = next(n for n in graph.nodes if n.name == name)
-    stream = stream_of(node, [graph.type_of(n) for n in node.inputs], [graph.type_of(n) for n in node.outputs],
-                       resolve_target(None, None, None, "pic"))
+    stream = stream_of(graph, node.name, resolve_target(None, None, None, "pic"))
     return align(overlap_bytes(stream))
 
 
@@ -197,8 +149,8 @@ def test_streaming_layer_overlaps_its_input_and_stays_exact(name, x_shape, w_sha
     source, out = _chain(graph, name, x_shape, w_shape, **geometry)
     verify(graph)
     feeds = _feeds(graph)
-    plan, outputs, _, compiled = _run_host(graph, feeds, tmp_path)
-    assert not _apart(plan, source, out)
+    plan, outputs, _, compiled = run_on_host(graph, feeds, tmp_path)
+    assert not kept_apart(plan, source, out)
     assert plan.locations[source].offset - plan.locations[out].offset == _delta(compiled, name)
     np.testing.assert_array_equal(outputs[graph.outputs[0]], interpreter.run(graph, feeds)[graph.outputs[0]])
 
@@ -212,10 +164,10 @@ def test_layers_that_do_not_stream_keep_apart(tmp_path):
     pairs["grouped"] = _chain(graph, "grouped", (1, 9, 7, 16), (16, 8, 3, 3), group=2, pads=(1, 1, 1, 1))
     verify(graph)
     feeds = _feeds(graph)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     expected = interpreter.run(graph, feeds)
     for name, (source, out) in pairs.items():
-        assert _apart(plan, source, out), name
+        assert kept_apart(plan, source, out), name
     for name in graph.outputs:
         np.testing.assert_array_equal(outputs[name], expected[name], err_msg=name)
 
@@ -238,7 +190,7 @@ def test_fused_float_conv_and_pool_keep_apart(tmp_path):
     graph.outputs.append("y")
     verify(graph)
     feeds = {"x": RNG.standard_normal(shapes["x"]).astype(np.float32)}
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     assert [layer.op for layer in plan.layers] == ["Conv", "Conv_Relu_MaxPool"]
     assert plan.activations_size >= plan.locations["t1"].size     # t1 in the activations, y in MUTABLE
     np.testing.assert_allclose(outputs["y"], interpreter.run(graph, feeds)["y"], rtol=1e-5, atol=1e-5)
@@ -253,7 +205,7 @@ def test_a_delta_two_positions_short_gives_wrong_bytes(tmp_path, monkeypatch):
     feeds = _feeds(graph)
     honest = overlap_bytes
     monkeypatch.setattr(memory_plan, "overlap_bytes", lambda stream: honest(stream) - 2 * stream.out_bytes)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     assert plan.locations[source].offset - plan.locations[out].offset == 5 * 64
     assert not np.array_equal(outputs[graph.outputs[0]], interpreter.run(graph, feeds)[graph.outputs[0]])
 
@@ -264,7 +216,7 @@ def test_reuse_input_memory_overwrites_the_input(reuse, tmp_path):
     _chain(graph, "net", (1, 9, 7, 16), (16, 16, 3, 3), pads=(1, 1, 1, 1))
     verify(graph)
     feeds = _feeds(graph)
-    plan, outputs, mutable, compiled = _run_host(graph, feeds, tmp_path, reuse=reuse)
+    plan, outputs, mutable, compiled = run_on_host(graph, feeds, tmp_path, reuse=reuse)
     loc = plan.locations[compiled.inputs[0]]
     after = np.frombuffer(mutable[loc.offset:loc.offset + loc.size].tobytes(), np.int8).reshape(feeds["net_x"].shape)
     assert plan.reuses_inputs == reuse and (plan.activations_size == 0) == reuse
@@ -316,7 +268,7 @@ def test_cli_reuse_input_memory(tmp_path):
 
 
 def _mlperf_builders():
-    from tests.importers.tflite import test_quantized as tq
+    from tests.support import tflite_models as tq
     return [tq.int8_ds_cnn, tq.int8_mobilenet_v1, tq.int8_resnet8, tq.int8_autoencoder]
 
 
@@ -342,7 +294,7 @@ def test_mlperf_ram_against_half_the_tflm_arena(lowered_models):
     blocks do; --reuse-input-memory takes less still."""
     for builder in _mlperf_builders():
         path, graph = lowered_models(builder)
-        arena = test_tflite_bundles.tflm_arena_bytes(path)
+        arena = tflm_arena_bytes(path)
         ram = {reuse: (lambda plan: plan.activations_size + plan.mutable_size)(_m7_plan(graph, reuse))
                for reuse in (False, True)}
         print(f"{builder.__name__}: RAM {ram[False]:,} B, with --reuse-input-memory {ram[True]:,} B; TFLite Micro "
@@ -356,7 +308,7 @@ def test_mlperf_model_reusing_its_input_equals_the_interpreter_on_host(builder, 
     (the default plan, overlaps included, is test_tflite_bundles.py's test against TFLite)."""
     _, graph = lowered_models(builder)
     feeds = _feeds(graph)
-    _, outputs, _, _ = _run_host(graph, feeds, tmp_path, reuse=True)
+    _, outputs, _, _ = run_on_host(graph, feeds, tmp_path, reuse=True)
     expected = interpreter.run(graph, feeds)
     for name in graph.outputs:
         np.testing.assert_array_equal(outputs[name], expected[name], err_msg=name)
@@ -365,7 +317,7 @@ def test_mlperf_model_reusing_its_input_equals_the_interpreter_on_host(builder, 
 def test_mlperf_models_reusing_their_input_on_cortex_m7(lowered_models, tmp_path):
     """DS-CNN and MobileNetV1 0.25 bundles for Cortex-M7 (overlapping layers, --reuse-input-memory) run bare
     metal under qemu and give the reference interpreter's bytes."""
-    from tests.importers.tflite import test_quantized as tq
+    from tests.support import tflite_models as tq
     from tests.support import toolchains
 
     for builder in (tq.int8_ds_cnn, tq.int8_mobilenet_v1):

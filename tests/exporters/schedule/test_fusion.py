@@ -17,17 +17,14 @@ from pegasus.exporters.glow.fuse import fuse_layers, single_layers
 from pegasus.exporters.glow.memory.plan import plan_memory
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
-from pegasus.ir.graph import Graph, Node
-from pegasus.ir.tensor import Tensor, TensorType
+from pegasus.ir.graph import Graph
 from pegasus.ir.verify import verify
-from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
 from tests.conftest import run_cli
-from tests.exporters.kernels.reference.test_kernels_conv import TILINGS, tiling
 from tests.support import toolchains
+from tests.support.conv_tilings import TILINGS, tiling
+from tests.support.fusion_cases import CHAINS, FEEDS, GRAPH, RELU, RNG, Builder, act, maxpool, wts
 from tests.support.host_runner import run_bundle_host
-
-RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(scope="module")
@@ -97,122 +94,8 @@ def test_cli_no_fuse(demo_model, tmp_path):
 # ---- conv + activation (+ pooling) chains ------------------------------------------------------------
 
 
-def _x(*shape, dtype=np.float32) -> np.ndarray:
-    return RNG.uniform(-1, 1, shape).astype(dtype)
-
-
-def _w(*shape, dtype=np.float32) -> np.ndarray:
-    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(dtype)
-
-
-class Builder:
-    """A graph of independent chains, each from its own input: Conv then the given layers."""
-
-    def __init__(self):
-        self.graph = Graph("fusion")
-        self.feeds: dict[str, np.ndarray] = {}
-
-    def tensor(self, name: str, value: np.ndarray | None = None, ttype: TensorType | None = None,
-               constant: bool = True) -> str:
-        if value is not None and constant:
-            self.graph.tensors[name] = Tensor.constant(name, value)
-        else:
-            self.graph.tensors[name] = Tensor(name, ttype or TensorType.of(value))
-            if value is not None:
-                self.graph.inputs.append(name)
-                self.feeds[name] = value
-        return name
-
-    def node(self, prefix: str, op: str, inputs: list[str], outputs: int = 1, **attrs) -> list[str]:
-        made = make_attrs(op, **attrs)
-        types = get_op(op).infer(made, [self.graph.type_of(n) if n else None for n in inputs])
-        names = [self.tensor(f"{prefix}_{op}{len(self.graph.nodes)}_{i}", ttype=t) for i, t in enumerate(types)]
-        self.graph.nodes.append(Node(f"{prefix}_{op}{len(self.graph.nodes)}", op, made, inputs, names[:outputs]))
-        return names[:outputs]
-
-    def chain(self, key: str, x: np.ndarray, w: np.ndarray, bias: bool, conv: dict,
-              layers: list[tuple[str, dict]]) -> str:
-        inputs = [self.tensor(f"{key}_x", x, constant=False), self.tensor(f"{key}_w", w)]
-        if bias:
-            inputs.append(self.tensor(f"{key}_b", _x(w.shape[0], dtype=w.dtype)))
-        (current,) = self.node(key, "Conv", inputs, **conv)
-        for op, attrs in layers:
-            (current,) = self.node(key, op, [current], **attrs)
-        self.graph.outputs.append(current)
-        return current
-
-
-RELU, SIGMOID, TANH = ("Relu", {}), ("Sigmoid", {}), ("Tanh", {})
-CLIP = ("Clip", {"min": -0.2, "max": 0.3})
-LEAKY = ("LeakyRelu", {"alpha": 0.1})
-HARD_SWISH = ("HardSwish", {})
-
-
-def _max(**attrs) -> tuple[str, dict]:
-    return "MaxPool", attrs
-
-
-def _avg(**attrs) -> tuple[str, dict]:
-    return "AveragePool", attrs
-
-
-# id: (x, w, bias, conv attrs, layers after the Conv)
-CHAINS = {
-    "lenet-like": (_x(1, 3, 16, 16), _w(8, 3, 5, 5), True, {}, [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])]),
-    "pad-relu-clip-max3x3s2-overlap": (_x(1, 4, 13, 15), _w(6, 4, 3, 3), True, {"pads": [1, 1, 1, 1]},
-                                       [RELU, CLIP, _max(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]),
-    "stride-asym-pads-max-ceil": (_x(2, 3, 17, 19), _w(5, 3, 3, 3), False, {"strides": [2, 1], "pads": [0, 2, 1, 0]},
-                                  [_max(kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1)]),
-    "dilated-leaky-avg-overlap": (_x(1, 3, 14, 16), _w(4, 3, 3, 3), True, {"dilations": [2, 2], "pads": [2, 2, 2, 2]},
-                                  [LEAKY, _avg(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])]),
-    "group-avg-ceil-include-pad": (_x(1, 4, 11, 12), _w(6, 2, 3, 3), True, {"group": 2},
-                                   [_avg(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1,
-                                         count_include_pad=1)]),
-    "group-avg-ceil-exclude-pad": (_x(1, 4, 11, 12), _w(6, 2, 3, 3), True, {"group": 2},
-                                   [_avg(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)]),
-    "depthwise-hardswish-max": (_x(1, 8, 12, 12), _w(8, 1, 3, 3), True, {"group": 8, "pads": [1, 1, 1, 1]},
-                                [HARD_SWISH, _max(kernel_shape=[2, 2], strides=[2, 2])]),
-    "pool-dilated-strided": (_x(1, 2, 15, 21), _w(3, 2, 3, 3), True, {},
-                             [RELU, _max(kernel_shape=[2, 2], strides=[1, 3], dilations=[2, 2])]),
-    "max-stride1-overlap": (_x(1, 3, 9, 30), _w(4, 3, 3, 3), True, {"pads": [1, 1, 1, 1]},
-                            [SIGMOID, _max(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])]),
-    "wide-row-avg": (_x(1, 2, 6, 70), _w(5, 2, 3, 3), True, {"pads": [1, 1, 1, 1]},
-                     [RELU, _avg(kernel_shape=[2, 2], strides=[2, 2])]),
-    # pooled rows ending in a narrower tile (pool.py _pooled_lanes, conv.py narrow_tail): 24 pooled = 16 + 8 under
-    # AVX-512, 10 = 4 + 4 + 2 under 4 lanes; the padded one has more convolution outputs than conv_plane takes
-    "narrow-tail-pooled": (_x(1, 3, 6, 50), _w(5, 3, 3, 3), True, {},
-                           [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])]),
-    "narrow-tail-pooled-short": (_x(1, 2, 6, 22), _w(3, 2, 3, 3), True, {},
-                                 [_max(kernel_shape=[2, 2], strides=[2, 2])]),
-    "narrow-tail-pooled-padded": (_x(1, 2, 38, 112), _w(4, 2, 3, 3), True, {"pads": [1, 1, 1, 1]},
-                                  [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])]),
-    "window-in-pool-padding": (_x(1, 2, 4, 4), _w(3, 2, 3, 3), True, {"pads": [1, 1, 1, 1]},
-                               [_avg(kernel_shape=[3, 3], strides=[3, 3], pads=[2, 2, 2, 2])]),
-    "1d-relu-max": (_x(1, 3, 40), _w(4, 3, 5), True, {"pads": [2, 2]}, [RELU, _max(kernel_shape=[3], strides=[2])]),
-    "3d-avg": (_x(1, 2, 6, 7, 8), _w(3, 2, 3, 3, 3), True, {"pads": [1, 1, 1, 1, 1, 1]},
-               [TANH, _avg(kernel_shape=[2, 2, 2], strides=[2, 2, 2])]),
-    "f64-relu-max": (_x(1, 3, 10, 10, dtype=np.float64), _w(4, 3, 3, 3, dtype=np.float64), True, {},
-                     [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])]),
-    "act-only-relu-clip": (_x(1, 3, 12, 13), _w(7, 3, 3, 3), True, {"pads": [1, 1, 1, 1]}, [RELU, CLIP]),
-    "act-only-sigmoid": (_x(2, 4, 9, 9), _w(6, 2, 3, 3), False, {"group": 2, "strides": [2, 2]}, [SIGMOID]),
-    "act-only-depthwise-hardswish": (_x(1, 6, 10, 11), _w(6, 1, 3, 3), True, {"group": 6, "pads": [1, 1, 1, 1]},
-                                     [HARD_SWISH]),
-    "pool-only": (_x(1, 3, 10, 10), _w(4, 3, 3, 3), True, {}, [_max(kernel_shape=[2, 2], strides=[2, 2])]),
-}
-
 #: what fusion must make of each chain: the ops of its single layer
 EXPECTED = {key: "_".join(["Conv"] + [op for op, _ in layers]) for key, (*_, layers) in CHAINS.items()}
-
-
-def _chains_graph() -> tuple[Graph, dict[str, np.ndarray]]:
-    builder = Builder()
-    for key, (x, w, bias, conv, layers) in CHAINS.items():
-        builder.chain(key, x, w, bias, conv, layers)
-    verify(builder.graph)
-    return builder.graph, builder.feeds
-
-
-GRAPH, FEEDS = _chains_graph()
 
 
 def test_every_chain_fuses_into_one_layer():
@@ -240,21 +123,21 @@ def _blocked_graph() -> tuple[Graph, dict[str, np.ndarray], dict[str, str]]:
     """Chains whose fusion must stop early; returns the graph, feeds and per chain the first layer's ops."""
     b = Builder()
     # the conv output read twice (by Relu and by Add): nothing fuses into the conv
-    x = b.tensor("twice_x", _x(1, 2, 8, 8), constant=False)
-    (c,) = b.node("twice", "Conv", [x, b.tensor("twice_w", _w(3, 2, 3, 3))])
+    x = b.tensor("twice_x", act(1, 2, 8, 8), constant=False)
+    (c,) = b.node("twice", "Conv", [x, b.tensor("twice_w", wts(3, 2, 3, 3))])
     (r,) = b.node("twice", "Relu", [c])
     (p,) = b.node("twice", "MaxPool", [r], kernel_shape=[2, 2], strides=[2, 2])
     (s,) = b.node("twice", "Add", [c, c])
     b.graph.outputs += [p, s]
     # the activation is a graph output: conv + relu fuse, the pooling stays apart
-    x = b.tensor("out_x", _x(1, 2, 9, 9), constant=False)
-    (c,) = b.node("out", "Conv", [x, b.tensor("out_w", _w(3, 2, 3, 3)), b.tensor("out_b", _x(3))])
+    x = b.tensor("out_x", act(1, 2, 9, 9), constant=False)
+    (c,) = b.node("out", "Conv", [x, b.tensor("out_w", wts(3, 2, 3, 3)), b.tensor("out_b", act(3))])
     (r,) = b.node("out", "Relu", [c])
     (p,) = b.node("out", "AveragePool", [r], kernel_shape=[2, 2], strides=[2, 2])
     b.graph.outputs += [r, p]
     # MaxPool with Indices: conv + sigmoid fuse, the pooling needs the whole tensor
-    x = b.tensor("idx_x", _x(1, 2, 8, 8), constant=False)
-    (c,) = b.node("idx", "Conv", [x, b.tensor("idx_w", _w(2, 2, 3, 3))])
+    x = b.tensor("idx_x", act(1, 2, 8, 8), constant=False)
+    (c,) = b.node("idx", "Conv", [x, b.tensor("idx_w", wts(2, 2, 3, 3))])
     (r,) = b.node("idx", "Sigmoid", [c])
     y, i = b.node("idx", "MaxPool", [r], outputs=2, kernel_shape=[2, 2], strides=[2, 2])
     b.graph.outputs += [y, i]
@@ -274,6 +157,6 @@ def test_fusion_stops_at_shared_or_visible_tensors(tmp_path):
 def test_float16_convolutions_stay_unfused():
     """float16 layers round every tensor they store: fusing would skip the rounding in between."""
     b = Builder()
-    b.chain("half", _x(1, 2, 6, 6, dtype=np.float16), _w(3, 2, 3, 3, dtype=np.float16), True, {},
-            [RELU, _max(kernel_shape=[2, 2], strides=[2, 2])])
+    b.chain("half", act(1, 2, 6, 6, dtype=np.float16), wts(3, 2, 3, 3, dtype=np.float16), True, {},
+            [RELU, maxpool(kernel_shape=[2, 2], strides=[2, 2])])
     assert [layer.op for layer in fuse_layers(b.graph)] == ["Conv", "Relu", "MaxPool"]

@@ -26,9 +26,9 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.e2e.test_tflite_bundles import rq
-from tests.exporters.memory.test_streaming_overlap import _apart, _qconv, _run_host
 from tests.support import toolchains
+from tests.support.streaming import kept_apart, qconv, run_on_host
+from tests.support.tflite_requant import rq
 
 RNG = np.random.default_rng(2026)
 
@@ -46,7 +46,7 @@ def _add(graph: Graph, name: str, a: str, b: str) -> str:
 
 def _branch(graph: Graph, name: str, x: str, convs) -> str:
     for index, (w_shape, geometry) in enumerate(convs):
-        x = _qconv(graph, f"{name}_c{index}", x, w_shape, **geometry)
+        x = qconv(graph, f"{name}_c{index}", x, w_shape, **geometry)
     return x
 
 
@@ -56,10 +56,10 @@ def _block(graph: Graph, name: str, x_shape, main, shortcut=()) -> tuple[str, st
     graph.tensors[f"{name}_in"] = Tensor(f"{name}_in", TensorType.of(np.zeros(x_shape, np.int8)))
     graph.inputs.append(f"{name}_in")
     channels = x_shape[-1]
-    x = _qconv(graph, f"{name}_pre", f"{name}_in", (channels, channels, 1, 1))
+    x = qconv(graph, f"{name}_pre", f"{name}_in", (channels, channels, 1, 1))
     out = _add(graph, f"{name}_add", _branch(graph, f"{name}_main", x, main), _branch(graph, f"{name}_short", x,
                                                                                        shortcut))
-    graph.outputs.append(_qconv(graph, f"{name}_post", out, (4, graph.type_of(out).shape[-1], 1, 1)))
+    graph.outputs.append(qconv(graph, f"{name}_post", out, (4, graph.type_of(out).shape[-1], 1, 1)))
     return x, out
 
 
@@ -99,7 +99,7 @@ def _chains(plan) -> dict[str, RowChain]:
 def test_blocks_run_row_by_row_bit_exact_on_the_host(tmp_path):
     graph, blocks = _graph(BLOCKS)
     feeds = _feeds(graph)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     chains = _chains(plan)
     expected = interpreter.run(graph, feeds)
     for (name, _, main, shortcut, over), (x, out) in zip(BLOCKS, blocks.values()):
@@ -108,7 +108,7 @@ def test_blocks_run_row_by_row_bit_exact_on_the_host(tmp_path):
         assert chains[x].over_source is over, name
         assert (plan.locations[out].offset == plan.locations[x].offset) is over, name
         if not over:
-            assert _apart(plan, x, out), name
+            assert kept_apart(plan, x, out), name
     for name in graph.outputs:
         np.testing.assert_array_equal(outputs[name], expected[name], err_msg=name)
 
@@ -152,7 +152,7 @@ def test_the_overwrite_proof_can_fail(tmp_path, monkeypatch):
     graph, blocks = _graph([case])
     feeds = _feeds(graph)
     monkeypatch.setattr(row_chains, "_may_overwrite", lambda graph, chain: True)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     x, out = blocks[case[0]]
     assert plan.locations[out].offset == plan.locations[x].offset
     assert not np.array_equal(outputs[graph.outputs[0]], interpreter.run(graph, feeds)[graph.outputs[0]])
@@ -165,14 +165,14 @@ def test_what_is_not_a_block(tmp_path):
     graph.outputs.append(inner)
     verify(graph)
     feeds = _feeds(graph)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path / "output")
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path / "output")
     assert not _chains(plan)
     expected = interpreter.run(graph, feeds)
     for name in graph.outputs:
         np.testing.assert_array_equal(outputs[name], expected[name], err_msg=name)
     graph.outputs.pop()
-    _qconv(graph, "again", inner, (4, 16, 1, 1))
+    qconv(graph, "again", inner, (4, 16, 1, 1))
     graph.outputs.append("again_y")
     verify(graph)
-    plan, outputs, _, _ = _run_host(graph, _feeds(graph), tmp_path / "reread")
+    plan, outputs, _, _ = run_on_host(graph, _feeds(graph), tmp_path / "reread")
     assert not _chains(plan)

@@ -32,9 +32,9 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.integer.test_kernels_integer_linear import conv
-from tests.exporters.memory.test_streaming_overlap import _run_host
 from tests.support import toolchains
+from tests.support.integer_cases import conv
+from tests.support.streaming import run_on_host
 
 RNG = np.random.default_rng(17)
 SAME_EVEN_S2 = {"pads": (0, 0, 1, 1), "strides": (2, 2)}
@@ -110,7 +110,7 @@ def _chains(plan) -> dict[str, RowChain]:
 def test_pairs_run_row_by_row_bit_exact_on_the_host(tmp_path):
     graph, pairs = _graph(PAIRS)
     feeds = _feeds(graph)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     chains = _chains(plan)
     for name, _, _, _, _, stages in PAIRS:
         x, t = pairs[name]
@@ -163,7 +163,7 @@ def test_the_window_logic_can_fail(tmp_path, monkeypatch):
     expected = interpreter.run(graph, feeds)
 
     def differs(folder) -> bool:
-        _, outputs, _, _ = _run_host(graph, feeds, tmp_path / folder)
+        _, outputs, _, _ = run_on_host(graph, feeds, tmp_path / folder)
         return any(not np.array_equal(outputs[name], expected[name]) for name in graph.outputs)
 
     assert not differs("right")
@@ -188,7 +188,7 @@ def test_the_overwrite_proof_can_fail(tmp_path, monkeypatch):
     graph, pairs = _graph([case for case in PAIRS if case[0] in APART])
     feeds = _feeds(graph)
     monkeypatch.setattr(row_chains, "_may_overwrite", lambda graph, chain: True)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     x, _ = pairs["two-top-pads"]
     chain = _chains(plan)[x]
     assert plan.locations[chain.outputs[0]].offset == plan.locations[x].offset
@@ -203,7 +203,7 @@ def test_what_is_not_chained(tmp_path):
     graph.outputs.append(_conv(graph, "again", t, (4, 16, 1, 1), -9))
     verify(graph)
     feeds = _feeds(graph)
-    plan, outputs, _, _ = _run_host(graph, feeds, tmp_path)
+    plan, outputs, _, _ = run_on_host(graph, feeds, tmp_path)
     assert not _chains(plan)
     expected = interpreter.run(graph, feeds)
     for name in graph.outputs:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.caffe.harness import caffe_model
+from tests.support.cli_errors import assert_one_line_error
 
 CONV = """input: "data"
 input_shape { dim: 1 dim: 3 dim: 8 dim: 8 }

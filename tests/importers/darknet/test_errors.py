@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.darknet.harness import darknet_model, weights_bytes
+from tests.support.cli_errors import assert_one_line_error
 
 NET = "[net]\nwidth=16\nheight=16\nchannels=3\n"
 CONV = "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n"

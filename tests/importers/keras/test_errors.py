@@ -14,10 +14,10 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.keras import models
 from tests.importers.keras.harness import check_import
+from tests.support.cli_errors import assert_one_line_error
 
 
 def import_cli(tmp_path, model, *extra):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from pegasus.cli import main
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import CliResult, run_cli
 from tests.importers.tensorflow import models
 from tests.importers.tensorflow.harness import cached_case, check_case
+from tests.support.cli_errors import assert_one_line_error
 
 pytestmark = pytest.mark.xdist_group("tensorflow")
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.importers.tflite.harness import import_cli
-from tests.importers.tflite.test_quantized import full_range_feeds, int8_cnn, reference_interpreter
+from tests.support.tflite_models import full_range_feeds, int8_cnn, reference_interpreter
 
 pytestmark = pytest.mark.xdist_group("tflite")
 

@@ -12,11 +12,11 @@ import pytest
 from pegasus.errors import PegasusError
 from pegasus.importers.tflite.loader import import_tflite, refuse_integer_activations
 from pegasus.importers.tflite.reader import read_tflite
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.tflite import models
 from tests.importers.tflite.flatbuffer import ModelBuilder, options, pack, unpack
 from tests.importers.tflite.harness import check_against_interpreter
+from tests.support.cli_errors import assert_one_line_error
 
 
 def import_cli(tmp_path, model, *extra):

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from pegasus.importers.tflite.reader import read_tflite
-from tests.cli.test_import_errors import assert_one_line_error
 from tests.conftest import run_cli
 from tests.importers.tflite.flatbuffer import pack, unpack
 from tests.importers.tflite.harness import check_against_interpreter
+from tests.support.cli_errors import assert_one_line_error
 
 _SPEC = importlib.util.find_spec("mediapipe")
 MODULES = Path(_SPEC.origin).parent / "modules" if _SPEC and _SPEC.origin else None
@@ -77,7 +77,7 @@ def test_real_file_quantized_bundle_bit_exact(scheme, tmp_path):
     from pegasus.importers.tflite.loader import import_tflite
     from pegasus.quantized.lower import lower_to_integer
     from pegasus.runtime import interpreter
-    from tests.exporters.e2e.test_quantized_bundles import assert_bit_exact, export_for, quantize, run_on
+    from tests.support.quantized_bundles import assert_bit_exact, export_for, quantize, run_on
 
     graph = import_tflite(MODULES / "iris_landmark/iris_landmark.tflite")
     rng = np.random.default_rng(3)

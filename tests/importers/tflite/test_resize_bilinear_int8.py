@@ -12,11 +12,7 @@ import pytest
 from pegasus.commands.quantized_model import lower_model
 from pegasus.ir import serialize
 from tests.importers.tflite.convert import from_keras, seeded
-from tests.importers.tflite.test_quantized import (
-    _int8,
-    assert_bundle_matches_inference,
-    compare_with_reference,
-)
+from tests.support.tflite_models import assert_bundle_matches_inference, compare_with_reference, int8_ptq
 
 pytestmark = pytest.mark.xdist_group("tflite")
 SHAPE = (5, 7, 3)
@@ -39,7 +35,7 @@ def _resizes(tf):
 def int8_resize_bilinear() -> bytes:
     tf = seeded(41)
     x, outputs = _resizes(tf)
-    return _int8(tf, tf.keras.Model(x, outputs), [SHAPE], 41)
+    return int8_ptq(tf, tf.keras.Model(x, outputs), [SHAPE], 41)
 
 
 def int16x8_resize_bilinear() -> bytes:

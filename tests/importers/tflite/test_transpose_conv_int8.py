@@ -9,11 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.importers.tflite.convert import seeded
-from tests.importers.tflite.test_quantized import (
-    _int8,
-    assert_bundle_matches_inference,
-    compare_with_reference,
-)
+from tests.support.tflite_models import assert_bundle_matches_inference, compare_with_reference, int8_ptq
 
 pytestmark = pytest.mark.xdist_group("tflite")
 
@@ -27,7 +23,7 @@ def int8_transpose_conv() -> bytes:
     wide = layers.Conv2DTranspose(3, (1, 3), strides=(1, 2), padding="same", name="up_wide")(x)
     sparse = layers.Conv2DTranspose(2, 1, strides=2, padding="valid", name="up_sparse")(x)
     relu = layers.ReLU(name="up_relu")(layers.Conv2DTranspose(6, 2, strides=2, name="up_relu_in")(x))
-    return _int8(tf, tf.keras.Model(x, [same, valid, wide, sparse, relu]), [(5, 6, 3)], 31)
+    return int8_ptq(tf, tf.keras.Model(x, [same, valid, wide, sparse, relu]), [(5, 6, 3)], 31)
 
 
 def test_bit_exact_with_reference_kernels(imported):

@@ -19,8 +19,8 @@ from pegasus.exporters.glow.kernels.integer_halves import HALF_LIMIT, halve_rows
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
 from tests.support import toolchains
+from tests.support.bundle_cases import Case, build_graph
 
 RNG = np.random.default_rng(77)
 

@@ -23,18 +23,17 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels import integer_depthwise_dsp
-from pegasus.exporters.glow.kernels.registry import stream_of
 from pegasus.exporters.glow.memory.plan import align, overlap_bytes
+from pegasus.exporters.glow.pipeline import stream_of
 from pegasus.exporters.glow.target import resolve_target
-from pegasus.ir.graph import Graph, Node
+from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
-from pegasus.ops.registry import get_op, make_attrs
+from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
 from tests.support import toolchains
-
-RNG = np.random.default_rng(1717)
+from tests.support.bundle_cases import Case, build_graph
+from tests.support.depthwise_layers import RNG, append_layer, conv1x1
 
 
 def dw(name: str, channels: int, size: tuple[int, ...], kernel: tuple[int, ...] = (3, 3), unsigned: bool = False,
@@ -115,34 +114,17 @@ def test_compact_weights_spread_by_sxtb16(tmp_path):
 # ---- streaming ---------------------------------------------------------------------------------------
 
 
-def _conv1x1(graph: Graph, name: str, x: str, outputs: int) -> str:
-    channels = graph.type_of(x).shape[-1]
-    w = Tensor.constant(f"{name}_w", RNG.integers(-127, 127, (outputs, channels, 1, 1), endpoint=True).astype(np.int8))
-    b = Tensor.constant(f"{name}_b", RNG.integers(-2000, 2000, outputs).astype(np.int32))
-    graph.tensors[w.name], graph.tensors[b.name] = w, b
-    attrs = make_attrs("QConv", multiplier=(1 << 30,), shift=(40,), out_zero_point=0, out_dtype="int8",
-                       rounding="tflite", channels_last=True)
-    return _append(graph, name, attrs, [x, w.name, b.name])
-
-
-def _append(graph: Graph, name: str, attrs, inputs: list[str]) -> str:
-    out = get_op("QConv").infer(attrs, [graph.type_of(n) for n in inputs])[0]
-    graph.tensors[f"{name}_y"] = Tensor(f"{name}_y", out)
-    graph.nodes.append(Node(name, "QConv", attrs, inputs, [f"{name}_y"]))
-    return f"{name}_y"
-
-
 def _chain(case: Case) -> tuple[Graph, dict[str, np.ndarray]]:
     """x -> 1x1 (the depthwise layer's input, dying there) -> the depthwise ``case`` -> 1x1 to 4 channels."""
     x = case.inputs[0]
     graph = Graph("chain")
     graph.tensors["x"] = Tensor("x", TensorType.of(x))
     graph.inputs.append("x")
-    pre = _conv1x1(graph, "pre", "x", x.shape[-1])
+    pre = conv1x1(graph, "pre", "x", x.shape[-1])
     for position, value in enumerate(case.inputs[1:], start=1):
         graph.tensors[f"dw_in{position}"] = Tensor.constant(f"dw_in{position}", value)
-    layer = _append(graph, "dw", make_attrs("QConv", **case.attrs), [pre, "dw_in1", "dw_in2"])
-    graph.outputs.append(_conv1x1(graph, "post", layer, 4))
+    layer = append_layer(graph, "dw", make_attrs("QConv", **case.attrs), [pre, "dw_in1", "dw_in2"])
+    graph.outputs.append(conv1x1(graph, "post", layer, 4))
     verify(graph)
     return graph, {"x": x}
 
@@ -159,8 +141,7 @@ def _streamed(case: Case, tmp_path) -> tuple[np.ndarray, np.ndarray]:
     target = resolve_target("arm", "cortex-m7")
     result = export_bundle(graph, tmp_path, "net", target)
     node = next(n for n in result.graph.nodes if n.name == "dw")
-    stream = stream_of(node, [result.graph.type_of(n) for n in node.inputs],
-                       [result.graph.type_of(n) for n in node.outputs], target)
+    stream = stream_of(result.graph, node.name, target)
     plan = result.plan
     assert plan.locations["pre_y"].offset - plan.locations["dw_y"].offset == align(overlap_bytes(stream))
     spec = {name: (graph.type_of(name).shape, graph.type_of(name).dtype.numpy) for name in graph.outputs}

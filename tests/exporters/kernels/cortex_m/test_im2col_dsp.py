@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import stored_taps
-from tests.exporters.kernels.cortex_m.test_paired_weights import assert_bundle_matches
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case
+from tests.support.bundle_cases import Case
+from tests.support.paired_weights import assert_bundle_matches
 
 RNG = np.random.default_rng(17)
 

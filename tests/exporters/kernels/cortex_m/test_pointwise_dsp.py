@@ -18,18 +18,18 @@ import pytest
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.integer_conv_plan import block_table, pack_weights
-from pegasus.exporters.glow.kernels.registry import stream_of
 from pegasus.exporters.glow.memory.plan import align, overlap_bytes
+from pegasus.exporters.glow.pipeline import stream_of
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir.graph import Graph
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.cortex_m.test_depthwise_dsp import _append, _conv1x1
-from tests.exporters.kernels.cortex_m.test_paired_weights import assert_bundle_matches, conv
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case
 from tests.support import toolchains
+from tests.support.bundle_cases import Case
+from tests.support.depthwise_layers import append_layer, conv1x1
+from tests.support.paired_weights import assert_bundle_matches, conv
 
 RNG = np.random.default_rng(88)
 
@@ -60,7 +60,7 @@ def _records(case: Case) -> np.ndarray | None:
 
 
 def _graph(case: Case) -> Graph:
-    from tests.exporters.kernels.reference.test_kernels_elementwise import build_graph
+    from tests.support.bundle_cases import build_graph
 
     return build_graph([case])[0]
 
@@ -106,18 +106,17 @@ def test_output_over_its_dying_input_stays_exact(tmp_path):
     graph = Graph("chain")
     graph.tensors["x"] = Tensor("x", TensorType.of(x))
     graph.inputs.append("x")
-    pre = _conv1x1(graph, "pre", "x", 8)
+    pre = conv1x1(graph, "pre", "x", 8)
     layer = conv("pw", 8, 16, 1, relu=True)
     for index, value in enumerate(layer.inputs[1:], start=1):
         graph.tensors[f"pw_in{index}"] = Tensor.constant(f"pw_in{index}", value)
-    out = _append(graph, "pw", make_attrs("QConv", **layer.attrs), [pre, "pw_in1", "pw_in2"])
-    graph.outputs.append(_conv1x1(graph, "post", out, 4))
+    out = append_layer(graph, "pw", make_attrs("QConv", **layer.attrs), [pre, "pw_in1", "pw_in2"])
+    graph.outputs.append(conv1x1(graph, "post", out, 4))
     verify(graph)
     target = resolve_target("arm", "cortex-m7")
     result = export_bundle(graph, tmp_path, "net", target)
     node = next(n for n in result.graph.nodes if n.name == "pw")
-    stream = stream_of(node, [result.graph.type_of(n) for n in node.inputs],
-                       [result.graph.type_of(n) for n in node.outputs], target)
+    stream = stream_of(result.graph, node.name, target)
     plan = result.plan
     assert plan.locations["pre_y"].offset - plan.locations["pw_y"].offset == align(overlap_bytes(stream))
     spec = {"post_y": (graph.type_of("post_y").shape, graph.type_of("post_y").dtype.numpy)}

@@ -19,9 +19,9 @@ from pegasus.exporters.glow.kernels import integer_conv_pool, integer_halves
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.fused.test_kernels_integer_conv_pool import P22, chain, fused_graph
-from tests.exporters.kernels.integer.test_kernels_integer_linear import I8, output_spec
 from tests.support import toolchains
+from tests.support.conv_pool_chains import P22, chain, fused_graph
+from tests.support.integer_cases import I8, output_spec
 
 
 def symmetric(case_pool, low: int = -127, high: int = 127):

@@ -17,9 +17,9 @@ from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.quantized.lower import expose_integer_io, lower_to_integer
 from pegasus.runtime import interpreter
-from tests.exporters.e2e.test_quantized_bundles import quantize
-from tests.exporters.kernels.integer.test_kernels_integer_linear import output_spec
 from tests.support import toolchains
+from tests.support.integer_cases import output_spec
+from tests.support.quantized_bundles import quantize
 
 RNG = np.random.default_rng(1)
 

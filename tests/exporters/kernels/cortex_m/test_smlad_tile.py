@@ -19,9 +19,9 @@ from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.kernels.integer_conv_plan import TILE_GROUPS, block_table, pack_weights
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.cortex_m.test_paired_weights import assert_bundle_matches, conv
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
 from tests.support import toolchains
+from tests.support.bundle_cases import Case, build_graph
+from tests.support.paired_weights import assert_bundle_matches, conv
 
 
 def relu6(name: str, channels: int, outputs: int, kernel: int, **geometry) -> Case:

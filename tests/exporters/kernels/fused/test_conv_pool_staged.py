@@ -25,11 +25,11 @@ from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.reference.test_kernels_conv import TILINGS, tiling
-from tests.exporters.kernels.x86.test_conv_plane import CPUS, _use_cpu
-from tests.exporters.schedule.test_fusion import FEEDS, GRAPH
 from tests.support import host_runner
+from tests.support.conv_tilings import TILINGS, tiling
+from tests.support.fusion_cases import FEEDS, GRAPH
 from tests.support.host_runner import run_bundle_host
+from tests.support.plane_cases import CPUS, use_cpu
 
 RNG = np.random.default_rng(17)
 
@@ -132,7 +132,7 @@ def test_non_overlapping_pooling_needs_no_workspace():
 def test_pooled_rows_visit_every_channel_block_on_hosts(cpu, monkeypatch, tmp_path):
     """A Conv + Relu + 2x2 MaxPool pooled from register tiles (rows of 64: whole tiles) on a host runs every
     channel block of a pooled row in turn (pool.py sweep_row per block), several blocks and a batch of 2."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     rows = []
     original = pool_kernels.sweep_row
     monkeypatch.setattr(pool_kernels, "sweep_row", lambda *args: rows.append(1) or original(*args))

@@ -39,20 +39,13 @@ from pegasus.quantizers.assign import build_table
 from pegasus.quantizers.calibrate import calibrate
 from pegasus.quantizers.schemes import Scheme
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.integer.test_kernels_integer_elementwise import AVERAGE, _avg
-from tests.exporters.kernels.integer.test_kernels_integer_linear import HOST as LINEAR
-from tests.exporters.kernels.integer.test_kernels_integer_linear import I8, U8, conv, ints, output_spec, requant
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids
 from tests.support import toolchains
+from tests.support.bundle_cases import Case, build_graph, check_case, ids
+from tests.support.channels_last import last
 from tests.support.host_runner import load_bundle
-
-
-def last(case: Case) -> Case:
-    """``case`` with its activation input channels last (the output follows)."""
-    x = np.ascontiguousarray(np.moveaxis(case.inputs[0], 1, -1))
-    return Case(f"last-{case.id}", case.op, [x, *case.inputs[1:]], {**case.attrs, "channels_last": True},
-                constant=case.constant)
-
+from tests.support.integer_average import AVERAGE, qavg
+from tests.support.integer_cases import HOST as LINEAR
+from tests.support.integer_cases import I8, U8, conv, ints, output_spec, requant
 
 I16 = ("int16", 0)
 
@@ -92,10 +85,10 @@ CHANNELS_LAST = [last(case) for case in [
     conv("dense-i16-i16", (1, 6, 5, 5), (4, 6, 3, 3), I16, I16, pads=(1, 1, 1, 1), out_dtype="int16"),
     conv("dense-1ch-10x4", (1, 1, 20, 10), (16, 1, 10, 4), I8, I8, pads=(4, 1, 5, 2), strides=(2, 2)),
 ]] + [last(case) for case in LINEAR if case.op == "QConv"] + [
-    last(_avg("QAveragePool-i8-32ch-global", ints((1, 32, 5, 5), "int8"), 1.0, -4, "int8", -4, kernel_shape=(5, 5))),
-    last(_avg("QAveragePool-u8-13ch-pads", ints((1, 13, 6, 7), "uint8"), 0.8, 128, "uint8", 120, kernel_shape=(3, 3),
+    last(qavg("QAveragePool-i8-32ch-global", ints((1, 32, 5, 5), "int8"), 1.0, -4, "int8", -4, kernel_shape=(5, 5))),
+    last(qavg("QAveragePool-u8-13ch-pads", ints((1, 13, 6, 7), "uint8"), 0.8, 128, "uint8", 120, kernel_shape=(3, 3),
               pads=(1, 1, 1, 1), strides=(2, 2))),
-    last(_avg("QAveragePool-i8-17ch-ceil", ints((2, 17, 7, 7), "int8"), 1.3, 0, "int8", 2, kernel_shape=(2, 2),
+    last(qavg("QAveragePool-i8-17ch-ceil", ints((2, 17, 7, 7), "int8"), 1.3, 0, "int8", 2, kernel_shape=(2, 2),
               strides=(2, 2), ceil_mode=1)),
 ] + [last(case) for case in AVERAGE]
 
@@ -153,7 +146,6 @@ def test_bundle_matches_reference_on_host(case):
 @pytest.mark.xdist_group("integer_channels_last_host")
 def test_native_layers_compile_without_transposes():
     assert "Transpose" not in _host_results()[1]
-
 
 
 def test_computed_weights_run_between_transposes(tmp_path):
@@ -241,7 +233,6 @@ def test_int8_chain_compiles_without_transposes_in_no_more_memory(tmp_path):
             assert {node.op for node in bundle.result.graph.nodes} == {"QConv", "QAveragePool"}
     np.testing.assert_array_equal(outputs[True].reshape(-1), outputs[False].reshape(-1))
     assert sizes[True] <= sizes[False]
-
 
 
 @pytest.mark.parametrize("op, attrs", [("AveragePool", {"kernel_shape": (25, 5)}), ("GlobalAveragePool", {}),

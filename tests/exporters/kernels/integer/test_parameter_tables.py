@@ -17,9 +17,9 @@ from pegasus.exporters.glow.codegen import _shared
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters.kernels.cortex_m.test_paired_weights import conv
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph
 from tests.support import toolchains
+from tests.support.bundle_cases import Case, build_graph
+from tests.support.paired_weights import conv
 
 RNG = np.random.default_rng(77)
 

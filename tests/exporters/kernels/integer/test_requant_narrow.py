@@ -17,9 +17,9 @@ import pytest
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
-from tests.exporters.e2e.test_tflite_bundles import tflite_requant
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
 from tests.support import toolchains
+from tests.support.bundle_cases import Case, build_graph, check_case, ids, run_cases
+from tests.support.tflite_requant import tflite_requant
 
 RNG = np.random.default_rng(1917)
 BIG = [(1 << 31) - 700, -(1 << 31) + 650, (1 << 30) - 300, -(1 << 30) + 250, (1 << 30) + 20, 17, -(1 << 29)]
@@ -84,7 +84,6 @@ CASES[-1].id += "-s32"
 # (the SMLAD loop in a function of its own on Cortex-M), with and without it
 CASES += [conv_case("tflite", TFLITE, 3, dw, channels, relu) for dw, channels, relu in
           ((False, 7, True), (True, 8, True), (False, 8, True), (False, 8, False))]
-
 
 
 def ties_case(depthwise: bool, relu: bool) -> Case:

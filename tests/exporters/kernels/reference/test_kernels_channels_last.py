@@ -38,8 +38,8 @@ from pegasus.ir.graph import Graph, Node
 from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import get_op, make_attrs
-from tests.exporters.kernels.reference.test_kernels_conv import TILINGS
 from tests.support import toolchains
+from tests.support.conv_tilings import TILINGS
 from tests.support.host_runner import load_bundle
 
 RNG = np.random.default_rng(17)

@@ -13,8 +13,6 @@ get, so the tail tiles, channel remainders and scalar paths those choose are exe
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -22,36 +20,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels import conv as conv_kernels
-from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
 from pegasus.exporters.glow.kernels import linear as linear_kernels
-from pegasus.exporters.glow.kernels import pool as pool_kernels
 from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.dtypes import DType
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.support.bundle_cases import Case, check_case, ids, run_cases
+from tests.support.conv_tilings import TILINGS, half_precision, run_tiled
 from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(5)
-
-#: register files to tile for (None: the host target's own, SSE2 on x86-64)
-TILINGS = {"host": None, "avx512": Simd(64, 32), "scalar-fpu": Simd(4, 32), "helium": Simd(16, 8)}
-
-
-@contextmanager
-def tiling(simd: Simd | None):
-    """Make the dense kernels tile for ``simd`` whatever the target (the IR stays valid for any)."""
-    if simd is None:
-        yield
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        for module in (conv_kernels, linear_kernels, pool_kernels, conv_pool_kernels):
-            patch.setattr(module, "simd_of", lambda target: simd)
-        yield
-
-
-def run_tiled(cases: list[Case], tmp_path_factory, name: str, simd: Simd | None) -> dict:
-    with tiling(simd):
-        return run_cases(cases, tmp_path_factory.mktemp(name))
 
 
 def _x(*shape, dtype=np.float32) -> np.ndarray:
@@ -67,12 +44,6 @@ def _w(*shape, fan_in=None, dtype=np.float32) -> np.ndarray:
 def _conv(id_, x, w, b=None, constant=(1, 2), **attrs) -> Case:
     inputs = [x, w] + ([b] if b is not None else [])
     return Case(id_, "Conv", inputs, attrs, constant=constant)
-
-
-def half_precision(case: Case) -> Case:
-    """float16 in, float16 out: sums in float32 in another order than NumPy's, rounded once to float16."""
-    case.rtol, case.atol = 2e-3, 2e-3
-    return case
 
 
 CONV_CASES = [

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper
 
 from pegasus.errors import PegasusError
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.kernels.reference.test_kernels_conv import TILINGS, half_precision, run_tiled
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.support.bundle_cases import Case, check_case, ids, run_cases
+from tests.support.conv_tilings import TILINGS, half_precision, run_tiled
 from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(13)

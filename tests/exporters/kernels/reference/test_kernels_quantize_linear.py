@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, check_case, ids, run_cases
+from tests.support.bundle_cases import Case, check_case, ids, run_cases
 from tests.support.host_runner import run_bundle_host
 
 RNG = np.random.default_rng(11)

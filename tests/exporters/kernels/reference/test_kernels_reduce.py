@@ -14,9 +14,9 @@ from onnx import TensorProto, helper
 
 from pegasus.errors import PegasusError
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
-from tests.exporters.kernels.reference.test_kernels_shape_ops import sample
+from tests.support.bundle_cases import Case, build_graph, check_case, ids, run_cases
 from tests.support.host_runner import run_bundle_host
+from tests.support.shape_samples import sample
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mean of empty slice")  # ReduceMean-empty: NaN, as wanted
 X = sample((2, 3, 4, 5)) / 4

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ops.registry import make_attrs
 from pegasus.ops.resize import Resize
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, check_case, ids, run_cases
-from tests.exporters.kernels.reference.test_kernels_shape_ops import sample
+from tests.support.bundle_cases import Case, check_case, ids, run_cases
 from tests.support.host_runner import run_bundle_host
+from tests.support.shape_samples import sample
 
 X = sample((1, 2, 4, 5)) / 4
 COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",

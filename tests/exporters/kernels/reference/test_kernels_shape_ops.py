@@ -24,22 +24,12 @@ from pegasus.ir.tensor import Tensor, TensorType
 from pegasus.ir.verify import verify
 from pegasus.ops.registry import make_attrs
 from pegasus.runtime import interpreter
-from tests.exporters.codegen.test_mathlib import undefined_symbols
-from tests.exporters.kernels.reference.test_kernels_elementwise import Case, build_graph, check_case, ids, run_cases
+from tests.support.bundle_cases import Case, build_graph, check_case, ids, run_cases
 from tests.support.host_runner import run_bundle_host
+from tests.support.objects import undefined_symbols
+from tests.support.shape_samples import RNG, sample
 
-RNG = np.random.default_rng(11)
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")
-
-
-def sample(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
-    """Values that tell positions apart (ints: -100..100 within the type's range)."""
-    if dtype == "bool":
-        return RNG.random(shape) > 0.5
-    if np.dtype(dtype).kind == "f":
-        return (RNG.standard_normal(shape) * 10).astype(dtype)
-    info = np.iinfo(dtype)
-    return RNG.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
 
 
 X = sample((2, 3, 4, 5))

@@ -21,9 +21,10 @@ from onnx import TensorProto, helper, numpy_helper
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.kernels import conv_lanes
 from pegasus.exporters.glow.lower import lower_for_export
+from pegasus.exporters.glow.pipeline import schedule
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.kernels.x86.test_conv_plane import CPUS, _model, _use_cpu, reference
 from tests.support import host_runner
+from tests.support.plane_cases import CPUS, plane_model, reference, use_cpu
 
 RNG = np.random.default_rng(23)
 
@@ -86,9 +87,9 @@ def _expect_kernel(cpu: str) -> bool:
 @pytest.mark.parametrize("cpu", list(CPUS))
 @pytest.mark.parametrize("x, w, b, strides, pads, dilations", CASES)
 def test_matches_numpy(cpu, x, w, b, strides, pads, dilations, monkeypatch, tmp_path):
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = _spy(monkeypatch)
-    model = _with_kernel_shape(_model(x, w, b, pads, dilations, 1, None, strides=strides))
+    model = _with_kernel_shape(plane_model(x, w, b, pads, dilations, 1, None, strides=strides))
     got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
     want = reference(x, w, b, pads, dilations, 1, strides)
     assert bool(emitted) == _expect_kernel(cpu), "the kernel ran where it should not, or not where it should"
@@ -101,7 +102,7 @@ def test_matches_numpy(cpu, x, w, b, strides, pads, dilations, monkeypatch, tmp_
 def test_chunked_inputs_match_numpy(cpu, case, monkeypatch, tmp_path):
     """Input channels in chunks (``CHUNK_WEIGHTS`` shrunk to a few channels' weights of a block, the last chunk
     shorter), the tiles' sums kept in the workspace between chunks, which is filled with NaN first."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     chunked = []
     original = conv_lanes.emit
     monkeypatch.setattr(conv_lanes, "emit", lambda k, *args: chunked.append(args[-1] is not None) or original(k, *args))
@@ -109,7 +110,7 @@ def test_chunked_inputs_match_numpy(cpu, case, monkeypatch, tmp_path):
     taps = w.shape[2] * w.shape[3]
     channels = 2 if case.startswith("7x7") else 3
     monkeypatch.setattr(conv_lanes, "CHUNK_WEIGHTS", channels * taps * 3 * 64)
-    model = _with_kernel_shape(_model(x, w, b, pads, dilations, 1, None, strides=strides))
+    model = _with_kernel_shape(plane_model(x, w, b, pads, dilations, 1, None, strides=strides))
     bundle = host_runner.load_bundle(import_onnx(model, name="lanes"), {"x": x}, tmp_path)
     assert chunked == ([True] if _expect_kernel(cpu) else []), "the layer did not run here in chunks"
     bundle.buffers[2][:] = 0xFF
@@ -124,11 +125,11 @@ def test_padding_written_over_stale_workspace(cpu, monkeypatch, tmp_path):
     filled with NaN before the call, a 3x3 with padding on every side still matches (as it must inside a model,
     whose earlier layers leave their values there). Compiled for AVX2 and AVX-512 (the kernel's vector widths),
     whatever this machine's own."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     x = RNG.uniform(-1, 1, (1, 6, 9, 9)).astype(np.float32)
     w = (RNG.standard_normal((20, 6, 3, 3)) / 7).astype(np.float32)
     b = RNG.uniform(-1, 1, 20).astype(np.float32)
-    model = _with_kernel_shape(_model(x, w, b, [1, 2, 2, 1], [1, 1], 1, None))
+    model = _with_kernel_shape(plane_model(x, w, b, [1, 2, 2, 1], [1, 1], 1, None))
     bundle = host_runner.load_bundle(import_onnx(model, name="lanes"), {"x": x}, tmp_path)
     assert bundle.result.plan.activations_size, "the padded kernel did not run (no workspace)"
     for _ in range(2):
@@ -141,12 +142,12 @@ def test_padding_written_over_stale_workspace(cpu, monkeypatch, tmp_path):
 @pytest.mark.parametrize("cpu", list(CPUS))
 def test_relu_matches_onnxruntime(cpu, monkeypatch, tmp_path):
     """ResNet-50's last stage in small: 1x1 Conv + Relu on a 7x7 plane, 2048 -> 512 as 128 -> 80."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = _spy(monkeypatch)
     x = RNG.uniform(-1, 1, (1, 128, 7, 7)).astype(np.float32)
     w = (RNG.standard_normal((80, 128, 1, 1)) / 11).astype(np.float32)
     b = RNG.uniform(-1, 1, 80).astype(np.float32)
-    model = _model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, relu=True)
+    model = plane_model(x, w, b, [0, 0, 0, 0], [1, 1], 1, None, relu=True)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
     assert bool(emitted) == _expect_kernel(cpu)
@@ -160,10 +161,13 @@ def test_weights_relaid_in_blocks():
     target = host_runner.resolve_target(None, None, None, "pic")
     x = RNG.uniform(-1, 1, (1, 5, 7, 7)).astype(np.float32)
     w = RNG.standard_normal((70, 5, 1, 1)).astype(np.float32)
-    lowered = lower_for_export(import_onnx(_model(x, w, None, [0, 0, 0, 0], [1, 1], 1, None), name="lanes"), target)
+    model = plane_model(x, w, None, [0, 0, 0, 0], [1, 1], 1, None)
+    scheduled = schedule(import_onnx(model, name="lanes"), target)
+    lowered = scheduled.graph
     conv = next(node for node in lowered.nodes if node.op == "Conv")
     if not conv_lanes.wanted(conv, x.shape, w.shape, lowered.type_of(conv.inputs[0]).dtype, target):
         pytest.skip("this host has no AVX")
+    assert [s.choice.impl for s in scheduled.selections if s.kind == "Conv"] == ["conv.lanes"]
     packed = lowered.value_of(conv.inputs[1])
     lanes = conv_lanes.simd_of(target).width // 4
     flat, start = packed.reshape(-1), 0
@@ -196,7 +200,7 @@ def test_other_layers_keep_their_kernels(case, monkeypatch, tmp_path):
     x = RNG.uniform(-1, 1, shape).astype(np.float32)
     w = (RNG.standard_normal((channels, 8, kernel, kernel)) / 3 / kernel).astype(np.float32)
     b = RNG.uniform(-1, 1, channels).astype(np.float32)
-    model = _model(x, w, b, [pad] * 4, [1, 1], 1, None, relu=pool is not None, pool=pool)
+    model = plane_model(x, w, b, [pad] * 4, [1, 1], 1, None, relu=pool is not None, pool=pool)
     model = _with_kernel_shape(model) if explicit else model
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = host_runner.run_bundle_host(import_onnx(model, name="lanes"), {"x": x}, workdir=tmp_path)["y"]
@@ -214,7 +218,7 @@ def test_residual_sum_matches_onnxruntime(kernel, size, monkeypatch, tmp_path):
     r = RNG.uniform(-1, 1, (1, 40, size, size)).astype(np.float32)
     w = (RNG.standard_normal((40, 24, kernel, kernel)) / 5 / kernel).astype(np.float32)
     b = RNG.uniform(-1, 1, 40).astype(np.float32)
-    model = _with_kernel_shape(_model(x, w, b, [kernel // 2] * 4, [1, 1], 1, None))
+    model = _with_kernel_shape(plane_model(x, w, b, [kernel // 2] * 4, [1, 1], 1, None))
     conv = model.graph.node[0]
     conv.output[0] = "c"
     model.graph.input.append(helper.make_tensor_value_info("r", 1, [1, 40, size, size]))
@@ -254,7 +258,7 @@ def test_dense_block_layers_share_one_function(cpu, batch, chunk_last, monkeypat
     read those channels at run time (conv_lanes.shared_dims), each with its own weights' stride and, in a batch
     of 2, its own batch stride; with ``CHUNK_WEIGHTS`` shrunk so the last layer goes in chunks, that one keeps a
     function of its own. The block's output (every layer's) against onnxruntime."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = _spy(monkeypatch)
     if chunk_last:
         simd = conv_lanes.simd_of(host_runner.resolve_target(None, None, None, "pic"))
@@ -276,7 +280,7 @@ def test_pooling_apart_from_a_layer_that_runs_here(inputs, pooled_apart, monkeyp
     x = RNG.uniform(-1, 1, (1, inputs, 28, 28)).astype(np.float32)
     w = (RNG.standard_normal((64, inputs, 3, 3)) / np.sqrt(9 * inputs)).astype(np.float32)
     b = RNG.uniform(-1, 1, 64).astype(np.float32)
-    model = _with_kernel_shape(_model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True,
+    model = _with_kernel_shape(plane_model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True,
                                       pool=("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]})))
     graph = import_onnx(model, name="lanes")
     target = host_runner.resolve_target(None, None, None, "pic")

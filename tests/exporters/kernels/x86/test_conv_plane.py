@@ -16,39 +16,17 @@ import llvmlite.binding as llvm
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from pegasus.exporters.glow.codegen import layer_workspaces
 from pegasus.exporters.glow.fuse import fuse_layers
 from pegasus.exporters.glow.kernels import conv_plane
 from pegasus.exporters.glow.lower import lower_for_export
-from pegasus.exporters.glow.target import HOST_TRIPLES, Target, host_arch
 from pegasus.importers.onnx.loader import import_onnx
 from tests.support import host_runner
+from tests.support.plane_cases import CPUS, plane_model, reference, use_cpu
 
 RNG = np.random.default_rng(17)
-
-
-def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: list[int], dilations: list[int],
-              group: int, strides: list[int]) -> np.ndarray:
-    """Y[n, m, i, j] = b[m] + sum over the group's c and taps (kh, kw) of
-    X[n, c, i*sh + kh*dh - ph, j*sw + kw*dw - pw] W[m, c, kh, kw], in float64."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    n, channels, height, width = x.shape
-    m, per_group, kh, kw = w.shape
-    (ph, pw, eh, ew), (dh, dw), (sh, sw) = pads, dilations, strides
-    padded = np.pad(x, ((0, 0), (0, 0), (ph, eh), (pw, ew)))
-    out_h = (height + ph + eh - (kh - 1) * dh - 1) // sh + 1
-    out_w = (width + pw + ew - (kw - 1) * dw - 1) // sw + 1
-    y = np.zeros((n, m, out_h, out_w))
-    outs = m // group
-    for g in range(group):
-        xs = padded[:, g * per_group:(g + 1) * per_group]
-        for i in range(kh):
-            for j in range(kw):
-                window = xs[:, :, i * dh:i * dh + (out_h - 1) * sh + 1:sh, j * dw:j * dw + (out_w - 1) * sw + 1:sw]
-                y[:, g * outs:(g + 1) * outs] += np.einsum("nchw,mc->nmhw", window, w[g * outs:(g + 1) * outs, :, i, j])
-    return y + (0 if b is None else b.astype(np.float64)[None, :, None, None])
 
 
 def _case(id_: str, x_shape, w_shape, pads=(1, 1, 1, 1), dilations=(1, 1), group=1, bias=True, dtype=np.float32,
@@ -83,21 +61,6 @@ CASES = [
     _case("1x1-stride2-plane", (1, 16, 33, 33), (20, 16, 1, 1), pads=(0, 0, 0, 0), strides=(2, 2)),
 ]
 
-CPUS = {"host": None, "avx2": ("x86-64-v3", "avx2"), "avx512": ("x86-64-v4", "avx512f")}
-
-
-def _use_cpu(name: str, monkeypatch) -> None:
-    """Export for CPU ``name`` (skipped when this machine cannot run its code)."""
-    if host_arch() != "x86_64":
-        pytest.skip("needs an x86-64 host")
-    if CPUS[name] is None:
-        return
-    cpu, feature = CPUS[name]
-    if not llvm.get_host_cpu_features().get(feature):
-        pytest.skip(f"this CPU has no {feature}")
-    monkeypatch.setattr(host_runner, "resolve_target",
-                        lambda *args: Target("x86_64", cpu, HOST_TRIPLES["x86_64"], "hard", "pic"))
-
 
 def _count_planes(monkeypatch, function: str = "emit_plane") -> list[str]:
     """Names of the layers conv_plane's ``function`` emitted, from now on."""
@@ -112,28 +75,12 @@ def _count_planes(monkeypatch, function: str = "emit_plane") -> list[str]:
     return emitted
 
 
-def _model(x, w, b, pads, dilations, group, auto_pad, relu=False, pool: tuple[str, dict] | None = None,
-           strides=(1, 1)):
-    dtype = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
-             np.float16: TensorProto.FLOAT16}[x.dtype.type]
-    initializers = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
-    attrs = {"auto_pad": auto_pad} if auto_pad else {"pads": pads}
-    conv = helper.make_node("Conv", ["x", "w"] + (["b"] if b is not None else []), ["c" if relu else "y"],
-                            dilations=dilations, group=group, strides=list(strides), **attrs)
-    nodes = [conv] + ([helper.make_node("Relu", ["c"], ["r" if pool else "y"])] if relu else [])
-    if pool:
-        nodes.append(helper.make_node(pool[0], ["r"], ["y"], **pool[1]))
-    graph = helper.make_graph(nodes, "plane", [helper.make_tensor_value_info("x", dtype, list(x.shape))],
-                              [helper.make_tensor_value_info("y", dtype, None)], initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
 @pytest.mark.parametrize("cpu", list(CPUS))
 @pytest.mark.parametrize("x, w, b, pads, dilations, group, auto_pad, strides", CASES)
 def test_plane_matches_numpy(cpu, x, w, b, pads, dilations, group, auto_pad, strides, monkeypatch, tmp_path):
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = _count_planes(monkeypatch)
-    model = _model(x, w, b, pads, dilations, group, auto_pad, strides=strides)
+    model = plane_model(x, w, b, pads, dilations, group, auto_pad, strides=strides)
     got = host_runner.run_bundle_host(import_onnx(model, name="plane"), {"x": x}, workdir=tmp_path)["y"]
     want = reference(x, w, b, pads, dilations, group, strides)
     if llvm.get_host_cpu_features().get("avx") or cpu != "host":
@@ -146,12 +93,12 @@ def test_plane_matches_numpy(cpu, x, w, b, pads, dilations, group, auto_pad, str
 @pytest.mark.parametrize("cpu", list(CPUS))
 def test_plane_with_relu_matches_onnxruntime(cpu, monkeypatch, tmp_path):
     """A 3x3 Conv + Relu of ResNet's last stage's shape (7x7 plane, 64 -> 72 channels: a remainder block)."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = _count_planes(monkeypatch)
     x = RNG.uniform(-1, 1, (1, 64, 7, 7)).astype(np.float32)
     w = (RNG.standard_normal((72, 64, 3, 3)) / 24).astype(np.float32)
     b = RNG.uniform(-1, 1, 72).astype(np.float32)
-    model = _model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True)
+    model = plane_model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     want = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
@@ -176,13 +123,13 @@ def test_conv_relu_pool_staged_from_the_plane(cpu, pool, monkeypatch, tmp_path):
     """A Conv + Relu + pooling layer over the plane (VGG's blocks: 3x3 then a 2x2 max pool; Inception's 3x3
     stride-2 max pool) stages runs of channels in a planned workspace and pools from there: 40 channels
     (runs and a remainder), a 13x13 plane (odd: the 2x2 pool drops the last row, ceil_mode keeps it)."""
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = _count_planes(monkeypatch, "emit_staged")
     monkeypatch.setattr(conv_plane, "STAGE_BUDGET", 3 * 13 * 13 * 4 * 8)    # runs of 24 channels
     x = RNG.uniform(-1, 1, (1, 12, 13, 13)).astype(np.float32)
     w = (RNG.standard_normal((40, 12, 3, 3)) / 10).astype(np.float32)
     b = RNG.uniform(-1, 1, 40).astype(np.float32)
-    model = _model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True, pool=POOLS[pool])
+    model = plane_model(x, w, b, [1, 1, 1, 1], [1, 1], 1, None, relu=True, pool=POOLS[pool])
     graph = import_onnx(model, name="plane")
     lowered = lower_for_export(graph)
     layers = fuse_layers(lowered)
@@ -232,7 +179,7 @@ POOL_CASES = {
 def test_stride1_pool_over_the_plane_matches_numpy(cpu, key, monkeypatch, tmp_path):
     from pegasus.exporters.glow.kernels import pool_plane
 
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = []
     original = pool_plane.emit
     monkeypatch.setattr(pool_plane, "emit", lambda k, *args: emitted.append(original(k, *args)) or emitted[-1])

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 
 from pegasus.exporters.glow.kernels import pool_plane
 from pegasus.importers.onnx.loader import import_onnx
-from tests.exporters.kernels.x86.test_conv_plane import CPUS, _use_cpu
 from tests.support import host_runner
+from tests.support.plane_cases import CPUS, use_cpu
 
 RNG = np.random.default_rng(17)
 
@@ -55,7 +55,7 @@ CASES = {
 @pytest.mark.parametrize("cpu", list(CPUS))
 @pytest.mark.parametrize("key", list(CASES))
 def test_strided_max_pool_matches_numpy(cpu, key, monkeypatch, tmp_path):
-    _use_cpu(cpu, monkeypatch)
+    use_cpu(cpu, monkeypatch)
     emitted = []
     original = pool_plane.emit_strided_max
     monkeypatch.setattr(pool_plane, "emit_strided_max",
