@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from pegasus.exporters.glow.codegen import check_emitters, layer_streams, layer_workspaces
 from pegasus.exporters.glow.fuse import Layer, fuse_layers, single_layers
-from pegasus.exporters.glow.kernels.strategy import Choice, Query, run_hook
+from pegasus.exporters.glow.kernels.registry import Stream, sizing_context
+from pegasus.exporters.glow.kernels.strategy import Choice, Query, choose, run_hook
 from pegasus.exporters.glow.lower import lower_for_export, relay_inputs
 from pegasus.exporters.glow.memory.plan import MemoryPlan, check_limits, plan_memory
 from pegasus.exporters.glow.pooled_pair import pair_layers
@@ -38,6 +39,7 @@ class Schedule:
     layers: list[Layer]
     selections: list[Selection]
     plan: MemoryPlan
+    streams: dict[int, Stream]
 
     @property
     def choices(self) -> list[Choice]:
@@ -69,8 +71,45 @@ def schedule(graph: Graph, target: Target, reuse_input_memory: bool = False) -> 
     selections = select_layers(graph, layers, target)
     choices = [selection.choice for selection in selections]
     pack(graph, layers, choices, target)
-    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target, choices),
-                       layer_streams(graph, layers, target, choices), reuse_input_memory,
-                       concat_in_place=not target.is_cortex_m)
+    streams = layer_streams(graph, layers, target, choices)
+    plan = plan_memory(graph, layers, layer_workspaces(graph, layers, target, choices), streams,
+                       reuse_input_memory, concat_in_place=not target.is_cortex_m)
     check_limits(graph, plan, target.address_bits)
-    return Schedule(graph, layers, selections, plan)
+    return Schedule(graph, layers, selections, plan, streams)
+
+
+def _verdict(chosen: str, name: str, verdict) -> str:
+    if name == chosen:
+        return "chosen"
+    if verdict is True:
+        return "eligible, lower priority"
+    return f"not eligible: {verdict}" if isinstance(verdict, str) else "not eligible"
+
+
+def explain(scheduled: Schedule) -> str:
+    """Per layer (in call order): its nodes, the implementation chosen and its family and parameters, its workspace
+    and stream, and every candidate of its kind with why it was or was not taken (``--explain``)."""
+    lines = []
+    for index, (layer, selection) in enumerate(zip(scheduled.layers, scheduled.selections)):
+        choice = selection.choice
+        impl = selection.implementation
+        workspace = scheduled.plan.workspace_of(layer)
+        stream = scheduled.streams.get(index)
+        facts = [f"workspace {workspace.size:,} B" if workspace else "no workspace"]
+        if stream is not None:
+            facts.append(f"streams ({stream.in_bytes} B in, {stream.out_bytes} B out per position)")
+        params = ", ".join(f"{key}={value}" for key, value in choice.params)
+        lines.append(f"layer {index} '{layer.nodes[0].name}' ({selection.kind}: {' '.join(n.op for n in layer.nodes)})"
+                     f" -> {choice.impl} [{impl.family}]{' (' + params + ')' if params else ''}; {'; '.join(facts)}")
+        for name, family, verdict in selection.verdicts:
+            lines.append(f"    {name} [{family}]: {_verdict(choice.impl, name, verdict)}")
+    return "\n".join(lines)
+
+
+def stream_of(graph: Graph, node_name: str, target: Target) -> Stream | None:
+    """The ``Stream`` of the layer of node ``node_name`` alone in ``graph`` as compiled (``Schedule.graph``): its
+    implementation's ``stream`` hook, None when it does not stream."""
+    node = next(n for n in graph.nodes if n.name == node_name)
+    query = Query(graph, Layer([node]), target)
+    choice = choose(query)
+    return run_hook(choice.impl, "stream", None, sizing_context(query, choice))

@@ -54,6 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     glow.add_argument("--compact-weights", action="store_true",
                       help="keep 8-bit weights as bytes on Cortex-M CPUs with the DSP extension (half the flash of the "
                            "convolutions' weights, slower: their inner loops unpack them), instead of 16-bit pairs")
+    glow.add_argument("--explain", action="store_true",
+                      help="print, per layer, the implementation chosen, the candidates and why the others were "
+                           "not, and its workspace and stream")
     glow.add_argument("--dump-graph-DAG", dest="dump_graph_dag", metavar="FILE.dot",
                       help="write the graph as Graphviz dot")
     glow.add_argument("--dump-memory-plan", metavar="FILE.png",
@@ -152,6 +155,10 @@ def run_glow(args: argparse.Namespace) -> int:
         from pegasus.exporters.glow.memory.plot import plot_memory_plan
 
         plot_memory_plan(result.graph, result.plan, Path(args.dump_memory_plan))
+    if args.explain:
+        from pegasus.exporters.glow.pipeline import explain
+
+        print(explain(result.schedule))
     print(f"exported {name} for {target.triple} ({target.cpu}) to {out_dir}")
     print(result.report)   # with --board, ends with the fit (a bundle that does not fit was refused unwritten)
     return 0

@@ -47,6 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="Cortex-M: instructions per layer, from a build with a probe between layers (the "
                              "probe's cost subtracted), sorted by cost")
+    parser.add_argument("--explain", action="store_true",
+                        help="print, per layer, the implementation chosen and why (as export glow --explain)")
     parser.add_argument("--compare-layers", action="store_true",
                         help="Cortex-M: read every layer's output back from the board and compare it with the "
                              "reference interpreter; names the first layer that differs")
@@ -87,7 +89,11 @@ def _prepare(args: argparse.Namespace, graph, target, work: Path) -> tuple[Path,
     from pegasus.exporters.glow.export import export_bundle
 
     name = c_identifier(Path(args.model).stem)
-    export_bundle(graph, work, name, target, reuse_input_memory=args.reuse_input_memory)
+    result = export_bundle(graph, work, name, target, reuse_input_memory=args.reuse_input_memory)
+    if args.explain:
+        from pegasus.exporters.glow.pipeline import explain
+
+        print(explain(result.schedule))
     return work, name
 
 
