@@ -102,3 +102,25 @@ def test_explain_names_every_candidate_and_why():
     assert candidates["conv.pooled"].startswith("not eligible")
     assert candidates["conv.row_taps"] == "not eligible: not strided along its last axis on a hosted target"
     assert candidates["conv.lanes"].startswith("not eligible")
+
+
+def test_export_glow_explain_prints_the_choices(tmp_path):
+    """``pegasus export glow --explain`` prints each layer's choice with its candidates, and still exports."""
+    import subprocess
+    import sys
+
+    import onnx
+
+    onnx.save(CASES["3x3-maxpool"][0](), tmp_path / "net.onnx")
+    pegasus = [sys.executable, "-m", "pegasus"]
+    subprocess.run([*pegasus, "import", "onnx", "--model", tmp_path / "net.onnx", "--output-model",
+                    tmp_path / "net.json", "--output-data", tmp_path / "net.data"], check=True, capture_output=True)
+    done = subprocess.run([*pegasus, "export", "glow", "--model", tmp_path / "net.json", "--model-data",
+                           tmp_path / "net.data", "--target", "arm", "--mcpu", "cortex-m7", "--output-path",
+                           tmp_path / "bundle", "--explain"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("layer 0 ") and "(Conv+group: Conv Relu MaxPool) -> conv.pooled [fused]" in lines[0]
+    assert lines[1].strip() == "conv.pooled [fused]: chosen"
+    assert any(line.strip() == "conv.direct [reference]: not eligible: heads a pooling" for line in lines[2:8])
+    assert (tmp_path / "bundle" / "net.o").is_file()
