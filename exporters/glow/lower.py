@@ -1,13 +1,13 @@
-"""Prepares an imported graph for code generation (on a copy; the user's model is not changed).
+"""The lower stage of the export pipeline (exporters/glow/pipeline.py): prepares an imported graph for grouping
+and code generation (on a copy; the user's model is not changed).
 
 - every graph output must be written by a layer: an output that is a constant, a graph input or
   another output gets an explicit Identity copy (the bundle fills the output placeholder itself).
   A constant output keeps its name as the placeholder; the others get a ``_copy`` suffix.
-- a channels-last layer (pegasus/ops/layout.py) that its op's kernel computes channels last
-  (``kernels.registry.supports_channels_last``) stays as it is, its constant weights re-laid in the order
-  that kernel reads them (``kernels.registry.packer``: e.g. conv_channels_last.py's (k..., C/group, M)),
-  so NAME.weights.bin holds that layout. Any other channels-last layer runs channels first between two
-  transposes: correct for every op, at the cost of a buffer and a pass each way.
+- a channels-last layer (pegasus/ops/layout.py) that an implementation of its op computes channels last
+  (``kernels.registry.supports_channels_last``) stays as it is (the pack stage re-lays its constant weights for
+  the implementation selected later: exporters/glow/pipeline.py). Any other channels-last layer runs channels
+  first between two transposes: correct for every op, at the cost of a buffer and a pass each way.
 - a QMatMul of 8-bit rows by a constant 8-bit matrix (a Dense / fully connected layer) is computed as the
   1x1 channels-last QConv it equals (rows as positions, the matrix's columns as output channels): that
   kernel reads each column's weights contiguously along the reduction (SMLAD pairs on Cortex-M, PMADDWD on

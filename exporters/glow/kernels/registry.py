@@ -1,27 +1,29 @@
-"""LLVM emitters, registered against registry op names: ``@emitter("Relu")``.
+"""How kernels register: ``@emitter("Relu")`` makes the decorated function the one implementation of an op
+(kernels/strategy.py names it after the op; ops with several implementations register each with
+``strategy.implementation``), and the hooks below are keyed by implementation name.
 
 An emitter receives a ``KernelContext``: the layer's node and attributes, an IRBuilder positioned in
-the layer's own function, typed views of its input/output tensors, and the bundle's math library.
-It writes the loop nest computing the op with every shape baked in as a constant.
+the layer's own function, typed views of its input/output tensors, the bundle's math library, and the layer
+and ``Choice`` the select stage made (exporters/glow/schedule/select.py). It writes the loop nest computing the
+op with every shape baked in as a constant.
 
-A kernel that needs a scratch buffer (QConv's im2col rows, QMatMul's paired rows) declares its size with
-``@workspace("QConv")``: the memory planner then gives the layer that many bytes of the activations
+An implementation that needs a scratch buffer (QConv's im2col rows, QMatMul's paired rows) declares its size
+with ``@workspace(name)``: the memory planner then gives the layer that many bytes of the activations
 region, live only during the layer, and the emitter takes them with ``k.scratch(type, size)`` — so the RAM a
 bundle needs is in ACTIVATIONS_MEM_SIZE, not hidden on the stack. The size function sees the same
-context without a builder or pointers (types and target only).
+context without a builder or pointers (types, target, layer and choice only).
 
-Channels-last layers (pegasus/ops/layout.py): ``@emitter(..., channels_last=...)`` says which ones an
-emitter computes in that layout (True, or a per-layer predicate); a kernel that reads its constant
-weights in another order registers a ``@packer`` that re-lays them, which the exporter applies before
-code generation (exporters/glow/lower.py). Other channels-last layers run channels first, between
-transposes.
+Channels-last layers (pegasus/ops/layout.py): ``@emitter(..., channels_last=...)`` (or ``channels_last_ops``)
+says which ones an op's implementations compute in that layout (True, or a per-layer predicate); the lower stage
+wraps any other channels-last layer in transposes (exporters/glow/lower.py). An implementation that reads its
+constant weights in another order registers a ``@packer(name)`` that re-lays them, which the pack stage applies
+after selection (exporters/glow/pipeline.py).
 
-A kernel that finishes its output positions in row-major order, reading only the inputs of the positions it
-has not finished, declares it with ``@streams("QConv")``: a function of the same context as a workspace size
+An implementation that finishes its output positions in row-major order, reading only the inputs of the positions
+it has not finished, declares it with ``@streams(name)``: a function of the same context as a workspace size
 returning the layer's ``Stream`` (or None when this layer's loops do not stream). The memory planner may then
 write the layer's output over the bytes of an input that dies there (exporters/glow/memory/plan.py).
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
