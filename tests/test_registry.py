@@ -67,7 +67,7 @@ TARGET_FAMILIES = {"host": ("reference", "integer", "x86"), "cortex_m": ("refere
 #: without one, must update this list; the integer-everywhere issue makes each of them an error.
 FLOAT_ONLY = set("""And ArgMax ArgMin BitShift Cast ConstantOfShape CumSum Div Equal GRU Greater GreaterOrEqual
 InstanceNormalization IsInf IsNaN LRN LSTM LayerNormalization Less LessOrEqual LogSoftmax Max Mean Min Mod Not Or
-PRelu Pow RNN Range ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceProd ReduceSum ReduceSumSquare Shape Size
+Pow RNN Range ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceProd ReduceSum ReduceSumSquare Shape Size
 Where Xor""".split())
 
 

@@ -45,9 +45,10 @@ _CARRY_FORWARD = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Id
 _CARRY_BACKWARD = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 #: weighted operators: (registry input, file input, output-channel axis in the registry's layout) of the weights
 #: and the bias (CONV_2D OHWI -> OIHW, DEPTHWISE (1, kh, kw, C*M) -> (C*M, 1, kh, kw), FULLY_CONNECTED (N, K) as
-#: Gemm's transposed B, TRANSPOSE_CONV (M, kh, kw, C) -> (C, M, kh, kw))
+#: Gemm's transposed B, TRANSPOSE_CONV (M, kh, kw, C) -> (C, M, kh, kw)); PRELU's slope (None: the file's axis)
 _WEIGHT_INPUTS = {"CONV_2D": ((1, 1, 0), (2, 2, 0)), "DEPTHWISE_CONV_2D": ((1, 1, 0), (2, 2, 0)),
-                  "FULLY_CONNECTED": ((1, 1, 0), (2, 2, 0)), "TRANSPOSE_CONV": ((1, 1, 1), (2, 3, 0))}
+                  "FULLY_CONNECTED": ((1, 1, 0), (2, 2, 0)), "TRANSPOSE_CONV": ((1, 1, 1), (2, 3, 0)),
+                  "PRELU": ((1, 1, None),)}
 #: a bias whose integer magnitude reaches this is not held exactly by a float32 real value
 _BIAS_EXACT = 2 ** 23
 
@@ -254,7 +255,7 @@ def _weights(nodes: Sequence[SourceNode], files: dict[str, TfliteTensor], graph:
             if not name or tensor is None or not tensor.quantized or graph.value_of(name) is None:
                 continue
             bias = graph.value_of(name).astype(np.float64) if index == 2 else None
-            tensors[name] = _entry(tensor, axis, bias)
+            tensors[name] = _entry(tensor, tensor.axis if axis is None else axis, bias)
 
 
 def _carry(graph: Graph, tensors: dict[str, TensorQuant]) -> None:

@@ -11,6 +11,7 @@ from pegasus.ops import (  # noqa: F401  (each import registers a family)
     identity,
     integer,
     integer_lut,
+    integer_prelu,
     integer_resize,
     integer_sum,
     linear,

@@ -15,6 +15,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     integer_lut,
     integer_matmul,
     integer_pool,
+    integer_prelu,
     integer_resize,
     integer_sum,
     linear,

@@ -3,4 +3,14 @@
 To give an op an integer kernel, add an ``@integer_rule("Op")`` function to its family's file here;
 ops without a rule run in float between converters (and the export says so)."""
 
-from pegasus.quantized.rules import conv_transpose, elementwise, linear, pool, softmax, tflite, tflite_tables, values  # noqa: F401
+from pegasus.quantized.rules import (  # noqa: F401
+    conv_transpose,
+    elementwise,
+    linear,
+    pool,
+    prelu,
+    softmax,
+    tflite,
+    tflite_tables,
+    values,
+)
