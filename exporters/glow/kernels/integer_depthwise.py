@@ -23,6 +23,7 @@ instruction), a word of weights (w0, w2), (w1, w3) by SXTB16, and SMLABB/SMLATT 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -136,27 +137,23 @@ def depthwise_block(k: KernelContext, cp: ConvPlan) -> tuple[int, int]:
     return channel_block(k.target, cp.mac.acc, cp.out_group, cp.ya.channels)
 
 
-def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
-    """A channels-last depthwise QConv (module docstring)."""
-    if _uses_dsp(k, cp) and integer_depthwise_dsp.handles(cp):
-        integer_depthwise_dsp.qconv_depthwise_dsp(k, cp)
-        return
-    b, mac = k.builder, cp.mac
-    acc = mac.acc
-    rq = Requant(k.table, k.attrs, cp.y, acc_bound(mac, cp.bias))
-    axes, xa, ya = cp.axes, cp.xa, cp.ya
-    channels, mult = ya.channels, cp.out_group
-    lanes, size = depthwise_block(k, cp)
-    dsp_path = _uses_dsp(k, cp)
-    limits = [axis.interior() for axis in axes]
-    kernel = tuple(axis.kernel for axis in axes)
-    # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
-    w_steps = [stride * channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
-    x_element, w_element = llvm_type(cp.x.type.dtype), llvm_type(cp.w.type.dtype)
-    seeded = seeds_bias(mac, cp.bias)
+@dataclass
+class _DepthwiseLast:
+    """One channels-last depthwise QConv layer (``qconv_depthwise_last``): blocks of ``size`` output channels,
+    ``lanes`` per vector (the DSP path: four, by SMLABB/SMLATT), at each output position."""
 
-    def tap_vector(ref, element, flat: Value, indices: list[int], signed: bool, zero: int) -> Value:
+    b: ir.IRBuilder
+    cp: ConvPlan
+    rq: Requant
+    lanes: int
+    size: int
+    dsp_path: bool
+    w_steps: list[int]
+    seeded: bool
+
+    def tap_vector(self, ref, element, flat: Value, indices: list[int], signed: bool, zero: int) -> Value:
         """One lane per index i: ref[flat + i] - zero, widened to ``acc``."""
+        b, acc = self.b, self.cp.mac.acc
         span, count = indices[-1] + 1, len(indices)
         pointer = b.bitcast(ref.address(b, flat), _vector(element, span).as_pointer())
         loaded = b.load(pointer, align=element.width // 8)
@@ -165,87 +162,120 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
         wide = (b.sext if signed else b.zext)(loaded, _vector(acc, count))
         return b.sub(wide, _splat(zero, acc, count)) if zero else wide
 
-    def block(x_base: Value, y_base: Value, m0: Value, count: int, taps) -> None:
+    def block(self, x_base: Value, y_base: Value, m0: Value, count: int, taps) -> None:
         """Output channels m0..m0+count-1 at one position; ``taps(body)`` calls body(x offset, w offset) per
         tap read (offsets of the tap's pixel in X and of its weight vector in W')."""
+        b, cp, acc, mult = self.b, self.cp, self.cp.mac.acc, self.cp.out_group
         c0 = b.udiv(m0, const(mult)) if mult > 1 else m0
-        widths = pieces(count, lanes) if not dsp_path else [(0, count)]
+        widths = pieces(count, self.lanes) if not self.dsp_path else [(0, count)]
         slots = [entry_alloca(b, _vector(acc, width)) for _, width in widths]
         for slot, (offset, width) in zip(slots, widths):
             start = ir.Constant(_vector(acc, width), None)
-            if seeded:      # the sums start at the biases: no add per output after them
+            if self.seeded:      # the sums start at the biases: no add per output after them
                 pointer = b.bitcast(cp.bias.address(b, affine(b, offset, (m0, 1))), _vector(acc, width).as_pointer())
                 start = b.load(pointer, align=4)
             b.store(start, slot)
+        taps(lambda x_at, w_at: self._tap(slots, widths, m0, c0, x_at, w_at))
+        self._finish(slots, widths, m0, y_base)
 
-        def body(x_at: Value, w_at: Value) -> None:
-            for slot, (offset, width) in zip(slots, widths):
-                if dsp_path and width == 4:
-                    w_first = b.lshr(m0, const(1)) if paired(cp.w) else m0
-                    b.store(_dsp_tap(b, cp, b.load(slot), affine(b, 0, (x_at, 1), (c0, 1)),
-                                     affine(b, 0, (w_at, 1), (w_first, 1))), slot)
-                    continue
-                x_first = affine(b, offset // mult, (x_at, 1), (c0, 1))
-                x_lanes = [(offset + lane) // mult - offset // mult for lane in range(width)]
-                xs = tap_vector(cp.x, x_element, x_first, x_lanes, mac.x.signed, mac.x.zero_point)
-                ws = tap_vector(cp.w, w_element, affine(b, offset, (w_at, 1), (m0, 1)), list(range(width)),
-                                mac.w.signed, mac.w.zero_point)
-                b.store(b.add(b.load(slot), b.mul(xs, ws)), slot)
+    def _tap(self, slots: list[Value], widths: list[tuple[int, int]], m0: Value, c0: Value, x_at: Value,
+             w_at: Value) -> None:
+        """One tap's products added to the block's sums."""
+        b, cp, mac, mult = self.b, self.cp, self.cp.mac, self.cp.out_group
+        for slot, (offset, width) in zip(slots, widths):
+            if self.dsp_path and width == 4:
+                w_first = b.lshr(m0, const(1)) if paired(cp.w) else m0
+                b.store(_dsp_tap(b, cp, b.load(slot), affine(b, 0, (x_at, 1), (c0, 1)),
+                                 affine(b, 0, (w_at, 1), (w_first, 1))), slot)
+                continue
+            x_first = affine(b, offset // mult, (x_at, 1), (c0, 1))
+            x_lanes = [(offset + lane) // mult - offset // mult for lane in range(width)]
+            xs = self.tap_vector(cp.x, llvm_type(cp.x.type.dtype), x_first, x_lanes, mac.x.signed, mac.x.zero_point)
+            ws = self.tap_vector(cp.w, llvm_type(cp.w.type.dtype), affine(b, offset, (w_at, 1), (m0, 1)),
+                                 list(range(width)), mac.w.signed, mac.w.zero_point)
+            b.store(b.add(b.load(slot), b.mul(xs, ws)), slot)
 
-        taps(body)
+    def _finish(self, slots: list[Value], widths: list[tuple[int, int]], m0: Value, y_base: Value) -> None:
+        """The block's sums requantised and stored."""
+        b, cp = self.b, self.cp
         terms, places = [], []
         for slot, (offset, width) in zip(slots, widths):
             sums = b.load(slot)
             for lane in range(width):
                 chan = affine(b, offset + lane, (m0, 1))
-                bias = None if cp.bias is None or seeded else cp.bias.load(b, chan)
+                bias = None if cp.bias is None or self.seeded else cp.bias.load(b, chan)
                 terms.append((b.extract_element(sums, const(lane)), chan, bias))
                 places.append(offset + lane)
-        for place, value in zip(places, rq.many(b, terms)):
+        for place, value in zip(places, self.rq.many(b, terms)):
             cp.y.store(b, value, affine(b, place, (y_base, 1), (m0, 1)))
 
-    with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in axes)], names="nabcdefg") as (batch, *coords):
+    def position(self, batch: Value, coords: list[Value]) -> None:
+        """Every block of one output position: the interior's taps unchecked, a border's tested."""
+        b, cp, axes = self.b, self.cp, self.cp.axes
         origins = [axis.origin(b, o) for axis, o in zip(axes, coords)]
-        x_base = affine(b, 0, (batch, xa.batch), *zip(origins, xa.spatial))
-        y_base = affine(b, 0, (batch, ya.batch), *zip(coords, ya.spatial))
-
-        steps = [axis.dilation * stride for axis, stride in zip(axes, xa.spatial)]
-
-        def interior(body) -> None:
-            for ks in itertools.product(*(range(n) for n in kernel)):
-                body(affine(b, sum(kk * step for kk, step in zip(ks, steps)), (x_base, 1)),
-                     const(sum(kk * step for kk, step in zip(ks, w_steps))))
-
-        def border(body) -> None:
-            """The taps inside the input: each tested (unrolled) in a small window, else loops over their
-            ranges."""
-            if prod(kernel) > DIRECT_TAPS:
-                with range_nest(b, [axis.taps(b, o) for axis, o in zip(axes, coords)]) as ks:
-                    body(affine(b, 0, (x_base, 1), *zip(ks, steps)), affine(b, 0, *zip(ks, w_steps)))
-                return
-            inside = [[b.icmp_unsigned("<", affine(b, kk * axis.dilation, (origin, 1)), const(axis.size))
-                       for kk in range(axis.kernel)] for axis, origin in zip(axes, origins)]
-            for ks in itertools.product(*(range(n) for n in kernel)):
-                ok = inside[0][ks[0]]
-                for axis_inside, kk in zip(inside[1:], ks[1:]):
-                    ok = b.and_(ok, axis_inside[kk])
-                with b.if_then(ok):
-                    body(affine(b, sum(kk * step for kk, step in zip(ks, steps)), (x_base, 1)),
-                         const(sum(kk * step for kk, step in zip(ks, w_steps))))
+        x_base = affine(b, 0, (batch, cp.xa.batch), *zip(origins, cp.xa.spatial))
+        y_base = affine(b, 0, (batch, cp.ya.batch), *zip(coords, cp.ya.spatial))
+        steps = [axis.dilation * stride for axis, stride in zip(axes, cp.xa.spatial)]
 
         def sweep(taps) -> None:
-            for_tiles(b, 0, channels, size, lambda m0, count: block(x_base, y_base, m0, count, taps))
+            for_tiles(b, 0, cp.ya.channels, self.size, lambda m0, count: self.block(x_base, y_base, m0, count, taps))
 
+        limits = [axis.interior() for axis in axes]
         checked = [(o, limit) for o, limit, axis in zip(coords, limits, axes) if limit != (0, axis.out)]
         inside = window_inside(b, [o for o, _ in checked], [limit for _, limit in checked])
+
+        def interior(body) -> None:
+            self._interior(x_base, steps, body)
+
         if inside is None:
             sweep(interior)
-        else:
-            with b.if_else(inside, likely=True) as (then, otherwise):
-                with then:
-                    sweep(interior)
-                with otherwise:
-                    sweep(border)
+            return
+        with b.if_else(inside, likely=True) as (then, otherwise):
+            with then:
+                sweep(interior)
+            with otherwise:
+                sweep(lambda body: self._border(x_base, coords, origins, steps, body))
+
+    def _interior(self, x_base: Value, steps: list[int], body) -> None:
+        b, kernel = self.b, [axis.kernel for axis in self.cp.axes]
+        for ks in itertools.product(*(range(n) for n in kernel)):
+            body(affine(b, sum(kk * step for kk, step in zip(ks, steps)), (x_base, 1)),
+                 const(sum(kk * step for kk, step in zip(ks, self.w_steps))))
+
+    def _border(self, x_base: Value, coords: list[Value], origins: list[Value], steps: list[int], body) -> None:
+        """The taps inside the input: each tested (unrolled) in a small window, else loops over their
+        ranges."""
+        b, axes = self.b, self.cp.axes
+        kernel = [axis.kernel for axis in axes]
+        if prod(kernel) > DIRECT_TAPS:
+            with range_nest(b, [axis.taps(b, o) for axis, o in zip(axes, coords)]) as ks:
+                body(affine(b, 0, (x_base, 1), *zip(ks, steps)), affine(b, 0, *zip(ks, self.w_steps)))
+            return
+        inside = [[b.icmp_unsigned("<", affine(b, kk * axis.dilation, (origin, 1)), const(axis.size))
+                   for kk in range(axis.kernel)] for axis, origin in zip(axes, origins)]
+        for ks in itertools.product(*(range(n) for n in kernel)):
+            ok = inside[0][ks[0]]
+            for axis_inside, kk in zip(inside[1:], ks[1:]):
+                ok = b.and_(ok, axis_inside[kk])
+            with b.if_then(ok):
+                body(affine(b, sum(kk * step for kk, step in zip(ks, steps)), (x_base, 1)),
+                     const(sum(kk * step for kk, step in zip(ks, self.w_steps))))
+
+
+def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
+    """A channels-last depthwise QConv (module docstring; ``_DepthwiseLast``)."""
+    if _uses_dsp(k, cp) and integer_depthwise_dsp.handles(cp):
+        integer_depthwise_dsp.qconv_depthwise_dsp(k, cp)
+        return
+    b = k.builder
+    rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias))
+    lanes, size = depthwise_block(k, cp)
+    kernel = tuple(axis.kernel for axis in cp.axes)
+    # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
+    w_steps = [stride * cp.ya.channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
+    layer = _DepthwiseLast(b, cp, rq, lanes, size, _uses_dsp(k, cp), w_steps, seeds_bias(cp.mac, cp.bias))
+    with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in cp.axes)], names="nabcdefg") as (batch, *coords):
+        layer.position(batch, coords)
 
 
 def _dsp_tap(b: ir.IRBuilder, cp: ConvPlan, sums: Value, x_flat: Value, w_flat: Value) -> Value:
