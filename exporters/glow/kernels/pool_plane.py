@@ -18,6 +18,7 @@ of onnxruntime's speed.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,8 +33,8 @@ from pegasus.exporters.glow.llvm.simd import Simd, vconst
 from pegasus.exporters.glow.llvm.tables import constant_table
 from pegasus.exporters.glow.llvm.tensors import TensorRef
 from pegasus.exporters.glow.llvm.tiles import cover
-from pegasus.exporters.glow.llvm.types import BIT, I32
-from pegasus.exporters.glow.llvm.windows import axes_of
+from pegasus.exporters.glow.llvm.types import BIT, I32, Value
+from pegasus.exporters.glow.llvm.windows import Axis, axes_of
 from pegasus.ir.tensor import TensorType
 
 
@@ -123,6 +124,103 @@ def strided_fits(k: KernelContext, axes, simd: Simd) -> bool:
             and x.strides[2:] == (width.size, 1) and y.strides[2:] == (width.out, 1))
 
 
+@dataclass
+class _StridedMax:
+    """One strided MaxPool layer (``emit_strided_max``): ``lanes`` outputs of one output row a tile, whose
+    windows' columns are read as runs of ``span`` = stride * lanes inputs (``fill`` off the input)."""
+
+    b: ir.IRBuilder
+    num: Numeric
+    x: TensorRef
+    y: TensorRef
+    height: Axis
+    width: Axis
+    lanes: int
+    fill: Value
+
+    @property
+    def span(self) -> int:
+        return self.width.stride * self.lanes
+
+    def column_mask(self, base, count: int):
+        b = self.b
+        start = b.insert_element(ir.Constant(ir.VectorType(I32, count), None), base, const(0))
+        columns = b.add(b.shuffle_vector(start, start, vconst([0] * count)), vconst(list(range(count))))
+        return b.icmp_unsigned("<", columns, vconst([self.width.size] * count))
+
+    def window_rows(self, row, visit) -> None:
+        """visit(flat index of input row ih of the plane, kh) for each row the output row's windows span,
+        clamped into the input."""
+        b, height = self.b, self.height
+        for kh in range(height.kernel):
+            ih = affine(b, kh - height.pad, (row, height.stride))
+            ih = b.select(b.icmp_signed("<", ih, const(0)), const(0), ih)
+            ih = b.select(b.icmp_signed(">", ih, const(height.size - 1)), const(height.size - 1), ih)
+            visit(ih)
+
+    def tile(self, first, count: int, plane) -> None:
+        if self.width.kernel <= 2 * self.width.stride:
+            self.shifted_tile(first, count, plane)
+            return
+        b, num, x, width, s, lanes = self.b, self.num, self.x, self.width, self.width.stride, self.lanes
+        runs = -(-width.kernel // s)
+        masks = []
+        for q in range(runs):
+            base = affine(b, q * s - width.pad, (first, s))
+            masks.append((base, self.column_mask(base, self.span)))
+        with for_range(b, self.height.out, name="orow") as row:
+            best = [None] * runs
+
+            def visit(ih) -> None:
+                for q, (base, mask) in enumerate(masks):
+                    flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size), (base, 1))
+                    value = masked_load(num, x, flat, self.span, mask, False, self.fill)
+                    best[q] = value if best[q] is None else num.maximum(value, best[q])
+
+            self.window_rows(row, visit)
+            result = None
+            for q in range(runs):
+                for r in range(min(s, width.kernel - q * s)):
+                    tap = b.shuffle_vector(best[q], best[q], vconst([r + s * j for j in range(lanes)]))
+                    result = tap if result is None else num.maximum(tap, result)
+            num.store(self.y, affine(b, 0, (plane, self.y.strides[1]), (row, width.out), (first, 1)), result,
+                      None if count == lanes else count)
+
+    def shifted_tile(self, first, count: int, plane) -> None:
+        """A window no wider than two strides: the run of s*L columns from the first window's start (the max
+        over the window's rows) gives taps 0..s-1 as its lanes r, r+s, ...; tap s + r is tap r one output on,
+        its last lane from the k - s columns after the run (a vector load of its own)."""
+        b, num, x, width, s, lanes = self.b, self.num, self.x, self.width, self.width.stride, self.lanes
+        base = affine(b, -width.pad, (first, s))
+        after = affine(b, s * lanes - width.pad, (first, s))
+        mask = self.column_mask(base, self.span)
+        extra = b.and_(self.column_mask(after, lanes),
+                       vconst([lane < width.kernel - s for lane in range(lanes)], BIT))
+        lowest = num.lowest(lanes)
+        with for_range(b, self.height.out, name="orow") as row:
+            best = []
+
+            def visit(ih) -> None:
+                row_flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size))
+                run = masked_load(num, x, affine(b, 0, (row_flat, 1), (base, 1)), self.span, mask, False, self.fill)
+                values = [run]
+                if width.kernel > s:
+                    after_flat = affine(b, 0, (row_flat, 1), (after, 1))
+                    values.append(masked_load(num, x, after_flat, lanes, extra, False, lowest))
+                best[:] = values if not best else [num.maximum(value, old) for value, old in zip(values, best)]
+
+            self.window_rows(row, visit)
+            taps = [b.shuffle_vector(best[0], best[0], vconst([r + s * j for j in range(lanes)]))
+                    for r in range(min(s, width.kernel))]
+            taps += [b.shuffle_vector(taps[r], best[1], vconst([*range(1, lanes), lanes + r]))
+                     for r in range(width.kernel - s)]
+            result = taps[0]
+            for tap in taps[1:]:
+                result = num.maximum(tap, result)
+            num.store(self.y, affine(b, 0, (plane, self.y.strides[1]), (row, width.out), (first, 1)), result,
+                      None if count == lanes else count)
+
+
 def emit_strided_max(k: KernelContext, geometry, simd: Simd) -> bool:
     """MaxPool with a row stride s >= 2 over every (n, c) plane: a tile of L outputs of one output row reads
     its window's columns as runs of s*L consecutive inputs, each the max over the window's rows, then tap
@@ -138,88 +236,11 @@ def emit_strided_max(k: KernelContext, geometry, simd: Simd) -> bool:
     b = k.builder
     num = Numeric(b, x.type.dtype)
     height, width = axes
-    s = width.stride
-    vector_lanes = simd.lanes(num.compute)
-    lanes = min(vector_lanes, 1 << max(0, (width.out - 1).bit_length()))
-    runs = -(-width.kernel // s)
-    span = s * lanes
-    fill = num.lowest(span)
-
-    def column_mask(base, count: int):
-        start = b.insert_element(ir.Constant(ir.VectorType(I32, count), None), base, const(0))
-        columns = b.add(b.shuffle_vector(start, start, vconst([0] * count)), vconst(list(range(count))))
-        return b.icmp_unsigned("<", columns, vconst([width.size] * count))
-
-    def window_rows(row, visit) -> None:
-        """visit(flat index of input row ih of the plane, kh) for each row the output row's windows span,
-        clamped into the input."""
-        for kh in range(height.kernel):
-            ih = affine(b, kh - height.pad, (row, height.stride))
-            ih = b.select(b.icmp_signed("<", ih, const(0)), const(0), ih)
-            ih = b.select(b.icmp_signed(">", ih, const(height.size - 1)), const(height.size - 1), ih)
-            visit(ih)
-
-    def tile(first, count: int, plane) -> None:
-        if width.kernel <= 2 * s:
-            shifted_tile(first, count, plane)
-            return
-        masks = []
-        for q in range(runs):
-            base = affine(b, q * s - width.pad, (first, s))
-            masks.append((base, column_mask(base, span)))
-        with for_range(b, height.out, name="orow") as row:
-            best = [None] * runs
-
-            def visit(ih) -> None:
-                for q, (base, mask) in enumerate(masks):
-                    flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size), (base, 1))
-                    value = masked_load(num, x, flat, span, mask, False, fill)
-                    best[q] = value if best[q] is None else num.maximum(value, best[q])
-
-            window_rows(row, visit)
-            result = None
-            for q in range(runs):
-                for r in range(min(s, width.kernel - q * s)):
-                    tap = b.shuffle_vector(best[q], best[q], vconst([r + s * j for j in range(lanes)]))
-                    result = tap if result is None else num.maximum(tap, result)
-            num.store(y, affine(b, 0, (plane, y.strides[1]), (row, width.out), (first, 1)), result,
-                      None if count == lanes else count)
-
-    def shifted_tile(first, count: int, plane) -> None:
-        """A window no wider than two strides: the run of s*L columns from the first window's start (the max
-        over the window's rows) gives taps 0..s-1 as its lanes r, r+s, ...; tap s + r is tap r one output on,
-        its last lane from the k - s columns after the run (a vector load of its own)."""
-        base = affine(b, -width.pad, (first, s))
-        after = affine(b, s * lanes - width.pad, (first, s))
-        mask = column_mask(base, span)
-        extra = b.and_(column_mask(after, lanes), vconst([lane < width.kernel - s for lane in range(lanes)], BIT))
-        lowest = num.lowest(lanes)
-        with for_range(b, height.out, name="orow") as row:
-            best = []
-
-            def visit(ih) -> None:
-                row_flat = affine(b, 0, (plane, x.strides[1]), (ih, width.size))
-                run = masked_load(num, x, affine(b, 0, (row_flat, 1), (base, 1)), span, mask, False, fill)
-                values = [run]
-                if width.kernel > s:
-                    after_flat = affine(b, 0, (row_flat, 1), (after, 1))
-                    values.append(masked_load(num, x, after_flat, lanes, extra, False, lowest))
-                best[:] = values if not best else [num.maximum(value, old) for value, old in zip(values, best)]
-
-            window_rows(row, visit)
-            taps = [b.shuffle_vector(best[0], best[0], vconst([r + s * j for j in range(lanes)]))
-                    for r in range(min(s, width.kernel))]
-            taps += [b.shuffle_vector(taps[r], best[1], vconst([*range(1, lanes), lanes + r]))
-                     for r in range(width.kernel - s)]
-            result = taps[0]
-            for tap in taps[1:]:
-                result = num.maximum(tap, result)
-            num.store(y, affine(b, 0, (plane, y.strides[1]), (row, width.out), (first, 1)), result,
-                      None if count == lanes else count)
-
+    lanes = min(simd.lanes(num.compute), 1 << max(0, (width.out - 1).bit_length()))
+    pool = _StridedMax(b, num, x, y, height, width, lanes, num.lowest(width.stride * lanes))
     with for_range(b, x.shape[0] * x.shape[1], name="plane") as plane:
         if width.out <= lanes:
-            tile(0, width.out, plane)
+            pool.tile(0, width.out, plane)
         else:
-            cover(b, 0, width.out, lanes, lambda first, size: tile(first, size, plane))
+            cover(b, 0, width.out, lanes, lambda first, size: pool.tile(first, size, plane))
     return True
