@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -328,84 +329,101 @@ def partial_bytes(k: KernelContext) -> int:
     return math.prod(win.out) * vectors_per_block(simd) * simd.width
 
 
-def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, partial: ir.Value | None = None) -> None:
-    """Y (N, M, P) = bias + Wp . X (N, C, P'), through ``epilogue``: blocks of 16*V channels, tiles of R positions
-    of an output row of ``grid`` (the last of a row smaller), each tile's R*V accumulators summed over the C input
-    channels and the grid's taps."""
-    b = k.builder
-    simd = simd_of(k.target)
-    num = Numeric(b, x.type.dtype)
-    lanes = simd.lanes(num.compute)
-    w, bias = k.inputs[1], k.inputs[2] if len(k.inputs) > 2 else None
-    batches, inputs = x.shape[:2]
-    channels, taps = y.shape[1], len(grid.taps)
-    tile = positions_per_tile(simd)
+@dataclass
+class _LaneConv:
+    """One layer of this kernel (``emit``): blocks of 16*V output channels, tiles of ``tile`` positions of an
+    output row of ``grid``, over ``inputs`` input channels (a size read at run time when the layer shares its
+    function), chunk by chunk through partial ``sums`` when there is more than one chunk."""
 
-    chunk = chunk_inputs(inputs, taps, simd)
-    chunks = -(-inputs // chunk)
-    rows = inputs * taps    # the packed weights' rows: read at run time when the layer shares its function
-    if shared_dims(k):
-        inputs, rows = k.dim(0, 1), k.dim(1, 0)
+    b: ir.IRBuilder
+    num: Numeric
+    lanes: int
+    x: TensorRef
+    y: TensorRef
+    w: TensorRef
+    bias: TensorRef | None
+    epilogue: Any
+    grid: Grid
+    inputs: Any          # int, or an i32 read at run time
+    chunk: int
+    chunks: int
+    most: int
+    tile: int
+    sums: TensorRef | None
 
-    def times(count, factor: int):
+    def times(self, count, factor: int):
         """count * factor, ``count`` a size known now or read at run time."""
-        return count * factor if isinstance(count, int) else b.mul(count, const(factor), flags=("nsw",))
+        return count * factor if isinstance(count, int) else self.b.mul(count, const(factor), flags=("nsw",))
 
-    def at(value, count) -> tuple:
+    def at(self, value, count) -> tuple:
         """The affine term value * count, ``count`` known now or read at run time."""
-        return (value, count) if isinstance(count, int) else (b.mul(value, count, flags=("nsw",)), 1)
-    most = vectors_per_block(simd)
-    sums = None if chunks == 1 else TensorRef(b.bitcast(partial, num.storage.as_pointer()), TensorType(
-        (grid.rows * grid.columns * most * lanes,), x.type.dtype))
+        return (value, count) if isinstance(count, int) else (self.b.mul(value, count, flags=("nsw",)), 1)
 
-    def bias_vector(first, v: int, valid: list[int]):
+    def bias_vector(self, first, v: int, valid: list[int]):
+        num, lanes, bias = self.num, self.lanes, self.bias
         if bias is None:
             return num.constant(0, lanes)
         if valid[v] == lanes:
-            return num.load(bias, affine(b, v * lanes, (first, 1)), lanes)
-        return num.load_lanes(bias, affine(b, v * lanes, (first, 1)), lanes, 1,
+            return num.load(bias, affine(self.b, v * lanes, (first, 1)), lanes)
+        return num.load_lanes(bias, affine(self.b, v * lanes, (first, 1)), lanes, 1,
                               tuple(lane < valid[v] for lane in range(lanes)))
 
-    def run(batch, first, vectors: int, offset, row, column, count: int, valid: list[int], c0=None,
-            span=inputs, last=None) -> None:
+    def run(self, batch, first, vectors: int, offset, row, column, count: int, valid: list[int], c0=None,
+            span=None, last=None) -> None:
         """Channels first:+16*vectors (``valid`` lanes of each vector are channels) at output positions
         (row, column:+count), over input channels c0:+span (all by default; a chunk's starts from the partial
         sums and goes back to them unless ``last``, an i1 known at run time)."""
-        acc = Accumulators(num, count * vectors, lanes)
+        b, num, grid = self.b, self.num, self.grid
+        acc = Accumulators(num, count * vectors, self.lanes)
         position = affine(b, 0, (row, grid.columns), (column, 1))
+        self._start(acc, first, vectors, position, count, valid)
+        self._products(acc, batch, vectors, offset, row, column, count, c0, self.inputs if span is None else span)
+        if last is None:
+            self.finish(acc, batch, first, vectors, row, column, count, valid)
+            return
+        with b.if_else(last) as (final, partial_sums):
+            with final:
+                self.finish(acc, batch, first, vectors, row, column, count, valid)
+            with partial_sums:
+                for v in range(vectors):
+                    for r in range(count):
+                        num.store(self.sums, self._partial(position, r, v), acc.get(r * vectors + v))
+
+    def _partial(self, position, r: int, v: int):
+        """Where partial sum (position + r, vector v) lives in ``sums``."""
+        lanes = self.lanes
+        return affine(self.b, (r * self.most + v) * lanes, (position, self.most * lanes))
+
+    def _start(self, acc: Accumulators, first, vectors: int, position, count: int, valid: list[int]) -> None:
+        """The accumulators start at the bias, or at the partial sums of the chunks before."""
         for v in range(vectors):
-            start = bias_vector(first, v, valid) if sums is None else None
+            start = self.bias_vector(first, v, valid) if self.sums is None else None
             for r in range(count):
-                acc.set(r * vectors + v, start if start is not None else num.load(
-                    sums, affine(b, (r * most + v) * lanes, (position, most * lanes)), lanes))
-        x_base = affine(b, 0, at(batch, times(inputs, x.strides[1])), (row, grid.row_step),
+                acc.set(r * vectors + v, start if start is not None else self.num.load(
+                    self.sums, self._partial(position, r, v), self.lanes))
+
+    def _products(self, acc: Accumulators, batch, vectors: int, offset, row, column, count: int, c0, span) -> None:
+        """acc += W . X over input channels c0:+span and every tap of the grid."""
+        b, num, x, grid, lanes = self.b, self.num, self.x, self.grid, self.lanes
+        taps = len(grid.taps)
+        x_base = affine(b, 0, self.at(batch, self.times(self.inputs, x.strides[1])), (row, grid.row_step),
                         (column, grid.column_step))
         with for_range(b, span if c0 is None else b.add(c0, span), start=0 if c0 is None else c0,
                        name="c", unroll=False) as c:
             for t, tap in enumerate(grid.taps):
                 w_flat = affine(b, t * vectors * lanes, (offset, 1), (c, taps * vectors * lanes))
-                weights = [num.load(w, affine(b, v * lanes, (w_flat, 1)), lanes) for v in range(vectors)]
+                weights = [num.load(self.w, affine(b, v * lanes, (w_flat, 1)), lanes) for v in range(vectors)]
                 x_flat = affine(b, tap, (x_base, 1), (c, x.strides[1]))
                 for r in range(count):
                     value = num.load(x, affine(b, r * grid.column_step, (x_flat, 1)), lanes, 0)
                     for v in range(vectors):
                         acc.mul_add(r * vectors + v, value, weights[v])
-        if last is None:
-            finish(acc, batch, first, vectors, row, column, count, valid)
-            return
-        with b.if_else(last) as (final, partial_sums):
-            with final:
-                finish(acc, batch, first, vectors, row, column, count, valid)
-            with partial_sums:
-                for v in range(vectors):
-                    for r in range(count):
-                        num.store(sums, affine(b, (r * most + v) * lanes, (position, most * lanes)),
-                                  acc.get(r * vectors + v))
 
-    def finish(acc, batch, first, vectors: int, row, column, count: int, valid: list[int]) -> None:
+    def finish(self, acc, batch, first, vectors: int, row, column, count: int, valid: list[int]) -> None:
         """The tile's sums turned, a vector of channels at a time, in registers into one vector of the tile's
         positions per channel (``transposed``), through the epilogue (a residual operand read as it is stored:
         contiguous) into Y[m, p0:+count]."""
+        b, num, y, grid, epilogue, lanes = self.b, self.num, self.y, self.grid, self.epilogue, self.lanes
         y_base = affine(b, 0, (batch, y.strides[0]), (first, y.strides[1]), (row, grid.columns), (column, 1))
         early = epilogue.residual is None     # no operand to read: the layers run on the fewer channel vectors
         for v in range(vectors):
@@ -418,39 +436,62 @@ def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, par
                     value = epilogue(num, value, flat, count)
                 num.store(y, flat, value, None if count == value.type.count else count)
 
-    def sweep(batch, first, vectors: int, offset, valid: list[int], *chunking) -> None:
+    def sweep(self, batch, first, vectors: int, offset, valid: list[int], *chunking) -> None:
+        b, grid, tile = self.b, self.grid, self.tile
         full, rest = divmod(grid.columns, tile)
         with for_range(b, grid.rows, name="orow", unroll=False) as row:
             if full:
                 with for_range(b, full, name="ptile", unroll=False) as t:
-                    run(batch, first, vectors, offset, row, affine(b, 0, (t, tile)), tile, valid, *chunking)
+                    self.run(batch, first, vectors, offset, row, affine(b, 0, (t, tile)), tile, valid, *chunking)
             if rest:
-                run(batch, first, vectors, offset, row, affine(b, full * tile), rest, valid, *chunking)
+                self.run(batch, first, vectors, offset, row, affine(b, full * tile), rest, valid, *chunking)
 
-    def block(batch, first, vectors: int, offset, valid: list[int]) -> None:
+    def block(self, batch, first, vectors: int, offset, valid: list[int]) -> None:
         """The block's positions, over every input channel at once, or chunk by chunk (the chunk's weights
         stay in L2 while every tile reads them) from partial sums that start at the bias."""
-        if sums is None:
-            sweep(batch, first, vectors, offset, valid)
+        b, num, grid, lanes, chunk, chunks = self.b, self.num, self.grid, self.lanes, self.chunk, self.chunks
+        if self.sums is None:
+            self.sweep(batch, first, vectors, offset, valid)
             return
-        starts = [bias_vector(first, v, valid) for v in range(vectors)]
+        starts = [self.bias_vector(first, v, valid) for v in range(vectors)]
         with for_range(b, grid.rows * grid.columns, name="pinit", unroll=False) as position:
             for v in range(vectors):
-                num.store(sums, affine(b, v * lanes, (position, most * lanes)), starts[v])
+                num.store(self.sums, affine(b, v * lanes, (position, self.most * lanes)), starts[v])
         with for_range(b, chunks, name="chunk", unroll=False) as index:      # one copy of the code for every chunk
             last = b.icmp_signed("==", index, const(chunks - 1))
-            span = b.select(last, const(inputs - (chunks - 1) * chunk), const(chunk))
-            sweep(batch, first, vectors, offset, valid, affine(b, 0, (index, chunk)), span, last)
+            span = b.select(last, const(self.inputs - (chunks - 1) * chunk), const(chunk))
+            self.sweep(batch, first, vectors, offset, valid, affine(b, 0, (index, chunk)), span, last)
 
+
+def emit(k: KernelContext, x: TensorRef, y: TensorRef, epilogue, grid: Grid, partial: ir.Value | None = None) -> None:
+    """Y (N, M, P) = bias + Wp . X (N, C, P'), through ``epilogue``: blocks of 16*V channels, tiles of R positions
+    of an output row of ``grid`` (the last of a row smaller), each tile's R*V accumulators summed over the C input
+    channels and the grid's taps (``_LaneConv``)."""
+    b = k.builder
+    simd = simd_of(k.target)
+    num = Numeric(b, x.type.dtype)
+    lanes = simd.lanes(num.compute)
+    batches, inputs = x.shape[:2]
+    channels, taps = y.shape[1], len(grid.taps)
+    chunk = chunk_inputs(inputs, taps, simd)
+    chunks = -(-inputs // chunk)
+    rows = inputs * taps    # the packed weights' rows: read at run time when the layer shares its function
+    if shared_dims(k):
+        inputs, rows = k.dim(0, 1), k.dim(1, 0)
+    most = vectors_per_block(simd)
+    sums = None if chunks == 1 else TensorRef(b.bitcast(partial, num.storage.as_pointer()), TensorType(
+        (grid.rows * grid.columns * most * lanes,), x.type.dtype))
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    layer = _LaneConv(b, num, lanes, x, y, k.inputs[1], bias, epilogue, grid, inputs, chunk, chunks, most,
+                      positions_per_tile(simd), sums)
     blocks = packed_layout(channels, 1, simd)     # a block's weights start at rows x its first channel
     whole = len([1 for first, vectors, _ in blocks if vectors == most and first + most * lanes <= channels])
     with for_range(b, batches, name="n") as batch:
         if whole:     # blocks of V whole vectors of channels: a loop
             with for_range(b, whole, name="block", unroll=False) as index:
-                block(batch, affine(b, 0, (index, most * lanes)), most,
-                      affine(b, 0, at(index, times(rows, most * lanes))),
-                      [lanes] * most)
+                layer.block(batch, affine(b, 0, (index, most * lanes)), most,
+                            affine(b, 0, layer.at(index, layer.times(rows, most * lanes))), [lanes] * most)
         for first, vectors, _ in blocks[whole:]:
-            block(batch, affine(b, first), vectors, affine(b, 0, (times(rows, first), 1)),
-                  [max(0, min(lanes, channels - first - v * lanes)) for v in range(vectors)])
+            layer.block(batch, affine(b, first), vectors, affine(b, 0, (layer.times(rows, first), 1)),
+                        [max(0, min(lanes, channels - first - v * lanes)) for v in range(vectors)])
 
