@@ -57,6 +57,12 @@ def pytest_configure(config):
     requirements.set_require_all(config.getoption("--require-all"))
 
 
+def pytest_ignore_collect(collection_path, config):
+    if tiers.left_out(collection_path, config.rootpath, config.getoption("markexpr")):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     tiers.mark(items, config.rootpath)
 

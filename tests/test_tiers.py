@@ -1,7 +1,9 @@
 """The test tiers' rules, checked by running pytest on tiny test files in a subprocess with the root conftest
 loaded: a missing tool or framework skips with its install hint, and fails naming it under --require-all,
 however it surfaces (asked for, raised by the bundle harness, a program not on PATH, an import at collection);
-a real failure stays a failure either way; markers outside pyproject.toml's list are refused."""
+a real failure stays a failure either way; markers outside pyproject.toml's list are refused. And the tier table
+(tests/support/tiers.py): what a few known tests are marked, that the slow list names tests that exist, and that
+make check's expression leaves whole framework and kernel folders uncollected."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support import tiers
 
 TOOL = "pegasus-no-such-tool"
 FRAMEWORK = "pegasus_no_such_framework"
@@ -103,3 +106,36 @@ def test_unknown_marker_is_refused(tmp_path):
     run = _pytest(tmp_path)
     assert run.returncode != 0
     assert "'slw' not found in `markers` configuration option" in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("nodeid, marks", [
+    ("tests/test_registry.py::test_coverage_report", set()),
+    ("tests/ops/test_conv.py::test_conv_matches_onnxruntime[x]", set()),
+    ("tests/importers/tensorflow/test_errors.py::test_unsupported_ops_listed_at_once", {"framework", "slow"}),
+    ("tests/exporters/kernels/reference/test_kernels_conv.py::test_bundle_matches_reference[host-lenet-conv1]",
+     {"bundle"}),
+    ("tests/exporters/e2e/test_bundles_e2e.py::test_single_op_on_cortex_m[Conv-cortex-m4]", {"bundle", "qemu"}),
+    ("tests/exporters/schedule/test_fusion.py::test_lenet_activations_are_the_pooled_tensors", set()),
+    ("tests/exporters/schedule/test_fusion.py::test_lenet_fused_on_cortex_m7", {"bundle", "qemu", "slow"}),
+    ("tests/quantize/test_compare.py::test_report_files", {"slow"}),
+])
+def test_tier_of(nodeid, marks):
+    assert tiers.marks_of(nodeid) == marks
+
+
+def test_slow_list_names_existing_tests():
+    """Every entry of slow_tests.txt is a file, or a test function defined in its file (a renamed test would
+    otherwise silently join the fast tier)."""
+    for entry in tiers.SLOW:
+        path, _, test = entry.partition("::")
+        assert (ROOT / path).is_file(), entry
+        if test:
+            assert f"def {test.split('[')[0]}(" in (ROOT / path).read_text(), entry
+
+
+def test_fast_tier_expression_skips_whole_folders():
+    fast = "not slow and not qemu and not bundle and not framework"
+    assert tiers.left_out(ROOT / "tests/importers/tensorflow", ROOT, fast)
+    assert tiers.left_out(ROOT / "tests/exporters/kernels/x86", ROOT, fast)
+    assert not tiers.left_out(ROOT / "tests/exporters/schedule", ROOT, fast)
+    assert not tiers.left_out(ROOT / "tests/importers/tensorflow", ROOT, "framework")   # only "not ..." lists
