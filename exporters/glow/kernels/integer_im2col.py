@@ -2,11 +2,11 @@
 
 The receptive fields of a tile of output positions are copied, centred, into a scratch buffer
 (integer_im2col_rows.py; zeros for the padding; windows inside the input read through a constant table of tap
-offsets, windows crossing the padding test every tap), then each block of output channels takes dot products of
-its contiguous weight rows with the buffer's rows — loops of constant trip count over a contiguous reduction axis, which LLVM
-vectorises on the host. The buffer takes ``positions * depth`` 16-bit values (32-bit when ``x - zx`` needs
-them) of the layer's workspace in the activations region: 2 positions on Cortex-M, 4 elsewhere, fewer if
-that would pass 16 KB.
+offsets, windows crossing the padding test every tap), then each block of output channels takes dot products of its
+contiguous weight rows with the buffer's rows — loops of constant trip count over a contiguous reduction axis, which
+LLVM vectorises on the host. The buffer takes ``positions * depth`` 16-bit values (32-bit when ``x - zx`` needs
+them) of the layer's workspace in the activations region: 2 positions on Cortex-M, 4 elsewhere, fewer if that would
+pass 16 KB.
 
 On Cortex-M CPUs with the DSP extension (M4/M7/M33/M55) the dot products use SMLAD, two 16-bit MACs per
 instruction (integer_smlad.py): the buffer holds each group of four taps of a position as the pairs
