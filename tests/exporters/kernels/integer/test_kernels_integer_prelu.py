@@ -1,9 +1,9 @@
 """QPRelu's emitter (exporters/glow/kernels/integer_prelu.py) bit for bit against its NumPy reference: single-op
 layers over uint8/int8/int16 inputs, int8/uint8/int16 slopes broadcast per channel (channels first and last), per
 element or one for all, under the tflite and half_up roundings, with clamps and identity factors above 1 (a left
-shift), on the host and bare metal on Cortex-M7/M4 under qemu; and whole models: the TFLite full-int8 PReLU model
-and a float ONNX PReLU model pegasus quantizes per-channel int8, their bundles equal to ``inference --dtype
-quantized``."""
+shift), the identity side from a table when x has more elements than levels, on the host and bare metal on
+Cortex-M7/M4 under qemu; and whole models: the TFLite full-int8 PReLU model and a float ONNX PReLU model pegasus
+quantizes per-channel int8, their bundles equal to ``inference --dtype quantized``."""
 
 from __future__ import annotations
 
@@ -60,6 +60,13 @@ CASES = [
     prelu("i16-tflite-i8-slope", ints((1, 3, 9), "int16"), ints((3, 1), "int8"), 0.8, 0.0061, rounding="tflite",
           out_dtype="int16"),
     prelu("i8-to-i16", ints((2, 3, 4), "int8"), ints((3, 1), "int8"), 64.0, 0.25, zx=1, za=2, out_dtype="int16"),
+    # more elements than levels: the identity side from a table
+    prelu("i8-tflite-table", ints((1, 9, 8, 16), "int8"), ints((1, 1, 16), "int8"), 1.07, 0.0068, zx=-5, zy=-17,
+          rounding="tflite"),
+    prelu("u8-table-clamped", ints((1, 8, 6, 7), "uint8"), ints((8, 1, 1), "uint8"), 0.66, 0.0044, zx=131, za=100,
+          zy=12, out_dtype="uint8", lo=12, hi=200),
+    prelu("i8-tflite-table-negatives-clamped", ints((1, 300), "int8"), ints((300,), "int8"), 0.9, 0.007, zx=9,
+          za=3, zy=-20, lo=-20, rounding="tflite"),
 ]
 
 
