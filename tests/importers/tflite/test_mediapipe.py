@@ -72,8 +72,7 @@ def test_cut_before_custom_op(tmp_path):
 @pytest.mark.parametrize("scheme", [("perchannel_symmetric_affine", "int8"), ("asymmetric_affine", "uint8")])
 def test_real_file_quantized_bundle_bit_exact(scheme, tmp_path):
     """iris_landmark (a real float model) quantized to 8 bits by pegasus: the host bundle's outputs are
-    byte-equal to integer inference. Every layer but its PReLUs lowers to integer kernels (PRelu has no integer
-    rule yet: it runs in float between converters, a single multiply the bundle rounds as NumPy does)."""
+    byte-equal to integer inference. Every layer lowers to integer kernels, its 53 PReLUs to QPRelu."""
     from pegasus.importers.tflite.loader import import_tflite
     from pegasus.quantized.lower import lower_to_integer
     from pegasus.runtime import interpreter
@@ -84,6 +83,7 @@ def test_real_file_quantized_bundle_bit_exact(scheme, tmp_path):
     samples = [{name: rng.uniform(-1, 1, graph.type_of(name).shape).astype(np.float32) for name in graph.inputs}
                for _ in range(4)]
     lowered = lower_to_integer(graph, quantize(graph, samples, *scheme))
-    assert {op for _, op, _ in lowered.float_layers} <= {"PRelu"}, lowered.float_layers
+    assert lowered.float_layers == [], lowered.float_layers
+    assert [node.op for node in lowered.graph.nodes].count("QPRelu") == 53
     export_for("host", lowered.graph, tmp_path)
     assert_bit_exact(run_on("host", tmp_path, lowered.graph, samples[0]), interpreter.run(lowered.graph, samples[0]))
