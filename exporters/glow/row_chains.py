@@ -149,32 +149,35 @@ class RowChain(Layer):
     def producer(self, tensor: str) -> Stage | None:
         return next((stage for stage in self.stages if stage.out == tensor), None)
 
-    def workspace_layout(self, graph: Graph, target) -> tuple[dict[str, int], int, int]:
-        """({inner tensor: offset of its window}, offset of the stages' own workspace, total bytes)."""
+    def workspace_layout(self, graph: Graph, target, chosen: dict[str, Choice]) -> tuple[dict[str, int], int, int]:
+        """({inner tensor: offset of its window}, offset of the stages' own workspace, total bytes); ``chosen``: the
+        implementations the select stage recorded for the block's stages, by node name (``stage_query``)."""
         offsets, used = {}, 0
         for tensor, rows in self.windows.items():
             offsets[tensor] = used
             used = piece(used + rows * row_bytes(graph, tensor))
-        kernel = max((stage_workspace(graph, *stage.variant(graph, pads), target) for stage in self.stages
+        kernel = max((stage_workspace(graph, *stage.variant(graph, pads), target, chosen.get(stage.node.name))
+                      for stage in self.stages
                       for pads in stage.variants()), default=0)
         return offsets, used, used + kernel if kernel else used
 
 
 def stage_query(graph: Graph, node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
-                target) -> tuple[Query, Choice]:
-    """(the query of a stage's node computing a band of rows — its tensors of those types — and the implementation
-    the select stage's rule gives it there)."""
+                target, chosen: Choice | None = None) -> tuple[Query, Choice]:
+    """(the query of a stage's node computing a band of rows — its tensors of those types — and its implementation:
+    ``chosen``, the one the select stage recorded for the block, whose weights were laid for it before the stage
+    is emitted, else the one the select stage's rule gives it there)."""
     inputs = node.inputs if len(types_in) == len(node.inputs) else [n for n in node.inputs if n]
     names = [*inputs, *node.outputs]
     types = tuple((name, ttype) for name, ttype in zip(names, [*types_in, *types_out]) if name and ttype is not None)
     query = Query(graph, Layer([node]), target, types)
-    return query, choose(query)
+    return query, chosen if chosen is not None else choose(query)
 
 
 def stage_workspace(graph: Graph, node: Node, types_in: list[TensorType | None], types_out: list[TensorType | None],
-                    target) -> int:
+                    target, chosen: Choice | None = None) -> int:
     """The scratch bytes a stage's implementation takes for a band of rows."""
-    query, choice = stage_query(graph, node, types_in, types_out, target)
+    query, choice = stage_query(graph, node, types_in, types_out, target, chosen)
     return run_hook(choice.impl, "workspace", 0, sizing_context(query, choice))
 
 

@@ -30,7 +30,7 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.parameters import TABLE_ALIGN, LayerParameters
 from pegasus.exporters.glow.kernels.registry import sizing_context
-from pegasus.exporters.glow.kernels.strategy import get_implementation, run_hook
+from pegasus.exporters.glow.kernels.strategy import Choice, get_implementation, run_hook
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.exporters.glow.llvm.tensors import TensorRef, constant_bounds
@@ -214,9 +214,11 @@ def _reads(b: ir.IRBuilder, stage: Stage, row: ir.Value) -> tuple[ir.Value, ir.V
 
 def emit_row_chain(function: ir.Function, b: ir.IRBuilder, graph: Graph, chain: RowChain,
                    refs: dict[str, TensorRef], math, target, workspace: ir.Value | None,
-                   parameters: LayerParameters, share: Callable[[ir.Function], ir.Function]) -> None:
-    """The body of ``chain``'s layer function (module docstring); ``share`` is codegen's ``_shared``."""
-    offsets, kernel_at, total = chain.workspace_layout(graph, target)
+                   parameters: LayerParameters, share: Callable[[ir.Function], ir.Function],
+                   chosen: dict[str, Choice]) -> None:
+    """The body of ``chain``'s layer function (module docstring); ``share`` is codegen's ``_shared``, ``chosen``
+    the stages' implementations the select stage recorded (row_chains.py ``stage_query``)."""
+    offsets, kernel_at, total = chain.workspace_layout(graph, target, chosen)
     windows = {}
     for tensor, offset in offsets.items():
         raw = b.gep(workspace, [const(offset)], inbounds=True)
@@ -226,7 +228,7 @@ def emit_row_chain(function: ir.Function, b: ir.IRBuilder, graph: Graph, chain: 
     blocks: dict[bytes, int] = {}
     for index, stage in enumerate(chain.stages):
         for pads in stage.variants():
-            sub, data, needs = _stage_function(function, graph, chain, index, stage, pads, math, target)
+            sub, data, needs = _stage_function(function, graph, chain, index, stage, pads, math, target, chosen)
             if data:
                 if bytes(data) not in blocks:
                     offset = -(-len(parameters.data) // TABLE_ALIGN) * TABLE_ALIGN
@@ -242,12 +244,13 @@ def emit_row_chain(function: ir.Function, b: ir.IRBuilder, graph: Graph, chain: 
 
 
 def _stage_function(function: ir.Function, graph: Graph, chain: RowChain, index: int, stage: Stage,
-                    pads: tuple[int, int], math, target) -> tuple[ir.Function, bytearray, bool]:
+                    pads: tuple[int, int], math, target,
+                    chosen: dict[str, Choice]) -> tuple[ir.Function, bytearray, bool]:
     """The function computing one row of ``stage`` with ``pads``, its parameter bytes, whether it takes the
     workspace. Its pointers are ``noalias`` but where the block's output takes X's bytes and the stage reads X."""
     node, types_in, types_out = stage.variant(graph, pads)
     names = [n for n in node.inputs if n]
-    query, choice = stage_query(graph, node, types_in, types_out, target)
+    query, choice = stage_query(graph, node, types_in, types_out, target, chosen.get(node.name))
     scratch = run_hook(choice.impl, "workspace", 0, sizing_context(query, choice))
     arg_types = [llvm_type(t.dtype).as_pointer() for t in types_in + types_out]
     arg_types += [BYTE_PTR] * (2 if scratch else 1)

@@ -11,7 +11,8 @@ the operands, accumulators and requantisation of integer_dot.py, channels first 
   DSP extension, PMADDWD on x86-64).
 
 A channels-last layer runs natively when its weights are constants, re-laid by the pack stage for its kernel
-(``pack_weights``); one with computed weights runs channels first between transposes (exporters/glow/lower.py).
+(``pack_weights``) as the select stage decided (``qconv_params``: the choice's "weights", which ``conv_plan``
+reads); one with computed weights runs channels first between transposes (exporters/glow/lower.py).
 
 Both channels-last kernels stream (``depthwise_stream``, ``im2col_stream``): the output positions are finished in
 row-major order, so the memory planner may write a layer's output over its dying input.
@@ -24,11 +25,14 @@ import numpy as np
 from pegasus.exporters.glow.kernels.context import KernelContext, piece
 from pegasus.exporters.glow.kernels.conv import weights_known
 from pegasus.exporters.glow.kernels.integer_conv_plan import (
-    ConvPlan,
+    BYTES,
+    Activation,
     conv_plan,
     depthwise,
     pack_weights,
     pointwise_layout,
+    weight_shape,
+    weights_layout,
 )
 from pegasus.exporters.glow.kernels.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer_im2col import qconv_im2col
@@ -41,6 +45,9 @@ from pegasus.exporters.glow.kernels.registry import (
     workspace,
 )
 from pegasus.exporters.glow.kernels.strategy import Choice, Query, Verdict, implementation
+from pegasus.exporters.glow.llvm.windows import axes_of
+from pegasus.ops.conv import Conv
+from pegasus.ops.layout import first_shape
 
 IMPLEMENTATIONS = ("qconv.depthwise_last", "qconv.direct", "qconv.im2col")
 channels_last_ops("QConv", supports=weights_known)
@@ -67,13 +74,22 @@ def direct_applies(query: Query) -> Verdict:
     return True if direct_taps(conv_plan(sizing_context(query))) else "a window of too many taps"
 
 
+def qconv_params(query: Query) -> dict[str, str]:
+    """How the layer's weights are stored (integer_conv_plan.py ``weights_layout``; channels first: as imported)."""
+    node = query.node
+    if not node.attrs.channels_last:
+        return {"weights": BYTES}
+    return {"weights": weights_layout(node, query.graph, query.target, query.layer.pool is not None)}
+
+
 @packer(*IMPLEMENTATIONS)
 def pack_qconv(query: Query, choice: Choice) -> dict[int, np.ndarray]:
-    """A channels-last layer's weights as its kernels read them (integer_conv_plan.py ``pack_weights``)."""
+    """A channels-last layer's weights as its kernels read them (integer_conv_plan.py ``pack_weights``), laid out
+    as the choice says."""
     node = query.node
     if not node.attrs.channels_last:
         return {}
-    return pack_weights(node, query.graph, query.target, query.layer.pool is not None)
+    return pack_weights(node, query.graph, query.target, query.layer.pool is not None, choice.param("weights"))
 
 
 @workspace("qconv.im2col")
@@ -82,11 +98,17 @@ def im2col_workspace(k: KernelContext) -> int:
     return 0 if pointwise_layout(cp) else piece(cp.buffer_bytes)     # a pointwise layer needs no buffer
 
 
-def _stream(cp: ConvPlan) -> Stream | None:
-    if not cp.channels_last or cp.x.shape[0] != 1:
+def _stream(k: KernelContext) -> Stream | None:
+    """A channels-last layer of batch 1 walks its positions in row-major order: its window's geometry, which the
+    weights' layout does not change (``weight_shape``), so the stream holds for the weights as imported or laid."""
+    x, y, group = k.inputs[0], k.outputs[0], k.attrs.group
+    if not k.attrs.channels_last or x.shape[0] != 1:
         return None
-    return Stream(tuple(cp.axes), cp.xa.channels * cp.x.type.dtype.itemsize,
-                  cp.ya.channels * cp.y.type.dtype.itemsize)
+    xa, ya = Activation(x, True), Activation(y, True)
+    w_shape = weight_shape(k.inputs[1].shape, True, depthwise(group, xa.channels // group))
+    win = Conv.geometry(k.attrs, first_shape(x.shape, True), w_shape)
+    return Stream(tuple(axes_of(win, xa.sizes)), xa.channels * x.type.dtype.itemsize,
+                  ya.channels * y.type.dtype.itemsize)
 
 
 @streams("qconv.depthwise_last")
@@ -96,7 +118,7 @@ def depthwise_stream(k: KernelContext) -> Stream | None:
     Cortex-M (integer_depthwise_dsp.py) a block of up to four positions along a row, whose positions after the
     second wait in a stack buffer until the block's windows are read, so the bytes it writes early lie below
     every input byte still to read at the planner's 64-byte-aligned delta."""
-    return _stream(conv_plan(k))
+    return _stream(k)
 
 
 @streams("qconv.im2col")
@@ -105,23 +127,25 @@ def im2col_stream(k: KernelContext) -> Stream | None:
     tile of consecutive positions into its workspace before writing any output of the tile — but loops over the
     groups outside the positions, so only a layer of one group streams. Its border loads clamp a padding tap
     into the input and discard the value."""
-    cp = conv_plan(k)
-    return _stream(cp) if cp.group == 1 else None
+    return _stream(k) if k.attrs.group == 1 else None
 
 
-@implementation("qconv.depthwise_last", "QConv", family="integer", priority=20, when=depthwise_last_applies)
+@implementation("qconv.depthwise_last", "QConv", family="integer", priority=20, when=depthwise_last_applies,
+                params=qconv_params)
 def depthwise_last(k: KernelContext) -> None:
     """A channels-last depthwise QConv: vectors of channels per position, straight from the input."""
     qconv_depthwise_last(k, conv_plan(k))
 
 
-@implementation("qconv.direct", "QConv", family="integer", priority=10, when=direct_applies)
+@implementation("qconv.direct", "QConv", family="integer", priority=10, when=direct_applies,
+                params=qconv_params)
 def direct(k: KernelContext) -> None:
     """A channels-first depthwise QConv of a small window: each channel's weights held across its positions."""
     qconv_direct(k, conv_plan(k))
 
 
-@implementation("qconv.im2col", "QConv", family="integer", priority=0)
+@implementation("qconv.im2col", "QConv", family="integer", priority=0,
+                params=qconv_params)
 def im2col(k: KernelContext) -> None:
     """Any QConv: receptive fields of a tile of positions copied to the workspace, dot products with weight rows."""
     qconv_im2col(k, conv_plan(k))

@@ -32,7 +32,7 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     narrow_form,
     operand,
 )
-from pegasus.exporters.glow.kernels.integer_halves import halve_rows, halved, halves_rows
+from pegasus.exporters.glow.kernels.integer_halves import halve_rows, halves_rows
 from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
 from pegasus.exporters.glow.llvm.loops import affine, const
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
@@ -170,23 +170,43 @@ def spread_pairs(w: np.ndarray) -> np.ndarray:
     return words.astype(np.uint32).view(np.int32).reshape(w.shape[:-1] + (w.shape[-1] // 2,))
 
 
-def pack_weights(node: Node, graph: Graph, target=None, pooled: bool = False) -> dict[int, np.ndarray]:
-    """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring);
-    for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis (``spreads_pairs``, ``spread_pairs``:
-    int32 weights, which no layer has otherwise, mark the layout): a depthwise layer's as (k..., 1, M / 2),
+#: how a layer's weights are stored, decided by the select stage (``weights_layout``, the choice's "weights"):
+#: centred 16-bit pairs (``spreads_pairs``), two rows' bytes as halfwords (integer_halves.py) or as imported
+PAIRS, HALVES, BYTES = "pairs", "halves", "bytes"
+
+
+def relaid_weights(node: Node, graph: Graph) -> np.ndarray:
+    """A channels-last QConv's weights (M, C/group, k...) as (k..., 1, M) when depthwise, else (M, k..., C/group)."""
+    w = graph.value_of(node.inputs[1])
+    n = w.ndim - 2
+    if depthwise(node.attrs.group, w.shape[1]):
+        return np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))
+    return np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))
+
+
+def weights_layout(node: Node, graph: Graph, target, pooled: bool = False) -> str:
+    """How ``pack_weights`` stores a channels-last QConv's weights (``PAIRS``, ``HALVES``, ``BYTES``); ``pooled``:
+    the layer ends with a pooling."""
+    if spreads_pairs(node, graph, target, pooled):
+        return PAIRS
+    return HALVES if dense_halves(node, graph, target, relaid_weights(node, graph)) is not None else BYTES
+
+
+def pack_weights(node: Node, graph: Graph, target=None, pooled: bool = False,
+                 layout: str | None = None) -> dict[int, np.ndarray]:
+    """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring), in
+    ``layout`` (``weights_layout`` when None): for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis
+    (``spreads_pairs``, ``spread_pairs``): a depthwise layer's as (k..., 1, M / 2),
     another's rows in ``stored_taps`` order, two by two interleaved (``interleave_rows``), as (M, k..., C/2) —
     or, with C not a multiple of four, as the first words of an (M', k..., C) array of the fewest rows M' that
     hold them, the rest zeros (a shape that keeps the window: ``conv_plan`` and row_chains read it there).
     ``pooled``: the layer ends with a pooling (its kernel, integer_conv_pool.py, reads bytes and its own bias)."""
-    w = graph.value_of(node.inputs[1])
-    n = w.ndim - 2
-    if depthwise(node.attrs.group, w.shape[1]):
-        relaid = np.ascontiguousarray(w.transpose(*range(2, 2 + n), 1, 0))
-    else:
-        relaid = np.ascontiguousarray(w.transpose(0, *range(2, 2 + n), 1))
-    if not spreads_pairs(node, graph, target, pooled):
-        halves = dense_halves(node, graph, target, relaid)
-        return {1: relaid if halves is None else halves}
+    w, relaid = graph.value_of(node.inputs[1]), relaid_weights(node, graph)
+    layout = layout or weights_layout(node, graph, target, pooled)
+    if layout == HALVES:
+        return {1: dense_halves(node, graph, target, relaid)}
+    if layout == BYTES:
+        return {1: relaid}
     centred = relaid.astype(np.int64) - node.attrs.w_zero_point
     if depthwise(node.attrs.group, w.shape[1]):
         table = depthwise_table(node, graph, prod(w.shape[2:]), pooled)
@@ -298,7 +318,7 @@ def pointwise_records(rows: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 def pointwise_layout(cp: ConvPlan) -> bool:
     """Whether a layer's biases were replaced by its ``pointwise_records`` (the same rule as ``resident``)."""
-    if cp.bias is None or not paired(cp.w) or cp.depthwise or not cp.channels_last or cp.in_group not in (4, 8):
+    if cp.bias is None or not cp.paired or cp.depthwise or not cp.channels_last or cp.in_group not in (4, 8):
         return False
     if not all(axis.kernel == 1 and axis.stride == 1 and axis.pad == 0 and axis.size == axis.out for axis in cp.axes):
         return False
@@ -307,7 +327,7 @@ def pointwise_layout(cp: ConvPlan) -> bool:
 
 def tile_layout(cp: ConvPlan) -> bool:
     """Whether a paired im2col layer's biases were replaced by its ``tile_stream``."""
-    if cp.bias is None or not paired(cp.w) or cp.depthwise or cp.ya.channels % 2:
+    if cp.bias is None or not cp.paired or cp.depthwise or cp.ya.channels % 2:
         return False
     return cp.bias.shape[0] == cp.ya.channels // 2 * (cp.mac.depth + TILE_TAIL)
 
@@ -332,7 +352,7 @@ def depthwise_layout(bias: TensorRef | None, channels: int) -> bool:
 def block_layout(cp: ConvPlan) -> int | None:
     """Words a pair of output channels takes in the ``block_table`` that replaced the layer's biases (6 or 8),
     None when the biases are the layer's own."""
-    if cp.bias is None or not paired(cp.w) or cp.depthwise:
+    if cp.bias is None or not cp.paired or cp.depthwise:
         return None
     pairs = -(-cp.ya.channels // 2)
     return next((words for words in (6, 8) if cp.bias.shape[0] == words * pairs), None)
@@ -347,11 +367,6 @@ def interleave_rows(spread: np.ndarray) -> np.ndarray:
     words = spread.reshape(m, -1, 2)
     pairs = words[:m // 2 * 2].reshape(m // 2, 2, words.shape[1], 2).transpose(0, 2, 3, 1)
     return np.concatenate([pairs.reshape(-1), words[m // 2 * 2:].reshape(-1)]).reshape(spread.shape)
-
-
-def paired(w: TensorRef) -> bool:
-    """Weights ``pack_weights`` spread into 16-bit pairs (int32 words)."""
-    return w.type.dtype is DType.INT32
 
 
 def weight_shape(w_shape: tuple[int, ...], channels_last: bool, packed_depthwise: bool) -> tuple[int, ...]:
@@ -379,6 +394,7 @@ class ConvPlan:
     block: int          # output channels per register block
     doubled: bool = False   # paired weights stored doubled (``doubles``): the sums are 2 Σ
     halves: bool = False    # two rows' weights as int16 halfwords 256 w1 + w0 (integer_halves.py)
+    paired: bool = False    # weights stored as centred 16-bit pairs (int32 words: ``pack_weights``, ``PAIRS``)
 
     @property
     def sums(self) -> Mac:
@@ -412,7 +428,7 @@ class ConvPlan:
     @property
     def order(self) -> tuple[int | None, ...] | None:
         """The stored order of a paired layer's taps (``stored_taps``) when it is not the natural one."""
-        if not paired(self.w) or self.depthwise or self.in_group % 4 == 0:
+        if not self.paired or self.depthwise or self.in_group % 4 == 0:
             return None
         return stored_taps(tuple(axis.kernel for axis in self.axes), self.axes[-1].dilation, self.in_group)
 
@@ -434,8 +450,8 @@ class ConvPlan:
     @property
     def swapped(self) -> bool:
         """Whether the buffer holds each group of four taps as x0 x2 x1 x3: SXTB16's pairs (w0, w2), (w1, w3)
-        of byte weights, or weights stored as those pairs (``paired``)."""
-        return self.w.type.dtype.itemsize == 1 or paired(self.w) or self.halves
+        of byte weights, or weights stored as those pairs (``PAIRS``)."""
+        return self.w.type.dtype.itemsize == 1 or self.paired or self.halves
 
     def group_slot(self, b: ir.IRBuilder, p: Value, q: Value, j: int) -> Value:
         """slot(p, 4 * q + j) for j < 4 and 4 * q + 4 <= depth."""
@@ -474,11 +490,13 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     packed_depthwise = depthwise(group, xa.channels // group)
     w_shape = weight_shape(w.shape, last, packed_depthwise)
     out_channels = Activation(y, last).channels
-    halves = not packed_depthwise and halved(w.type.dtype, w.shape[0], x.type.dtype.itemsize, out_channels)
+    # how the pack stage laid the weights, as the select stage decided (``weights_layout``)
+    layout = k.choice.param("weights", BYTES) if k.choice is not None else BYTES
+    pairs, halves = layout == PAIRS, layout == HALVES and not packed_depthwise
     if halves:      # int16 halfwords of two rows each (integer_halves.py): 8-bit weights of zero point 0
         w_shape = (out_channels,) + w_shape[1:]
     depth = prod(w_shape[1:])
-    if paired(w):       # words of two centred 16-bit weights (pack_weights): (k..., 1, M / 2), (M, k..., C / 2)
+    if pairs:       # words of two centred 16-bit weights (pack_weights): (k..., 1, M / 2), (M, k..., C / 2)
         if packed_depthwise:    # or (M', k..., C), the first words of which hold the pairs
             w_shape = (w_shape[0] * 2,) + w_shape[1:]
         else:
@@ -486,9 +504,9 @@ def conv_plan(k: KernelContext) -> ConvPlan:
             depth = prod(w_shape[1:]) + -prod(w_shape[1:]) % 4     # whole groups (stored_taps)
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     # paired: centred 8-bit weights, |w - zw| <= 255
-    doubled = paired(w) and doubles(k.attrs) and (not packed_depthwise
-                                                  or depthwise_layout(bias, Activation(y, last).channels))
-    w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if paired(w) else Operand(DType.INT8, 0) if halves
+    doubled = pairs and doubles(k.attrs) and (not packed_depthwise
+                                               or depthwise_layout(bias, Activation(y, last).channels))
+    w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if pairs else Operand(DType.INT8, 0) if halves
               else operand(k, w, k.attrs.w_zero_point, "weight"))
     # a fused convolution's halfwords come with the input's zero point folded into the biases (integer_conv_pool.py)
     x_zero = 0 if halves and not last else k.attrs.x_zero_point
@@ -502,9 +520,9 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # 4 x 4 accumulators of AVX-512's 32 registers; with SMLAD, 2 x 2, or 4 channels of a single position
     # (a dense layer: each pair of inputs loaded once for four channels) — 2 over weights stored as pairs,
     # whose rows are interleaved two by two (interleave_rows)
-    block = 4 if madd == 32 or (dual and positions == 1 and not paired(w)) else 2
+    block = 4 if madd == 32 or (dual and positions == 1 and not pairs) else 2
     return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, doubled,
-                    halves and dual)
+                    halves and dual, pairs)
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:

@@ -41,11 +41,19 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, conv_plan, pack_weights, window_inside
+from pegasus.exporters.glow.kernels.integer_conv_plan import (
+    BYTES,
+    HALVES,
+    ConvPlan,
+    conv_plan,
+    pack_weights,
+    weights_layout,
+    window_inside,
+)
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
 from pegasus.exporters.glow.kernels.integer_smlad import tuned
-from pegasus.exporters.glow.kernels.registry import group_emitter, packer
-from pegasus.exporters.glow.kernels.strategy import Choice, Query
+from pegasus.exporters.glow.kernels.registry import packer
+from pegasus.exporters.glow.kernels.strategy import Choice, Query, implementation
 from pegasus.exporters.glow.llvm.functions import entry_alloca, intrinsic
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.requant import widen
@@ -269,16 +277,25 @@ class Dot:
             self.single(slots, at(t, xs), at(t, ws))
 
 
-@group_emitter("QConv")
-def qconv_pool(k: KernelContext, layer) -> None:
+def pooled_params(query: Query) -> dict[str, str]:
+    """How the layer's weights are stored: channels last as integer_conv_plan.py ``weights_layout`` says,
+    channels first as halfword pairs of rows where ``pooled_halves`` lays them."""
+    node, graph, target, pooled = query.node, query.graph, query.target, query.layer.pool is not None
+    if node.attrs.channels_last:
+        return {"weights": weights_layout(node, graph, target, pooled)}
+    return {"weights": HALVES if pooled_halves(node, graph, target, pooled) else BYTES}
+
+
+@implementation("QConv+group", "QConv+group", family="fused", params=pooled_params)
+def qconv_pool(k: KernelContext) -> None:
     """A QConv and its MaxPool (module docstring); ``k.outputs`` is the pooling's output."""
-    b = k.builder
+    b, layer = k.builder, k.layer
     pooled = k.outputs[0]
     cp = conv_plan(replace(k, outputs=[conv_output(k)]))
-    paired = cp.w.type.dtype is DType.INT32     # depthwise weights stored as centred 16-bit pairs (pack_weights)
+    paired = cp.paired      # depthwise weights stored as centred 16-bit pairs (pack_weights), read as int16
     if paired:
         cp = replace(cp, w=TensorRef(b.bitcast(cp.w.ptr, I16.as_pointer()),
-                                     TensorType((*cp.w.shape[:-1], cp.w.shape[-1] * 2), DType.INT16)))
+                                     TensorType((*cp.w.shape[:-1], cp.w.shape[-1] * 2), DType.INT16)), paired=False)
     conv = cp.y
     last = cp.channels_last
     pool_attrs = layer.pool.attrs
@@ -427,10 +444,10 @@ def pack_pooled_halves(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     the window (``integer_halves.run_order``), as int16 (M / 2, C, k...): where the windows never cross the
     padding (none), with dilation 1 and rows shorter than the input's (the runs are the kernel's rows), else
     the bytes stay."""
-    node, pooled = query.node, query.layer.pool is not None
+    node, pooled, layout = query.node, query.layer.pool is not None, choice.param("weights")
     if node.attrs.channels_last:
-        return pack_weights(node, query.graph, query.target, pooled)
-    return pooled_halves(node, query.graph, query.target, pooled)
+        return pack_weights(node, query.graph, query.target, pooled, layout)
+    return pooled_halves(node, query.graph, query.target, pooled) if layout == HALVES else {}
 
 
 def pooled_halves(node: Node, graph: Graph, target, pooled: bool) -> dict[int, np.ndarray]:

@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_depthwise_dsp
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired, tap_at, tap_offsets, window_inside
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_offsets, window_inside
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word, seeds_bias
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, loop_nest
@@ -127,7 +127,7 @@ def _splat(value: int, typ: ir.IntType, lanes: int) -> ir.Constant:
 def _uses_dsp(k: KernelContext, cp: ConvPlan) -> bool:
     """Four channels by SXTAB16/SXTB16 and SMLAxy: 8-bit operands, multiplier 1, i32 sums, a DSP CPU."""
     return (cp.mac.dual(k.target) and cp.out_group == 1 and cp.mac.acc is I32
-            and cp.x.type.dtype.itemsize == 1 and (cp.w.type.dtype.itemsize == 1 or paired(cp.w)))
+            and cp.x.type.dtype.itemsize == 1 and (cp.w.type.dtype.itemsize == 1 or cp.paired))
 
 
 def depthwise_block(k: KernelContext, cp: ConvPlan) -> tuple[int, int]:
@@ -184,7 +184,7 @@ class _DepthwiseLast:
         b, cp, mac, mult = self.b, self.cp, self.cp.mac, self.cp.out_group
         for slot, (offset, width) in zip(slots, widths):
             if self.dsp_path and width == 4:
-                w_first = b.lshr(m0, const(1)) if paired(cp.w) else m0
+                w_first = b.lshr(m0, const(1)) if cp.paired else m0
                 b.store(_dsp_tap(b, cp, b.load(slot), affine(b, 0, (x_at, 1), (c0, 1)),
                                  affine(b, 0, (w_at, 1), (w_first, 1))), slot)
                 continue
@@ -272,7 +272,7 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     lanes, size = depthwise_block(k, cp)
     kernel = tuple(axis.kernel for axis in cp.axes)
     # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
-    w_steps = [stride * cp.ya.channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
+    w_steps = [stride * cp.ya.channels // (2 if cp.paired else 1) for stride in strides_of(kernel)]
     layer = _DepthwiseLast(b, cp, rq, lanes, size, _uses_dsp(k, cp), w_steps, seeds_bias(cp.mac, cp.bias))
     with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in cp.axes)], names="nabcdefg") as (batch, *coords):
         layer.position(batch, coords)
@@ -292,7 +292,7 @@ def _dsp_tap(b: ir.IRBuilder, cp: ConvPlan, sums: Value, x_flat: Value, w_flat: 
 
     x_word = load_word(b, cp.x, x_flat)
     xs = [b.call(xtab, [minus_zx, x_word]), b.call(xtab, [minus_zx, rotated(x_word)])]
-    if paired(cp.w):        # spread and centred at export
+    if cp.paired:        # spread and centred at export
         ws = [cp.w.load(b, w_flat), cp.w.load(b, affine(b, 1, (w_flat, 1)))]
     else:
         w_word = load_word(b, cp.w, w_flat)

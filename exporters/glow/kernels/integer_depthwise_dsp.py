@@ -50,7 +50,7 @@ from contextlib import nullcontext
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, depthwise_layout, paired
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, depthwise_layout
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, seeds_bias
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
@@ -128,7 +128,7 @@ class _Kernel:
                    else Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias)))
         *self.outer, self.last = cp.axes
         kernel = tuple(axis.kernel for axis in cp.axes)
-        self.w_steps = [stride * cp.ya.channels // (2 if paired(cp.w) else 1) for stride in strides_of(kernel)]
+        self.w_steps = [stride * cp.ya.channels // (2 if cp.paired else 1) for stride in strides_of(kernel)]
         self.x_steps = [axis.dilation * stride for axis, stride in zip(cp.axes, cp.xa.spatial)]
         self.seeded = self.table or seeds_bias(cp.mac, cp.bias)
         self.taps = _Taps(self.b, cp, self.table)
@@ -202,7 +202,7 @@ class _Kernel:
         with for_range(b, ya.channels // LANES, name="chan") as chan:
             c0 = affine(b, 0, (chan, LANES))
             xp = opaque(b, cp.x.address(b, affine(b, 0, (x_block, 1), (c0, 1))))
-            wp = opaque(b, cp.w.address(b, b.lshr(c0, const(1)) if paired(cp.w) else c0))
+            wp = opaque(b, cp.w.address(b, b.lshr(c0, const(1)) if cp.paired else c0))
 
             def place(p: int, channel: int) -> Value:
                 if p >= count - kept:
@@ -325,7 +325,7 @@ class _Taps:
         """(w_half, w_half+2), centred, of the tap ``offset`` elements past ``pointer`` (for weights stored as
         bytes, the word of its four channels starts at ``offset - half``)."""
         b, cp = self.b, self.cp
-        if paired(cp.w):        # spread and centred at export
+        if cp.paired:        # spread and centred at export
             return b.load(b.gep(pointer, [const(offset)]))
         word = b.load(b.bitcast(b.gep(pointer, [const(offset - half)]), I32.as_pointer()), align=1)
         w = b.call(self.xtb, [self._rotated(word, half)])

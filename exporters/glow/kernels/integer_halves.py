@@ -20,8 +20,8 @@ Dense layers (integer_conv_plan.dense_halves, read by integer_smlad.py): per pai
 taps, the words (h0, h2) and (h1, h3) — the order of the im2col buffer's pairs (x0, x2), (x1, x3) — the pairs
 of each block of four rows interleaved group by group (an M % 4 == 2 layer's last pair alone), so that a block
 of four rows loads a group's weights with one LDM: 14 instructions per 16 MACs (LDRD, LDM, 4 SXTB16,
-8 SMLAD). Int16 of shape (M / 2, k..., C), which marks the layout (``halved``). LeNet int8 fc1 on Cortex-M7:
-607,249 -> 377,209 instructions (0.66 -> 1.06 MACs per instruction).
+8 SMLAD). Int16 of shape (M / 2, k..., C); the select stage's choice says so (integer_conv_plan.HALVES).
+LeNet int8 fc1 on Cortex-M7: 607,249 -> 377,209 instructions (0.66 -> 1.06 MACs per instruction).
 
 A convolution fused with its pooling (integer_conv_pool.pack_pooled_halves, read by its ``Dot``): each row of
 the window (a run of contiguous taps) in ``run_order``, whole groups of four as (0, 2, 1, 3), the rest in order;
@@ -35,7 +35,6 @@ import numpy as np
 from llvmlite import ir
 
 from pegasus.exporters.glow.llvm.types import I32
-from pegasus.ir.dtypes import DType
 
 Value = ir.Value
 #: |A1 (+ bias)| must stay below this for (T - A0) >> 8 to be exact in 32 bits.
@@ -98,13 +97,6 @@ def halve_rows(w: np.ndarray) -> np.ndarray:
     # blocks of two pairs: per group, pair 0's two words then pair 1's
     blocks = halves[:whole].reshape(m // 4, 2, taps // 4, 2, 2).transpose(0, 2, 1, 3, 4)
     return np.concatenate([blocks.reshape(-1), halves[whole:].reshape(-1)]).reshape(m // 2, taps)
-
-
-def halved(w_dtype: DType, w_rows: int, x_bytes: int, out_channels: int) -> bool:
-    """Whether channels-last QConv weights of ``w_dtype`` with ``w_rows`` rows are ``halve_rows``' layout: int16
-    rows, half as many as the output channels, for 8-bit inputs (int16 weights of their own have a row per
-    output channel)."""
-    return w_dtype is DType.INT16 and x_bytes == 1 and out_channels > 1 and 2 * w_rows == out_channels
 
 
 def seeds_of(b: ir.IRBuilder, seeds: list[Value]) -> list[Value]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels import integer_halves
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, paired
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
 from pegasus.exporters.glow.kernels.integer_dot import dsp
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import intrinsic
@@ -102,7 +102,7 @@ def dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], 
     words = b.bitcast(buffer, I32.as_pointer())
     if base is not None:
         pass
-    elif paired(cp.w):    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
+    elif cp.paired:    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
         base = b.gep(b.bitcast(cp.w.ptr, I16.as_pointer()), [w_rows[0]], inbounds=True)
     elif cp.halves:       # halfwords of two rows (integer_halves.py): a pair of rows takes the bytes of two
         base = b.bitcast(b.gep(b.bitcast(cp.w.ptr, ir.IntType(8).as_pointer()), [w_rows[0]], inbounds=True),
@@ -138,7 +138,7 @@ def _helper(module: ir.Module, cp: ConvPlan, count: int, row_type: ir.Type, rows
     which the name then carries: two layers of as many groups but other depths (27 and 24 taps: 6 groups) shared
     one helper, the second reading its weight rows at the first's stride."""
     kind = "h16" if cp.halves else f"{'s' if cp.mac.w.signed else 'u'}{row_type.pointee.width}"
-    stride = "" if paired(cp.w) or cp.halves else f"_d{cp.mac.depth}"
+    stride = "" if cp.paired or cp.halves else f"_d{cp.mac.depth}"
     name = f"pegasus_smlad_{rows}x{count}_{groups}_{cp.positions}_{kind}{stride}{'_seeded' if seeded else ''}"
     if name in module.globals:
         return module.globals[name]
@@ -171,7 +171,7 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
 
     def weights(at: Value) -> list[list[Value]]:
         """Per row, its pairs (w0, w2), (w1, w3) of the group at ``at``."""
-        if paired(cp.w):
+        if cp.paired:
             loaded = load_words(b, at, 2 * rows, 1 if acc is I32 else None)
             return [[loaded[c], loaded[rows + c]] for c in range(rows)]
         if byte_weights:
@@ -198,11 +198,11 @@ def _groups(b: ir.IRBuilder, cp: ConvPlan, words: Value, base: Value, rows: int,
     start = [[seeds[c] if seeds else ir.Constant(acc, 0) for _ in range(count)] for c in range(rows)]
     if not groups:
         return start
-    w_step = 2 * rows if paired(cp.w) else rows if cp.halves else 4
-    w_base = b.bitcast(base, I32.as_pointer()) if paired(cp.w) or cp.halves else base
+    w_step = 2 * rows if cp.paired else rows if cp.halves else 4
+    w_base = b.bitcast(base, I32.as_pointer()) if cp.paired or cp.halves else base
     # unpaired weights (dense layers, --compact-weights) unroll a short reduction only, and blocks of one row or
     # position (an odd last channel or tile: rare) a few groups: code over speed
-    most = (UNROLL if rows * count == 4 else ODD_UNROLL) if paired(cp.w) else HALVES_UNROLL if cp.halves \
+    most = (UNROLL if rows * count == 4 else ODD_UNROLL) if cp.paired else HALVES_UNROLL if cp.halves \
         else groups if groups < LONG_REDUCTION else 1
     unroll = max(d for d in range(1, min(groups, most) + 1) if groups % d == 0)
 

@@ -15,29 +15,39 @@ from pegasus.exporters.glow.row_chains import ROW_CONVS
 from pegasus.exporters.glow.row_emit import emit_row_chain
 
 
-@implementation("row_chain", "RowChain", family="fused")
+def stage_choices(query: Query) -> dict[str, tuple[tuple[str, Choice], ...]]:
+    """Each convolution of the block with the implementation the select stage's rule gives it as a layer of its
+    own, chosen before its weights are laid for it (``pack_row_chain``) and read when the block is emitted."""
+    return {"stages": tuple((node.name, choose(Query(query.graph, Layer([node]), query.target)))
+                            for node in query.layer.nodes if node.op in ROW_CONVS)}
+
+
+def chosen_stages(choice: Choice) -> dict[str, Choice]:
+    return dict(choice.param("stages", ()))
+
+
+@implementation("row_chain", "RowChain", family="fused", params=stage_choices)
 def row_chain(k: KernelContext) -> None:
     """A residual block computed a band of rows at a time: each stage's function called per row."""
     function = k.builder.function
     emit_row_chain(function, k.builder, k.graph, k.layer, k.refs, k.math, k.target,
-                   k.workspace, k.parameters, k.share)
+                   k.workspace, k.parameters, k.share, chosen_stages(k.choice))
 
 
 @workspace("row_chain")
 def row_chain_workspace(k: KernelContext) -> int:
     """The rows kept of each tensor inside the block, then the largest stage's scratch."""
-    return k.layer.workspace_layout(k.graph, k.target)[2]
+    return k.layer.workspace_layout(k.graph, k.target, chosen_stages(k.choice))[2]
 
 
 @hook("pack", "row_chain")
 def pack_row_chain(query: Query, choice: Choice) -> list[tuple[str, dict[int, object], str]]:
     """Each convolution of the block with its weights laid as its own implementation reads them."""
-    laid = []
+    laid, stages = [], chosen_stages(choice)
     for node in query.layer.nodes:
-        if node.op in ROW_CONVS:
-            alone = Query(query.graph, Layer([node]), query.target)
-            choice = choose(alone)
-            laid += run_hook(choice.impl, "pack", [], alone, choice)
+        if node.name in stages:
+            laid += run_hook(stages[node.name].impl, "pack", [], Query(query.graph, Layer([node]), query.target),
+                             stages[node.name])
     return laid
 
 
