@@ -33,6 +33,7 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import (
     pointwise_layout,
     weight_shape,
     weights_layout,
+    weights_table,
 )
 from pegasus.exporters.glow.kernels.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer_im2col import qconv_im2col
@@ -74,12 +75,14 @@ def direct_applies(query: Query) -> Verdict:
     return True if direct_taps(conv_plan(sizing_context(query))) else "a window of too many taps"
 
 
-def qconv_params(query: Query) -> dict[str, str]:
-    """How the layer's weights are stored (integer_conv_plan.py ``weights_layout``; channels first: as imported)."""
-    node = query.node
+def qconv_params(query: Query) -> dict[str, str | None]:
+    """How the layer's weights are stored and what replaces its biases (integer_conv_plan.py ``weights_layout``,
+    ``weights_table``; channels first: as imported)."""
+    node, pooled = query.node, query.layer.pool is not None
     if not node.attrs.channels_last:
-        return {"weights": BYTES}
-    return {"weights": weights_layout(node, query.graph, query.target, query.layer.pool is not None)}
+        return {"weights": BYTES, "table": None}
+    layout = weights_layout(node, query.graph, query.target, pooled)
+    return {"weights": layout, "table": weights_table(node, query.graph, layout, pooled)}
 
 
 @packer(*IMPLEMENTATIONS)
@@ -89,7 +92,8 @@ def pack_qconv(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     node = query.node
     if not node.attrs.channels_last:
         return {}
-    return pack_weights(node, query.graph, query.target, query.layer.pool is not None, choice.param("weights"))
+    return pack_weights(node, query.graph, query.target, query.layer.pool is not None, choice.param("weights"),
+                        choice.param("table"))
 
 
 @workspace("qconv.im2col")

@@ -173,6 +173,10 @@ def spread_pairs(w: np.ndarray) -> np.ndarray:
 #: how a layer's weights are stored, decided by the select stage (``weights_layout``, the choice's "weights"):
 #: centred 16-bit pairs (``spreads_pairs``), two rows' bytes as halfwords (integer_halves.py) or as imported
 PAIRS, HALVES, BYTES = "pairs", "halves", "bytes"
+#: what replaces the biases of a layer of ``PAIRS`` (the choice's "table", ``weights_table``; None: its biases stay):
+#: a ``block_table`` of 6 or 8 words a pair of channels (``FOLDED``), a ``tile_stream``, ``pointwise_records``, a
+#: ``depthwise_table``
+BLOCK, FOLDED, TILE, RECORDS, DEPTHWISE = "block", "folded_block", "tile", "records", "depthwise"
 
 
 def relaid_weights(node: Node, graph: Graph) -> np.ndarray:
@@ -192,27 +196,45 @@ def weights_layout(node: Node, graph: Graph, target, pooled: bool = False) -> st
     return HALVES if dense_halves(node, graph, target, relaid_weights(node, graph)) is not None else BYTES
 
 
-def pack_weights(node: Node, graph: Graph, target=None, pooled: bool = False,
-                 layout: str | None = None) -> dict[int, np.ndarray]:
+def weights_table(node: Node, graph: Graph, layout: str, pooled: bool = False) -> str | None:
+    """What replaces the biases of a channels-last QConv whose weights are laid out as ``layout`` (``TILE`` ...)."""
+    w = graph.type_of(node.inputs[1])
+    if layout != PAIRS:
+        return None
+    if depthwise(node.attrs.group, w.shape[1]):
+        return DEPTHWISE if depthwise_table(node, graph, prod(w.shape[2:]), pooled) is not None else None
+    depth = len(stored_taps(w.shape[2:], node.attrs.dilations[-1] if node.attrs.dilations else 1, w.shape[1]))
+    table = block_table(node, graph, depth)
+    if table is None:
+        return None
+    if streams_tile(w.shape[0], table, depth):
+        return RECORDS if resident(node.attrs, w.shape) else TILE
+    return FOLDED if len(table) == 8 * -(-w.shape[0] // 2) else BLOCK
+
+
+def pack_weights(node: Node, graph: Graph, target=None, pooled: bool = False, layout: str | None = None,
+                 table_kind: str | None = None) -> dict[int, np.ndarray]:
     """The weights (M, C/group, k...) of a channels-last QConv as its kernels read them (module docstring), in
-    ``layout`` (``weights_layout`` when None): for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis
+    ``layout`` and with the biases replaced by ``table_kind`` (``weights_layout``, ``weights_table`` when
+    ``layout`` is None: the select stage decides both): for a DSP CPU as 16-bit pairs of ``w - zw`` along the last axis
     (``spreads_pairs``, ``spread_pairs``): a depthwise layer's as (k..., 1, M / 2),
     another's rows in ``stored_taps`` order, two by two interleaved (``interleave_rows``), as (M, k..., C/2) —
     or, with C not a multiple of four, as the first words of an (M', k..., C) array of the fewest rows M' that
     hold them, the rest zeros (a shape that keeps the window: ``conv_plan`` and row_chains read it there).
     ``pooled``: the layer ends with a pooling (its kernel, integer_conv_pool.py, reads bytes and its own bias)."""
     w, relaid = graph.value_of(node.inputs[1]), relaid_weights(node, graph)
-    layout = layout or weights_layout(node, graph, target, pooled)
+    if layout is None:
+        layout = weights_layout(node, graph, target, pooled)
+        table_kind = weights_table(node, graph, layout, pooled)
     if layout == HALVES:
         return {1: dense_halves(node, graph, target, relaid)}
     if layout == BYTES:
         return {1: relaid}
     centred = relaid.astype(np.int64) - node.attrs.w_zero_point
     if depthwise(node.attrs.group, w.shape[1]):
-        table = depthwise_table(node, graph, prod(w.shape[2:]), pooled)
-        if table is None:
+        if table_kind != DEPTHWISE:
             return {1: spread_pairs(centred)}
-        return {1: spread_pairs(2 * centred), 2: table}
+        return {1: spread_pairs(2 * centred), 2: depthwise_table(node, graph, prod(w.shape[2:]), pooled)}
     centred *= 1 + doubles(node.attrs)
     dilation = node.attrs.dilations[-1] if node.attrs.dilations else 1
     order = stored_taps(w.shape[2:], dilation, w.shape[1])
@@ -221,12 +243,11 @@ def pack_weights(node: Node, graph: Graph, target=None, pooled: bool = False,
     places = [i for i, t in enumerate(order) if t is not None]
     rows[:, places] = flat[:, [t for t in order if t is not None]]
     words = interleave_rows(spread_pairs(rows))
-    table = block_table(node, graph, len(order))
+    table = block_table(node, graph, len(order)) if table_kind else None
     biases = {} if table is None else {2: table}
-    stream = tile_stream(words, table, len(order))
-    if stream is not None and resident(node.attrs, w.shape):
-        stream = pointwise_records(spread_pairs(rows), table)
-    if stream is not None:      # the weights live in the stream: input 1 keeps one row (its shape: the window)
+    if table_kind in (TILE, RECORDS):   # the weights live in the stream: input 1 keeps one row (its shape: the window)
+        stream = (pointwise_records(spread_pairs(rows), table) if table_kind == RECORDS
+                  else tile_stream(words, table, len(order)))
         words, biases = words[:1], {2: stream}
     if w.shape[1] % 4 == 0:
         return {1: words.reshape((-1,) + relaid.shape[1:-1] + (w.shape[1] // 2,)), **biases}
@@ -291,13 +312,19 @@ def tile_stream(words: np.ndarray, table: np.ndarray | None, depth: int) -> np.n
     ``block_table`` whose rounding constants fold, an even number of output channels and at most
     ``TILE_GROUPS`` groups (unrolled); None otherwise."""
     channels = words.shape[0]
-    if table is None or channels % 2 or depth // 4 > TILE_GROUPS or len(table) != 4 * channels:
+    if table is None or not streams_tile(channels, table, depth):
         return None
     pairs = channels // 2
     blocks = np.asarray(table).reshape(pairs, 8)
     flat = words.reshape(pairs, depth)
     more = (np.arange(pairs) < pairs - 1).astype(np.int64)[:, None]
     return np.concatenate([blocks[:, :2], flat, blocks[:, 2:], more], axis=1).reshape(-1).astype(np.int32)
+
+
+def streams_tile(channels: int, table: np.ndarray, depth: int) -> bool:
+    """Whether a paired layer of ``channels`` output channels and ``depth`` taps with ``block_table`` ``table``
+    reads a ``tile_stream``: an even number of channels, rounding constants that fold, at most ``TILE_GROUPS``."""
+    return channels % 2 == 0 and depth // 4 <= TILE_GROUPS and len(table) == 4 * channels
 
 
 def resident(attrs, w_shape: tuple[int, ...]) -> bool:
@@ -317,26 +344,20 @@ def pointwise_records(rows: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def pointwise_layout(cp: ConvPlan) -> bool:
-    """Whether a layer's biases were replaced by its ``pointwise_records`` (the same rule as ``resident``)."""
-    if cp.bias is None or not cp.paired or cp.depthwise or not cp.channels_last or cp.in_group not in (4, 8):
-        return False
-    if not all(axis.kernel == 1 and axis.stride == 1 and axis.pad == 0 and axis.size == axis.out for axis in cp.axes):
-        return False
-    return cp.bias.shape[0] == cp.ya.channels * (cp.in_group // 2 + 4)
+    """Whether a layer's biases were replaced by its ``pointwise_records`` (the choice's table)."""
+    return cp.table == RECORDS
 
 
 def tile_layout(cp: ConvPlan) -> bool:
-    """Whether a paired im2col layer's biases were replaced by its ``tile_stream``."""
-    if cp.bias is None or not cp.paired or cp.depthwise or cp.ya.channels % 2:
-        return False
-    return cp.bias.shape[0] == cp.ya.channels // 2 * (cp.mac.depth + TILE_TAIL)
+    """Whether a paired im2col layer's biases were replaced by its ``tile_stream`` (the choice's table)."""
+    return cp.table == TILE
 
 
 def depthwise_table(node: Node, graph: Graph, taps: int, pooled: bool = False) -> np.ndarray | None:
     """What a paired depthwise layer (integer_depthwise_dsp.py) under TFLite rounding reads per channel in place
     of its bias when every channel's rounding constant folds: (2 b, K, M, t + 1) — its weights are then stored
     doubled, its sums start at 2 b, and each output is SMMLAR, ASR, SSAT (no doubling, no SUB); the table's
-    length, four words a channel, tells the layout (``depthwise_layout``). None otherwise, and for a layer that
+    the select stage's choice says so (``DEPTHWISE``). None otherwise, and for a layer that
     ends with a pooling (``pooled``: integer_conv_pool.py reads its own bias)."""
     found = _requant_rows(node, graph, taps)
     if found is None or not found[1] or pooled:
@@ -344,18 +365,15 @@ def depthwise_table(node: Node, graph: Graph, taps: int, pooled: bool = False) -
     return np.asarray([(b, k, m, t) for b, m, t, k in found[0]], np.int64).reshape(-1).astype(np.int32)
 
 
-def depthwise_layout(bias: TensorRef | None, channels: int) -> bool:
+def depthwise_layout(cp: ConvPlan) -> bool:
     """Whether a paired depthwise layer's bias was replaced by its ``depthwise_table`` (and its weights doubled)."""
-    return bias is not None and channels % 4 == 0 and bias.shape[0] == 4 * channels
+    return cp.table == DEPTHWISE
 
 
 def block_layout(cp: ConvPlan) -> int | None:
     """Words a pair of output channels takes in the ``block_table`` that replaced the layer's biases (6 or 8),
-    None when the biases are the layer's own."""
-    if cp.bias is None or not cp.paired or cp.depthwise:
-        return None
-    pairs = -(-cp.ya.channels // 2)
-    return next((words for words in (6, 8) if cp.bias.shape[0] == words * pairs), None)
+    None when the biases are the layer's own (the choice's table)."""
+    return {BLOCK: 6, FOLDED: 8}.get(cp.table)
 
 
 def interleave_rows(spread: np.ndarray) -> np.ndarray:
@@ -395,6 +413,7 @@ class ConvPlan:
     doubled: bool = False   # paired weights stored doubled (``doubles``): the sums are 2 Σ
     halves: bool = False    # two rows' weights as int16 halfwords 256 w1 + w0 (integer_halves.py)
     paired: bool = False    # weights stored as centred 16-bit pairs (int32 words: ``pack_weights``, ``PAIRS``)
+    table: str | None = None    # what replaced the biases (``weights_table``)
 
     @property
     def sums(self) -> Mac:
@@ -492,6 +511,7 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     out_channels = Activation(y, last).channels
     # how the pack stage laid the weights, as the select stage decided (``weights_layout``)
     layout = k.choice.param("weights", BYTES) if k.choice is not None else BYTES
+    table = k.choice.param("table") if k.choice is not None else None
     pairs, halves = layout == PAIRS, layout == HALVES and not packed_depthwise
     if halves:      # int16 halfwords of two rows each (integer_halves.py): 8-bit weights of zero point 0
         w_shape = (out_channels,) + w_shape[1:]
@@ -504,8 +524,7 @@ def conv_plan(k: KernelContext) -> ConvPlan:
             depth = prod(w_shape[1:]) + -prod(w_shape[1:]) % 4     # whole groups (stored_taps)
     win = Conv.geometry(k.attrs, first_shape(x.shape, last), w_shape)
     # paired: centred 8-bit weights, |w - zw| <= 255
-    doubled = pairs and doubles(k.attrs) and (not packed_depthwise
-                                               or depthwise_layout(bias, Activation(y, last).channels))
+    doubled = pairs and doubles(k.attrs) and (not packed_depthwise or table == DEPTHWISE)
     w_side = (Operand(DType.INT16, 0, 255 * (1 + doubled)) if pairs else Operand(DType.INT8, 0) if halves
               else operand(k, w, k.attrs.w_zero_point, "weight"))
     # a fused convolution's halfwords come with the input's zero point folded into the biases (integer_conv_pool.py)
@@ -522,7 +541,7 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     # whose rows are interleaved two by two (interleave_rows)
     block = 4 if madd == 32 or (dual and positions == 1 and not pairs) else 2
     return ConvPlan(x, w, bias, y, mac, group, last, axes_of(win, xa.sizes), dual, madd, positions, block, doubled,
-                    halves and dual, pairs)
+                    halves and dual, pairs, table)
 
 
 def tap_offsets(cp: ConvPlan) -> list[int]:

@@ -48,6 +48,7 @@ from pegasus.exporters.glow.kernels.integer_conv_plan import (
     conv_plan,
     pack_weights,
     weights_layout,
+    weights_table,
     window_inside,
 )
 from pegasus.exporters.glow.kernels.integer_dot import Operand, Requant, acc_bound, dsp, load_word
@@ -277,13 +278,14 @@ class Dot:
             self.single(slots, at(t, xs), at(t, ws))
 
 
-def pooled_params(query: Query) -> dict[str, str]:
-    """How the layer's weights are stored: channels last as integer_conv_plan.py ``weights_layout`` says,
-    channels first as halfword pairs of rows where ``pooled_halves`` lays them."""
+def pooled_params(query: Query) -> dict[str, str | None]:
+    """How the layer's weights are stored: channels last as integer_conv_plan.py ``weights_layout`` and
+    ``weights_table`` say, channels first as halfword pairs of rows where ``pooled_halves`` lays them."""
     node, graph, target, pooled = query.node, query.graph, query.target, query.layer.pool is not None
     if node.attrs.channels_last:
-        return {"weights": weights_layout(node, graph, target, pooled)}
-    return {"weights": HALVES if pooled_halves(node, graph, target, pooled) else BYTES}
+        layout = weights_layout(node, graph, target, pooled)
+        return {"weights": layout, "table": weights_table(node, graph, layout, pooled)}
+    return {"weights": HALVES if pooled_halves(node, graph, target, pooled) else BYTES, "table": None}
 
 
 @implementation("QConv+group", "QConv+group", family="fused", params=pooled_params)
@@ -446,7 +448,7 @@ def pack_pooled_halves(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     the bytes stay."""
     node, pooled, layout = query.node, query.layer.pool is not None, choice.param("weights")
     if node.attrs.channels_last:
-        return pack_weights(node, query.graph, query.target, pooled, layout)
+        return pack_weights(node, query.graph, query.target, pooled, layout, choice.param("table"))
     return pooled_halves(node, query.graph, query.target, pooled) if layout == HALVES else {}
 
 

@@ -123,7 +123,7 @@ class _Kernel:
         self.b, self.cp = k.builder, cp
         # a layer whose bias was replaced by its table (integer_conv_plan.depthwise_table) reads its requantisation
         # there: no tables of Requant's own
-        self.table = depthwise_layout(cp.bias, cp.ya.channels)
+        self.table = depthwise_layout(cp)
         self.rq = (Requant(lambda values, ty: None, k.attrs, cp.y, acc_bound(cp.sums, None)) if self.table
                    else Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias)))
         *self.outer, self.last = cp.axes
