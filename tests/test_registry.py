@@ -85,14 +85,8 @@ def _named_by_importer(framework: str) -> set[str]:
 def _implementation_families() -> dict[str, set[str]]:
     """Op -> the families of the exporter's implementations computing a layer of that op alone."""
     import pegasus.exporters.glow.kernels  # noqa: F401  (registers every implementation)
+    from pegasus.exporters.glow.kernels import strategy
 
-    try:
-        from pegasus.exporters.glow.kernels import strategy
-    except ImportError:   # the kernel registry before implementations had families (issue 29's select stage)
-        from pegasus.exporters.glow.kernels import registry
-
-        return {op: {"integer" if op_facts(op).quantized_form else "reference"} for op in registry.emitted_ops()
-                if op in OPS}
     families: dict[str, set[str]] = {}
     for impl in strategy.all_implementations():
         for kind in impl.kinds:

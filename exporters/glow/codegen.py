@@ -279,9 +279,12 @@ def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, choice: C
     builder.ret_void()
 
 
-def layer_workspaces(graph: Graph, layers: list[Layer], target: Target, choices: list[Choice]) -> dict[int, int]:
+def layer_workspaces(graph: Graph, layers: list[Layer], target: Target,
+                     choices: list[Choice] | None = None) -> dict[int, int]:
     """Scratch bytes each layer's implementation needs on ``target`` (its ``workspace`` hook; layers without a
-    workspace left out)."""
+    workspace left out). ``choices``: the select stage's (default: selected here, on a graph not yet packed)."""
+    if choices is None:
+        choices = [selection.choice for selection in select_layers(graph, layers, target)]
     sizes = {}
     for index, (unit, choice) in enumerate(zip(layers, choices)):
         size = run_hook(choice.impl, "workspace", 0, sizing_context(Query(graph, unit, target), choice))
@@ -290,8 +293,12 @@ def layer_workspaces(graph: Graph, layers: list[Layer], target: Target, choices:
     return sizes
 
 
-def layer_streams(graph: Graph, layers: list[Layer], target: Target, choices: list[Choice]) -> dict[int, Stream]:
-    """The layers whose implementation streams on ``target`` (its ``stream`` hook, kernels/registry.py)."""
+def layer_streams(graph: Graph, layers: list[Layer], target: Target,
+                  choices: list[Choice] | None = None) -> dict[int, Stream]:
+    """The layers whose implementation streams on ``target`` (its ``stream`` hook, kernels/registry.py);
+    ``choices`` as for ``layer_workspaces``."""
+    if choices is None:
+        choices = [selection.choice for selection in select_layers(graph, layers, target)]
     found = {}
     for index, (unit, choice) in enumerate(zip(layers, choices)):
         stream = run_hook(choice.impl, "stream", None, sizing_context(Query(graph, unit, target), choice))

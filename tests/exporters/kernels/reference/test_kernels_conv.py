@@ -22,6 +22,7 @@ from pegasus.errors import PegasusError
 from pegasus.exporters.glow.kernels import conv as conv_kernels
 from pegasus.exporters.glow.kernels import linear as linear_kernels
 from pegasus.exporters.glow.llvm.simd import Simd
+from pegasus.exporters.glow.llvm.windows import narrow_tail
 from pegasus.importers.onnx.loader import import_onnx
 from pegasus.ir.dtypes import DType
 from tests.support.bundle_cases import Case, check_case, ids, run_cases
@@ -131,9 +132,9 @@ def test_tiles_follow_the_register_file():
     assert conv_kernels.tile_shape(Simd(16, 16), num, 3, 3) == (4, 3)
     assert conv_kernels.tile_shape(Simd(16, 16), num, 1, 40) == (1, 12)
     # a row's rest of whole vectors is one narrower tile, any other rest an overlapping one
-    assert conv_kernels.narrow_tail(112, 32, 16) == 16 and conv_kernels.narrow_tail(100, 32, 16) == 0
-    assert conv_kernels.narrow_tail(40, 8, 4) == 0 and conv_kernels.narrow_tail(44, 8, 4) == 4
-    assert conv_kernels.narrow_tail(24, 32, 16) == 0 and conv_kernels.narrow_tail(6, 4, 1) == 0
+    assert narrow_tail(112, 32, 16) == 16 and narrow_tail(100, 32, 16) == 0
+    assert narrow_tail(40, 8, 4) == 0 and narrow_tail(44, 8, 4) == 4
+    assert narrow_tail(24, 32, 16) == 0 and narrow_tail(6, 4, 1) == 0
 
 
 def test_conv_on_integers_is_refused(tmp_path):
