@@ -154,8 +154,9 @@ def load_manifest(path: str | Path, output_dir: str | Path | None) -> list[Job]:
     if not isinstance(data, dict):
         raise PegasusError(f"manifest {path}: expected a mapping with 'models:' (and optional 'defaults:')")
     unknown = set(data) - {"defaults", "models"}
-    if unknown:
-        raise PegasusError(f"manifest {path}: unknown top-level key '{sorted(unknown)[0]}' (known: defaults, models)")
+    if unknown:   # YAML keys may be null, numbers or lists: named as text
+        raise PegasusError(f"manifest {path}: unknown top-level key '{sorted(map(str, unknown))[0]}' "
+                           "(known: defaults, models)")
     defaults = data.get("defaults") or {}
     models = data.get("models")
     if not isinstance(defaults, dict):
