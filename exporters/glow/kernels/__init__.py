@@ -5,6 +5,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     conv,
     conv_channels_last,
     conv_first,
+    conv_im2col,
     conv_lanes,
     conv_pool,
     elementwise,

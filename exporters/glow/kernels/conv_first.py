@@ -3,15 +3,13 @@ pooling), one per way of walking its taps, chosen by the select stage (kernels/s
 
 - ``conv.pointwise``: a 1x1 Conv without padding on a hosted target (or strided, gathering its input positions
   into the workspace) over the flattened positions, in plane tiles when they fit (conv_plane.py);
-- ``conv.im2col``: a strided 2-D Conv on x86-64 with AVX whose output rows are not whole tiles, every tap's
-  inputs gathered into the workspace (conv_plane.py ``im2col_bytes``);
 - ``conv.row_taps``: a Conv strided along its last axis on a hosted target, each tap's run of that axis gathered
   (conv.py ``row_taps_correlation``);
 - ``conv.direct``: register tiles of output channels by a row (conv.py ``Correlation``), over the flattened
   plane when it fits (conv_plane.py ``fits``).
 
-The channels-last, x86 channel-lane and pooling implementations are registered by conv_channels_last.py,
-conv_lanes.py and conv_pool.py.
+The channels-last, x86 (channel lanes, im2col) and pooling implementations are registered by
+conv_channels_last.py, conv_lanes.py, conv_im2col.py and conv_pool.py; ``first_unpooled`` is what they share.
 """
 
 from __future__ import annotations
@@ -44,7 +42,8 @@ def first_unpooled(query: Query) -> Verdict:
     return True if query.layer.pool is None else "heads a pooling"
 
 
-def _window(k: KernelContext):
+def layer_window(k: KernelContext):
+    """The layer's convolution window (its weights as the registry lays them)."""
     return Conv.geometry(k.attrs, k.inputs[0].shape, k.inputs[1].shape)
 
 
@@ -53,20 +52,12 @@ def _pointwise_applies(query: Query) -> Verdict:
     if found is not True:
         return found
     k = sizing_context(query)
-    win = _window(k)
+    win = layer_window(k)
     if not pointwise(win):
         return "not 1x1 without padding"
     if len(win.out) > 1 and not query.target.is_cortex_m:
         return True
     return True if row_taps_bytes(k) else "a 1-D or Cortex-M layer with nothing to gather"
-
-
-def _im2col_applies(query: Query) -> Verdict:
-    found = first_unpooled(query)
-    if found is not True:
-        return found
-    k = sizing_context(query)
-    return True if conv_plane.im2col_bytes(k, simd_of(k.target)) else "not a strided 2-D x86-64 AVX layer within budget"
 
 
 def _row_taps_applies(query: Query) -> Verdict:
@@ -82,7 +73,7 @@ def conv_pointwise(k: KernelContext) -> None:
     k, epilogue = layer_epilogue(k)
     num = Numeric(k.builder, require_dtype(k, FLOATS))
     simd = simd_of(k.target)
-    flat = pointwise_correlation(k, epilogue, _window(k))
+    flat = pointwise_correlation(k, epilogue, layer_window(k))
     cr = conv_plane.as_plane(flat)
     if conv_plane.fits(cr, simd, num, k.target) and conv_plane.pointwise_fits(cr, simd, num):
         conv_plane.emit_plane(k, num, cr, simd)
@@ -90,21 +81,12 @@ def conv_pointwise(k: KernelContext) -> None:
     emit_correlation(k, num, flat)
 
 
-@implementation("conv.im2col", *KINDS, family="x86", priority=30, when=_im2col_applies)
-def conv_im2col(k: KernelContext) -> None:
-    """Every tap's inputs gathered as a (C * taps) x P matrix, then plane tiles over it."""
-    k, epilogue = layer_epilogue(k)
-    num = Numeric(k.builder, require_dtype(k, FLOATS))
-    simd = simd_of(k.target)
-    conv_plane.emit_plane(k, num, conv_plane.im2col_correlation(k, epilogue, _window(k), simd), simd)
-
-
 @implementation("conv.row_taps", *KINDS, family="reference", priority=20, when=_row_taps_applies)
 def conv_row_taps(k: KernelContext) -> None:
     """Each tap's run of the strided last axis gathered, then register tiles over contiguous runs."""
     k, epilogue = layer_epilogue(k)
     num = Numeric(k.builder, require_dtype(k, FLOATS))
-    emit_correlation(k, num, row_taps_correlation(k, epilogue, _window(k)))
+    emit_correlation(k, num, row_taps_correlation(k, epilogue, layer_window(k)))
 
 
 @implementation("conv.direct", *KINDS, family="reference", priority=0, when=first_unpooled)
@@ -124,8 +106,3 @@ def conv_direct(k: KernelContext) -> None:
 def gathered_bytes(k: KernelContext) -> int:
     """The input positions (pointwise) or each tap's runs (row taps) gathered."""
     return row_taps_bytes(k)
-
-
-@workspace("conv.im2col")
-def im2col_bytes(k: KernelContext) -> int:
-    return conv_plane.im2col_bytes(k, simd_of(k.target))
