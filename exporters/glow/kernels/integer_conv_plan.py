@@ -32,8 +32,7 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     narrow_form,
     operand,
 )
-from pegasus.exporters.glow.kernels.integer_halves import halve_rows, halves_rows
-from pegasus.exporters.glow.kernels.integer_madd import madd_lanes
+from pegasus.exporters.glow.kernels.integer_flavours import flavour_of
 from pegasus.exporters.glow.llvm.loops import affine, const
 from pegasus.exporters.glow.llvm.tensors import TensorRef, strides_of
 from pegasus.exporters.glow.llvm.types import I16, I32
@@ -135,9 +134,9 @@ def dense_halves(node: Node, graph: Graph, target, relaid: np.ndarray) -> np.nda
         if not graph.tensors[node.inputs[2]].is_constant:
             return None
         bias = graph.value_of(node.inputs[2]).astype(np.int64)
-    if not halves_rows(rows, bias, magnitude, node.attrs.w_zero_point):
+    if not flavour_of("halves.fits")(rows, bias, magnitude, node.attrs.w_zero_point):
         return None
-    return halve_rows(rows).reshape((relaid.shape[0] // 2,) + relaid.shape[1:])
+    return flavour_of("halves.pack")(rows).reshape((relaid.shape[0] // 2,) + relaid.shape[1:])
 
 
 def doubles(attrs) -> bool:
@@ -535,7 +534,7 @@ def conv_plan(k: KernelContext) -> ConvPlan:
     wanted = 2 if k.target.is_cortex_m else 4       # 2 x 2 accumulators: what 13 Thumb registers hold
     # no more rows than the layer has positions (a dense layer as a 1x1 convolution has one)
     positions = max(1, min(wanted, prod(win.out), SCRATCH_BYTES // ((mac.depth + 1) * element)))
-    madd = madd_lanes(k.target) if not dual and madd_fits(mac) else 0
+    madd = flavour_of("madd.lanes")(k.target) if not dual and madd_fits(mac) else 0
     # 4 x 4 accumulators of AVX-512's 32 registers; with SMLAD, 2 x 2, or 4 channels of a single position
     # (a dense layer: each pair of inputs loaded once for four channels) — 2 over weights stored as pairs,
     # whose rows are interleaved two by two (interleave_rows)

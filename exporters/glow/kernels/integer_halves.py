@@ -27,6 +27,9 @@ A convolution fused with its pooling (integer_conv_pool.pack_pooled_halves, read
 the window (a run of contiguous taps) in ``run_order``, whole groups of four as (0, 2, 1, 3), the rest in order;
 the pair of channels a block computes is one row of halfwords, its accumulators A0 and T; the input's zero point
 folds into the biases there. LeNet int8 conv2 + pool2 on Cortex-M7: 2,364,569 -> 2,159,769 instructions.
+
+``halves_rows`` and ``halve_rows`` are the flavours ``halves.fits`` and ``halves.pack`` (integer_flavours.py) that
+integer_conv_plan.dense_halves looks up.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.integer_flavours import flavour
 from pegasus.exporters.glow.llvm.types import I32
 
 Value = ir.Value
@@ -41,6 +45,7 @@ Value = ir.Value
 HALF_LIMIT = 1 << 23
 
 
+@flavour("halves.fits")
 def halves_rows(w: np.ndarray, bias: np.ndarray | None, x_magnitude: int, w_zero_point: int,
                 whole_groups: bool = True) -> bool:
     """Whether the weights ``w`` (M, taps) int8 (with ``bias`` (M,) the sums may start at) can be stored as
@@ -87,6 +92,7 @@ def run_order(taps: int, run: int) -> list[int]:
     return order
 
 
+@flavour("halves.pack")
 def halve_rows(w: np.ndarray) -> np.ndarray:
     """(M, taps) int8 weights as (M / 2, taps) int16 halfwords 256 w1 + w0 of each pair of rows, each group of
     four taps stored (0, 2, 1, 3), the pairs of each block of four rows interleaved word by word per group."""

@@ -46,12 +46,12 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels import integer_pointwise_dsp
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import (
     TILE_TAIL,
     ConvPlan,
     block_layout,
+    pointwise_layout,
     tile_layout,
 )
 from pegasus.exporters.glow.kernels.integer_dot import (
@@ -62,13 +62,11 @@ from pegasus.exporters.glow.kernels.integer_dot import (
     seeds_bias,
     zeroed,
 )
+from pegasus.exporters.glow.kernels.integer_flavours import flavour_of
 from pegasus.exporters.glow.kernels.integer_im2col_rows import (
     Taps,
     im2col,
 )
-from pegasus.exporters.glow.kernels.integer_madd import load_lanes, madd, padded, reduce_all
-from pegasus.exporters.glow.kernels.integer_smlad import dot_dual
-from pegasus.exporters.glow.kernels.integer_smlad_tile import tile_blocks
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
@@ -92,37 +90,6 @@ def _dot_plain(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value]
     return [[b.load(slot) for slot in row] for row in slots]
 
 
-def _dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
-    """The same dot products with x86 PMADDWD: a loop over whole vectors of the reduction, then pieces of
-    16, 8 and the last depth % 8 taps (zero-padded), one vector accumulator per output, summed by a tree."""
-    lanes, depth = cp.madd, cp.mac.depth
-    accumulator = ir.VectorType(I32, lanes // 2)
-    slots = [[zeroed(b, accumulator) for _ in range(count)] for _ in w_rows]
-
-    def chunk(first: Value, width: int) -> None:
-        size = max(8, width)
-        xs = [load_lanes(b, b.gep(buffer, [cp.slot(b, p, first)], inbounds=True), width, True, size)
-              for p in range(count)]
-        for c, w_row in enumerate(w_rows):
-            weights = load_lanes(b, cp.w.address(b, b.add(w_row, first)), width, cp.mac.w.signed, size)
-            for p in range(count):
-                accumulate(b, slots[c][p], padded(b, madd(b, xs[p], weights), lanes // 2))
-
-    full, rest = divmod(depth, lanes)
-    if full:
-        with for_range(b, full, name="q") as q:
-            chunk(b.mul(q, const(lanes)), lanes)
-    first = full * lanes
-    for width in (16, 8):
-        if width < lanes and rest >= width:
-            chunk(const(first), width)
-            first, rest = first + width, rest - width
-    if rest:
-        chunk(const(first), rest)
-    totals = reduce_all(b, [b.load(slot) for row in slots for slot in row])
-    return [totals[c * count:(c + 1) * count] for c in range(len(w_rows))]
-
-
 @dataclass
 class _Im2colConv:
     """One QConv layer computed as tiles of output positions (``qconv_im2col``): the tiles' buffer of receptive
@@ -142,7 +109,8 @@ class _Im2colConv:
 
     def dot(self, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
         cp = self.cp
-        return (dot_dual if cp.dual else _dot_madd if cp.madd else _dot_plain)(self.b, cp, buffer, w_rows, count)
+        dot = flavour_of("smlad.dot") if cp.dual else flavour_of("madd.dot") if cp.madd else _dot_plain
+        return dot(self.b, cp, buffer, w_rows, count)
 
     def table_words(self, at: Value, offset: int) -> list[Value]:
         """Two int32 words of the bias tensor at ``at`` + ``offset`` as one LDRD (a volatile 64-bit load)."""
@@ -154,7 +122,8 @@ class _Im2colConv:
         """A block of ``width`` channels from the ``block_table`` (at ``at``: its doubled biases, then (M, t) or
         (M, t + 1) of each channel, and the channels' K), the weights at ``w_at``, the outputs at ``y_at``."""
         b, cp = self.b, self.cp
-        acc = dot_dual(b, cp, buffer, [None] * width, count, self.table_words(at, 0)[:width], base=w_at)
+        acc = flavour_of("smlad.dot")(b, cp, buffer, [None] * width, count, self.table_words(at, 0)[:width],
+                                      base=w_at)
         past = cp.mac.depth if self.tiled else 0     # a tile_stream's parameters follow the pair's weights
         m0, s0, m1, s1 = self.table_words(at, 2 + past) + self.table_words(at, 4 + past)
         ks = self.table_words(at, 6 + past) if self.layout == 8 or self.tiled else [None, None]
@@ -212,7 +181,7 @@ class _Im2colConv:
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
         w_rows = [b.mul(chan, const(cp.mac.depth)) for chan in chans]
         if self.seeded:      # the SMLAD sums start at the biases: no add per output after them
-            acc = dot_dual(b, cp, buffer, w_rows, count, self.seeds(chans))
+            acc = flavour_of("smlad.dot")(b, cp, buffer, w_rows, count, self.seeds(chans))
         else:
             acc = self.dot(buffer, w_rows, count)
         sum_xs = [b.load(b.gep(sums, [const(0), const(p)], inbounds=True)) if sums is not None else None
@@ -236,8 +205,8 @@ class _Im2colConv:
         # the loop of channel blocks (DS-CNN on Cortex-M7: 0.7 % fewer instructions)
         rows = opaque(b, self.buffer) if cp.dual else self.buffer
         if self.tiled and count > 1:     # one group
-            tile_blocks(b, cp, self.rq, rows, count,
-                        cp.y.address(b, affine(b, 0, (batch, ya.batch), (first, ya.position))))
+            flavour_of("smlad.tile")(b, cp, self.rq, rows, count,
+                                     cp.y.address(b, affine(b, 0, (batch, ya.batch), (first, ya.position))))
             return
         if self.layout is not None or self.tiled:      # one group
             self.blocks(batch, first, count, rows)
@@ -249,8 +218,8 @@ class _Im2colConv:
 def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
     """QConv as tiles of output positions: their receptive fields copied into the workspace (``im2col``),
     then dot products with blocks of output channels, each output finished and requantised (``_Im2colConv``)."""
-    if integer_pointwise_dsp.handles(cp):     # a 1x1 layer of 4 or 8 channels: its inputs held in registers
-        integer_pointwise_dsp.qconv_pointwise_dsp(k, cp)
+    if pointwise_layout(cp):     # a 1x1 layer of 4 or 8 channels: its inputs held in registers (Cortex-M DSP)
+        flavour_of("smlad.pointwise")(k, cp)
         return
     b = k.builder
     taps = Taps.of(k.module, cp)

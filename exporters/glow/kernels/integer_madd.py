@@ -1,5 +1,6 @@
 """x86 building blocks for integer dot products with PMADDWD, used by the QConv and QMatMul emitters
-(integer_conv.py, integer_matmul.py) on x86-64 hosts.
+(integer_conv.py, integer_matmul.py) on x86-64 hosts: registered as the flavours ``madd.lanes`` and ``madd.dot``
+(integer_flavours.py), which the portable kernels look up.
 
 PMADDWD multiplies 16-bit lanes pairwise and adds neighbouring products into 32-bit lanes; LLVM folds
 ``acc + pmaddwd(x, w)`` into one VPDPWSSD on CPUs with AVX-512 VNNI / AVX-VNNI. Its 32-bit result is
@@ -14,7 +15,11 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
+from pegasus.exporters.glow.kernels.integer_dot import accumulate, zeroed
+from pegasus.exporters.glow.kernels.integer_flavours import flavour
 from pegasus.exporters.glow.llvm.functions import intrinsic
+from pegasus.exporters.glow.llvm.loops import const, for_range
 from pegasus.exporters.glow.llvm.types import I16, I32
 
 Value = ir.Value
@@ -23,6 +28,7 @@ INTRINSICS = {32: "llvm.x86.avx512.pmaddw.d.512", 16: "llvm.x86.avx2.pmadd.wd", 
 LEVELS = {"x86-64-v3": {"avx2"}, "x86-64-v4": {"avx2", "avx512bw"}}
 
 
+@flavour("madd.lanes")
 def madd_lanes(target) -> int:
     """16-bit lanes of the widest PMADDWD of an x86-64 target (exporters.glow.target.Target); 0 elsewhere."""
     if target.arch != "x86_64":
@@ -90,3 +96,36 @@ def reduce_all(b: ir.IRBuilder, vectors: list[Value]) -> list[Value]:
             if owner is not None:
                 sums[owner] = b.extract_element(total, ir.Constant(I32, lane))
     return [sums[i] for i in range(len(vectors))]
+
+
+@flavour("madd.dot")
+def dot_madd(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int) -> list[list[Value]]:
+    """The im2col kernel's dot products (integer_im2col.py) with PMADDWD: a loop over whole vectors of the
+    reduction, then pieces of 16, 8 and the last depth % 8 taps (zero-padded), one vector accumulator per output,
+    summed by a tree."""
+    lanes, depth = cp.madd, cp.mac.depth
+    accumulator = ir.VectorType(I32, lanes // 2)
+    slots = [[zeroed(b, accumulator) for _ in range(count)] for _ in w_rows]
+
+    def chunk(first: Value, width: int) -> None:
+        size = max(8, width)
+        xs = [load_lanes(b, b.gep(buffer, [cp.slot(b, p, first)], inbounds=True), width, True, size)
+              for p in range(count)]
+        for c, w_row in enumerate(w_rows):
+            weights = load_lanes(b, cp.w.address(b, b.add(w_row, first)), width, cp.mac.w.signed, size)
+            for p in range(count):
+                accumulate(b, slots[c][p], padded(b, madd(b, xs[p], weights), lanes // 2))
+
+    full, rest = divmod(depth, lanes)
+    if full:
+        with for_range(b, full, name="q") as q:
+            chunk(b.mul(q, const(lanes)), lanes)
+    first = full * lanes
+    for width in (16, 8):
+        if width < lanes and rest >= width:
+            chunk(const(first), width)
+            first, rest = first + width, rest - width
+    if rest:
+        chunk(const(first), rest)
+    totals = reduce_all(b, [b.load(slot) for row in slots for slot in row])
+    return [totals[c * count:(c + 1) * count] for c in range(len(w_rows))]

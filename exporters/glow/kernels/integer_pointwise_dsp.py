@@ -12,7 +12,8 @@ into r4-r11, and the output is 2 or 4 SMLADs, SMMLAR, ASR, SSAT and a post-incre
 instructions per output. The inputs, the record and the two walking pointers take the 14 registers; the
 input pointer and the ends wait on the stack, and the record pointer goes back by one SUB per position.
 Positions are read before they are written, one at a time, as the im2col kernel's tiles are: the output may
-stream over its input (integer_conv.qconv_stream).
+stream over its input (integer_conv.qconv_stream). ``qconv_pointwise_dsp`` is the flavour ``smlad.pointwise``
+(integer_flavours.py) the im2col kernel looks up for a layer with ``pointwise_records`` (``handles``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, pointwise_layout
 from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp
+from pegasus.exporters.glow.kernels.integer_flavours import flavour
 from pegasus.exporters.glow.kernels.integer_smlad import internal_helper, pinned
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
@@ -41,6 +43,7 @@ def handles(cp: ConvPlan) -> bool:
     return pointwise_layout(cp)
 
 
+@flavour("smlad.pointwise")
 def qconv_pointwise_dsp(k: KernelContext, cp: ConvPlan) -> None:
     """Every position of the layer (batches included: channels last, they follow each other)."""
     b = k.builder

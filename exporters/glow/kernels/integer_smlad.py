@@ -17,6 +17,8 @@ With i32 accumulators the groups run in a function of their own (``_helper``), s
 same depth and block: its loop gets the registers to itself and reads the buffer afresh. Inlined into the
 layer, LLVM spilled accumulators around a long loop whenever the code after it changed, and forwarded the
 values im2col had just stored into a short one, keeping them all live across the block loop.
+
+``dot_dual`` is the flavour ``smlad.dot`` (integer_flavours.py) the im2col kernel looks up.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
 from pegasus.exporters.glow.kernels.integer_dot import dsp
+from pegasus.exporters.glow.kernels.integer_flavours import flavour
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import intrinsic
 from pegasus.exporters.glow.llvm.loops import const, no_unroll
@@ -90,6 +93,7 @@ def pinned(b: ir.IRBuilder, values: list[Value], registers: tuple[str, ...]) -> 
     return [b.extract_value(out, i) for i in range(len(values))]
 
 
+@flavour("smlad.dot")
 def dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], count: int,
              seeds: list[Value] | None = None, base: Value | None = None) -> list[list[Value]]:
     """acc[c][p] = Σ_k buffer[p][k] * W[row c][k] for ``count`` positions and the channels ``w_rows`` (the

@@ -15,7 +15,7 @@ registers hold the sums, the loaded words and the two pointers.
 The groups are unrolled (at most integer_conv_plan.TILE_GROUPS), and the function, internal, is shared by the
 layers of one depth, tile and clamp (the output's row is an argument). A tile of one position (the last of an
 odd count) keeps integer_im2col.py's blocks, walking the same stream: unrolled for one position, the groups
-would cost more code than they save.
+would cost more code than they save. ``tile_blocks`` is the flavour ``smlad.tile`` (integer_flavours.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan
 from pegasus.exporters.glow.kernels.integer_dot import Requant, dsp
+from pegasus.exporters.glow.kernels.integer_flavours import flavour
 from pegasus.exporters.glow.kernels.integer_smlad import internal_helper, load_words, pinned
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
@@ -35,6 +36,7 @@ Value = ir.Value
 PARAMETER_REGISTERS = ("r4", "r5", "r6", "r7", "r8", "r9", "r10")
 
 
+@flavour("smlad.tile")
 def tile_blocks(b: ir.IRBuilder, cp: ConvPlan, rq: Requant, rows: Value, count: int, y_at: Value) -> None:
     """Every pair of output channels of a tile of ``count`` positions (the buffer ``rows``; outputs from
     ``y_at``, the tile's first output)."""

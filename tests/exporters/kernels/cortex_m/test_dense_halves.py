@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels import integer_conv_plan
+from pegasus.exporters.glow.kernels import integer_flavours
 from pegasus.exporters.glow.kernels.integer_halves import HALF_LIMIT, halve_rows, halves_rows
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
@@ -160,6 +160,6 @@ def test_halfwords_without_the_borrow_fail(tmp_path, monkeypatch):
         laid = halve_rows(borrowed).view(np.uint16).astype(np.int64)
         return ((right + 256 * laid) & 0xFFFF).astype(np.uint16).view(np.int16)
 
-    monkeypatch.setattr(integer_conv_plan, "halve_rows", no_borrow)
+    monkeypatch.setitem(integer_flavours.FLAVOURS, "halves.pack", no_borrow)
     with pytest.raises(AssertionError):
         assert_bundle_matches([small("small", 96, 30)], "cortex-m7", tmp_path)
