@@ -12,6 +12,7 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     identity,
     integer_conv,
     integer_conv_pool,
+    integer_depthwise_dsp,
     integer_elementwise,
     integer_halves,
     integer_lut,

@@ -2,6 +2,8 @@
 the operands, accumulators and requantisation of integer_dot.py, channels first or channels last
 (``channels_last``: pegasus/ops/layout.py). The select stage (kernels/strategy.py) takes the first that applies:
 
+- ``qconv.depthwise_dsp`` (integer_depthwise_dsp.py, Cortex-M with the DSP extension): a channels-last depthwise
+  convolution of 8-bit operands and a multiple of four channels, in blocks of positions along a row;
 - ``qconv.depthwise_last`` (integer_depthwise.py): a channels-last depthwise convolution (one input channel per
   group) sums vectors of channels per position straight from the input;
 - ``qconv.direct`` (integer_depthwise.py): a channels-first depthwise convolution with a small window

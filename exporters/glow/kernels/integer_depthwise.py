@@ -11,10 +11,11 @@ channels, each repeated ``multiplier`` times) times the centred weights of the t
 ``(zx - zx) * w = 0``, so the border positions just skip their outside taps (each tested, unrolled, in a
 window of at most ``DIRECT_TAPS`` taps; loops over conv.py's ``Axis.taps`` ranges in a larger one), and
 interior positions run every tap unrolled with constant offsets. Then the bias and the requantisation,
-per channel. On Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32 sums), a layer of a
-multiple of four channels runs integer_depthwise_dsp.py's blocks of three positions along a row (Cortex-M7,
-int8 3x3 over 32 channels of 32x32, pads 1: 2.88 instructions per MAC, requantisation included; channels
-first: 5.12); another channel count keeps one position here, blocks of four channels: one word of inputs
+per channel. On Cortex-M with the DSP extension (8-bit operands, multiplier 1, i32 sums: ``uses_dsp``), a
+layer of a multiple of four channels is the select stage's ``qconv.depthwise_dsp`` (integer_depthwise_dsp.py:
+blocks of three positions along a row; Cortex-M7, int8 3x3 over 32 channels of 32x32, pads 1: 2.88
+instructions per MAC, requantisation included; channels first: 5.12); another channel count keeps one
+position here, blocks of four channels: one word of inputs
 becomes the centred pairs (x0, x2), (x1, x3) by SXTAB16 (sign- or zero-extend and add ``-zx`` in one
 instruction), a word of weights (w0, w2), (w1, w3) by SXTB16, and SMLABB/SMLATT take the four products:
 10 instructions per tap for 4 MACs.
@@ -27,10 +28,17 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from pegasus.exporters.glow.kernels import integer_depthwise_dsp
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, tap_at, tap_offsets, window_inside
-from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, channel_block, dsp, load_word, seeds_bias
+from pegasus.exporters.glow.kernels.integer_dot import (
+    Mac,
+    Requant,
+    acc_bound,
+    channel_block,
+    dsp,
+    load_word,
+    seeds_bias,
+)
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, loop_nest
 from pegasus.exporters.glow.llvm.requant import widen
@@ -124,15 +132,21 @@ def _splat(value: int, typ: ir.IntType, lanes: int) -> ir.Constant:
     return ir.Constant(_vector(typ, lanes), [ir.Constant(typ, value)] * lanes)
 
 
-def _uses_dsp(k: KernelContext, cp: ConvPlan) -> bool:
-    """Four channels by SXTAB16/SXTB16 and SMLAxy: 8-bit operands, multiplier 1, i32 sums, a DSP CPU."""
-    return (cp.mac.dual(k.target) and cp.out_group == 1 and cp.mac.acc is I32
-            and cp.x.type.dtype.itemsize == 1 and (cp.w.type.dtype.itemsize == 1 or cp.paired))
+def dsp_operands(mac: Mac, target, multiplier: int, x_bytes: int, w_bytes: int, paired: bool) -> bool:
+    """Four channels by SXTAB16/SXTB16 and SMLAxy: 8-bit operands (weights of ``w_bytes`` as laid, or paired),
+    multiplier 1, i32 sums, a DSP CPU (``uses_dsp``; the select stage asks it before the weights are laid)."""
+    return mac.dual(target) and multiplier == 1 and mac.acc is I32 and x_bytes == 1 and (w_bytes == 1 or paired)
+
+
+def uses_dsp(k: KernelContext, cp: ConvPlan) -> bool:
+    """Whether a layer's blocks take four channels by SXTAB16/SXTB16 and SMLAxy (``dsp_operands``)."""
+    return dsp_operands(cp.mac, k.target, cp.out_group, cp.x.type.dtype.itemsize, cp.w.type.dtype.itemsize,
+                        cp.paired)
 
 
 def depthwise_block(k: KernelContext, cp: ConvPlan) -> tuple[int, int]:
     """(lanes, channels) of a block: four channels on the DSP path, else ``channel_block``'s."""
-    if _uses_dsp(k, cp):
+    if uses_dsp(k, cp):
         return 4, 4
     return channel_block(k.target, cp.mac.acc, cp.out_group, cp.ya.channels)
 
@@ -264,16 +278,13 @@ class _DepthwiseLast:
 
 def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     """A channels-last depthwise QConv (module docstring; ``_DepthwiseLast``)."""
-    if _uses_dsp(k, cp) and integer_depthwise_dsp.handles(cp):
-        integer_depthwise_dsp.qconv_depthwise_dsp(k, cp)
-        return
     b = k.builder
     rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias))
     lanes, size = depthwise_block(k, cp)
     kernel = tuple(axis.kernel for axis in cp.axes)
     # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
     w_steps = [stride * cp.ya.channels // (2 if cp.paired else 1) for stride in strides_of(kernel)]
-    layer = _DepthwiseLast(b, cp, rq, lanes, size, _uses_dsp(k, cp), w_steps, seeds_bias(cp.mac, cp.bias))
+    layer = _DepthwiseLast(b, cp, rq, lanes, size, uses_dsp(k, cp), w_steps, seeds_bias(cp.mac, cp.bias))
     with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in cp.axes)], names="nabcdefg") as (batch, *coords):
         layer.position(batch, coords)
 

@@ -40,6 +40,10 @@ over an input byte of p's window of channel c or lower: below every channel stil
 which the second pass of a block of four channels reads after the first wrote c0 + 2 — one byte lower,
 which would need delta = 1 (mod 4), where delta is a multiple of 64. Position p + 2 written early would
 need a delta larger by a position (tests/exporters/test_depthwise_dsp.py shows its wrong bytes).
+
+The select stage chooses this kernel as implementation ``qconv.depthwise_dsp`` (``dsp_applies``: where
+``qconv.depthwise_last`` applies, integer_depthwise.uses_dsp holds for the weights as the pack stage lays them,
+and the channels come in whole blocks), with the weights, tables, packer and stream of integer_conv.py.
 """
 
 from __future__ import annotations
@@ -50,13 +54,31 @@ from contextlib import nullcontext
 from llvmlite import ir
 
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.integer_conv_plan import ConvPlan, depthwise_layout
-from pegasus.exporters.glow.kernels.integer_dot import Requant, acc_bound, dsp, seeds_bias
+from pegasus.exporters.glow.kernels.integer_conv import (
+    depthwise_last_applies,
+    depthwise_stream,
+    pack_qconv,
+    qconv_params,
+)
+from pegasus.exporters.glow.kernels.integer_conv_plan import (
+    DEPTHWISE,
+    PAIRS,
+    ConvPlan,
+    conv_plan,
+    depthwise_layout,
+    doubles,
+)
+from pegasus.exporters.glow.kernels.integer_depthwise import dsp_operands, uses_dsp
+from pegasus.exporters.glow.kernels.integer_dot import Mac, Operand, Requant, acc_bound, dsp, seeds_bias
+from pegasus.exporters.glow.kernels.registry import packer, streams
+from pegasus.exporters.glow.kernels.strategy import Query, Verdict, implementation
 from pegasus.exporters.glow.llvm.barriers import opaque, volatile_load
 from pegasus.exporters.glow.llvm.functions import entry_alloca
 from pegasus.exporters.glow.llvm.loops import affine, const, for_range, loop_nest
 from pegasus.exporters.glow.llvm.tensors import strides_of
 from pegasus.exporters.glow.llvm.types import I8, I32, I64
+from pegasus.ir.dtypes import DType
+from pegasus.ops.spatial import prod
 
 Value = ir.Value
 
@@ -114,6 +136,43 @@ def block_positions(out: int, channels: int) -> int:
 def qconv_depthwise_dsp(k: KernelContext, cp: ConvPlan) -> None:
     """A channels-last depthwise QConv on a DSP Cortex-M (module docstring)."""
     _Kernel(k, cp).emit()
+
+
+NAME = "qconv.depthwise_dsp"
+
+
+def dsp_applies(query: Query) -> Verdict:
+    """A channels-last depthwise layer on a Cortex-M whose plan, with its weights laid as the choice says
+    (integer_conv_plan.conv_plan: 16-bit pairs bounded by 255, or 510 doubled, else the imported bytes), takes
+    the DSP path (integer_depthwise.dsp_operands) in whole blocks of channels (``handles``)."""
+    verdict = depthwise_last_applies(query)
+    if verdict is not True:
+        return verdict
+    if not getattr(query.target, "is_cortex_m", False):
+        return "not a Cortex-M"
+    node, attrs, params = query.node, query.node.attrs, qconv_params(query)
+    x, w, y = (query.type_of(node.inputs[0]), query.type_of(node.inputs[1]), query.type_of(node.outputs[0]))
+    paired = params["weights"] == PAIRS
+    doubled = paired and doubles(attrs) and params["table"] == DEPTHWISE
+    w_side = Operand(DType.INT16, 0, 255 * (1 + doubled)) if paired else Operand(w.dtype, int(attrs.w_zero_point))
+    mac = Mac(Operand(x.dtype, int(attrs.x_zero_point)), w_side, prod(w.shape[2:]))
+    channels = y.shape[-1]
+    if not dsp_operands(mac, query.target, channels // attrs.group, x.dtype.itemsize, w.dtype.itemsize, paired):
+        return "not 8-bit operands of multiplier 1 and i32 sums on a DSP CPU"
+    return True if channels % LANES == 0 else f"channels not a multiple of {LANES}"
+
+
+packer(NAME)(pack_qconv)
+streams(NAME)(depthwise_stream)
+
+
+@implementation(NAME, "QConv", family="cortex_m", priority=30, when=dsp_applies, params=qconv_params)
+def depthwise_dsp(k: KernelContext) -> None:
+    """A channels-last depthwise QConv of 8-bit operands on a DSP Cortex-M: blocks of positions along a row."""
+    cp = conv_plan(k)
+    if not (uses_dsp(k, cp) and handles(cp)):
+        raise AssertionError(f"{NAME} chosen for '{k.node.name}', which its kernel does not compute")
+    qconv_depthwise_dsp(k, cp)
 
 
 class _Kernel:

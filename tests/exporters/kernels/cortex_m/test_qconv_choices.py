@@ -67,7 +67,7 @@ def test_choices_on_a_dsp_cpu_say_what_is_laid():
     want = {"tile": pairs * (depth + 9), "block": 6 * pairs, "folded_block": 8 * pairs}
     assert params["table"] in want and bias.size == want[params["table"]]
     impl, params = chosen["dw"]
-    assert impl == "qconv.depthwise_last" and params["weights"] == "pairs"
+    assert impl == "qconv.depthwise_dsp" and params["weights"] == "pairs"
     assert graph.value_of(node["dw"].inputs[1]).dtype == np.int32
     assert graph.value_of(node["dw"].inputs[2]).size == (4 * 8 if params["table"] == "depthwise" else 8)
 
