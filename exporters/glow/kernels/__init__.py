@@ -18,6 +18,8 @@ from pegasus.exporters.glow.kernels import (  # noqa: F401  (each import registe
     integer_lut,
     integer_madd,
     integer_matmul,
+    integer_matmul_dsp,
+    integer_matmul_madd,
     integer_pointwise_dsp,
     integer_pool,
     integer_prelu,
