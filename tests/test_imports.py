@@ -130,3 +130,24 @@ def test_no_private_name_imported(package):
                for target, name in imports_of(module, path, modules)
                if name.startswith("_") and not name.startswith("__")]
     assert not private, "\n".join(private)
+
+
+KERNELS = "pegasus.exporters.glow.kernels"
+#: kernel families that must stay portable, and the ISA-specific ones they may not import (issue 29's layout rule):
+#: an ISA path is an implementation of its own, which only the select stage sees beside the portable ones
+PORTABLE, ISA_SPECIFIC = ("reference", "integer"), ("x86", "cortex_m")
+
+
+def test_portable_kernels_import_no_isa_specific_kernel():
+    graph = import_graph()
+    offending = sorted(f"{module} imports {target}" for module, targets in graph.items() for target in targets
+                       if any(_inside(module, f"{KERNELS}.{family}") for family in PORTABLE)
+                       and any(_inside(target, f"{KERNELS}.{family}") for family in ISA_SPECIFIC))
+    assert not offending, offending
+
+
+def test_every_kernel_module_lives_in_a_family():
+    """kernels/ holds only the registries and shared context; every kernel is in one family's folder."""
+    loose = {module for module in module_files() if module.startswith(f"{KERNELS}.") and module.count(".") == 4}
+    assert loose <= {f"{KERNELS}.{name}" for name in ("registry", "strategy", "context", "dtypes", "parameters",
+                                                       "reference", "integer", "fused", "x86", "cortex_m")}, loose

@@ -6,15 +6,15 @@ convolution with the layers that consume its output on the spot (``FUSIONS``):
     Conv → zero or more unary element-wise layers (Relu, Clip, Sigmoid...) → at most one MaxPool/AveragePool
     Conv → element-wise layers, one of them (at most) a residual Add/Sum → no pooling
     QConv → at most one MaxPool
-    BatchNormalization (float) → zero or more unary element-wise layers (kernels/normalization.py)
+    BatchNormalization (float) → zero or more unary element-wise layers (kernels/reference/normalization.py)
 
 The element-wise layers become an epilogue applied to each convolution accumulator before it is stored
 or pooled, and the pooling reduces convolution values computed in registers (a QConv's requantised
-integers: kernels/integer_conv_pool.py), so the tensors between the nodes of a group are never written to
+integers: kernels/fused/integer_conv_pool.py), so the tensors between the nodes of a group are never written to
 memory and the memory planner never allocates them. The kernel of a group is its head op's
 ``kernels.registry.group_emitter``. A chain
 only grows through a tensor that exactly one node reads and that is not a graph output. A pooling joins a
-convolution of its own layout (channels first, or channels last: kernels/pool_channels_last.py). The graph
+convolution of its own layout (channels first, or channels last: kernels/reference/pool_channels_last.py). The graph
 itself is untouched: the reference interpreter still runs every node, and a fused bundle must give
 the same outputs.
 
@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pegasus.exporters.glow.kernels  # noqa: F401  (registers the implementations fusion asks about)
-from pegasus.exporters.glow.kernels.elementwise import UNARY
+from pegasus.exporters.glow.kernels.reference.elementwise import UNARY
 from pegasus.exporters.glow.kernels.strategy import Query, prefers_pooling_apart
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

@@ -17,7 +17,7 @@ A stage (``StagePlan``) is one convolution with its pooling over such a window (
 hold a pooled row's whole input (``together``: A's, KH + (pool - 1) * stride rows of X) the max of each pooling
 window is taken over the raw sums and requantised once (as integer_conv_pool's ``raw_max``: the multipliers are
 non-negative); B's holds KH rows only, so B requantises the sums of one convolution row at a time and keeps the
-max in its output. The kernel is kernels/integer_pooled_pair.py; its sums are the unfused layers'
+max in its output. The kernel is kernels/cortex_m/integer_pooled_pair.py; its sums are the unfused layers'
 integers, so the bundle's output is bit for bit theirs.
 
 The pair is formed (``pair_layers``) when ``pair_plan``'s conditions hold and the layer's bytes — the rings,
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pegasus.exporters.glow.fuse import Layer, headed_layer
-from pegasus.exporters.glow.kernels import integer_halves
 from pegasus.exporters.glow.kernels.context import piece
+from pegasus.exporters.glow.kernels.cortex_m import integer_halves
 from pegasus.exporters.glow.target import CPUS
 from pegasus.ir.dtypes import DType
 from pegasus.ir.graph import Graph, Node

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from pegasus.exporters.glow.kernels import conv as conv_kernels
-from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
-from pegasus.exporters.glow.kernels import linear as linear_kernels
-from pegasus.exporters.glow.kernels import pool as pool_kernels
+from pegasus.exporters.glow.kernels.fused import conv_pool as conv_pool_kernels
+from pegasus.exporters.glow.kernels.reference import conv as conv_kernels
+from pegasus.exporters.glow.kernels.reference import linear as linear_kernels
+from pegasus.exporters.glow.kernels.reference import pool as pool_kernels
 from pegasus.exporters.glow.llvm.simd import Simd
 from tests.support.bundle_cases import Case, run_cases
 

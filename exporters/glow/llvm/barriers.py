@@ -2,7 +2,7 @@
 on Arm) and a pointer laundered through an empty inline-assembly statement (the same address, whose origin
 LLVM no longer sees, so it neither forwards values stored through the original nor folds constant offsets
 into the loads). The Cortex-M integer kernels use them where LLVM's own choices cost instructions
-(kernels/integer_im2col.py, kernels/parameters.py)."""
+(kernels/integer/integer_im2col.py, kernels/parameters.py)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ Concat by construction (``concat_in_place``: hosted targets, float tensors): a C
 contiguous runs of its output (every axis before the concatenation axis of size 1) gets each input's
 buffer moved into its output's at that input's byte offset (64-byte aligned offsets only), so the layers
 producing the inputs write straight into the joined tensor and the Concat copies nothing (its kernel
-compares the pointers: kernels/shape_ops.py). DenseNet's dense blocks thus become one buffer each, every
+compares the pointers: kernels/reference/shape_ops.py). DenseNet's dense blocks thus become one buffer each, every
 layer writing its channels after the ones before. An input moves only when every tensor of its buffer is
 written by the Concat's layer and that buffer holds nothing but the input (and the tensors written over
 before it); a tensor written over the joined output after the Concat (an in-place layer) must come after

@@ -1,13 +1,13 @@
 """The implementations of the layers grouping builds out of several convolutions: a residual block computed row
 by row (row_chains.py, row_emit.py) and two convolutions with their poolings computed as one (pooled_pair.py,
-kernels/integer_pooled_pair.py). Each has one implementation; its hooks read the block the grouping stage made.
+kernels/cortex_m/integer_pooled_pair.py). Each has one implementation; its hooks read the block the grouping stage made.
 """
 
 from __future__ import annotations
 
 from pegasus.exporters.glow.fuse import Layer
 from pegasus.exporters.glow.kernels.context import KernelContext
-from pegasus.exporters.glow.kernels.integer_pooled_pair import emit_pooled_pair
+from pegasus.exporters.glow.kernels.cortex_m.integer_pooled_pair import emit_pooled_pair
 from pegasus.exporters.glow.kernels.registry import workspace
 from pegasus.exporters.glow.kernels.strategy import Choice, Query, choose, hook, implementation, run_hook
 from pegasus.exporters.glow.pooled_pair import pair_of

@@ -1,7 +1,7 @@
 """The float rewrites of the export (exporters/glow/lower.py ``float_rewrites``): a per-channel Mul/Add/Sub
 after a channels-first Conv or a BatchNormalization folds into its weights, and an AveragePool without
 padding after a 1x1 Conv runs before it; then a BatchNormalization and the unary layers after it are one
-fused layer (fuse.py, kernels/normalization.py). The bundles must give what onnxruntime gives for the model
+fused layer (fuse.py, kernels/reference/normalization.py). The bundles must give what onnxruntime gives for the model
 as written (rtol 1e-4 / atol 1e-5), and the cases that must not be rewritten keep their layers (and still
 match).
 """

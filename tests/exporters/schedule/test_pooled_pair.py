@@ -1,5 +1,5 @@
-"""Pooled pairs (exporters/glow/pooled_pair.py, kernels/integer_pooled_pair.py): two QConv + MaxPool layers in a
-row, computed on Cortex-M with the DSP extension as one layer over windows of 16-bit centred rows.
+"""Pooled pairs (exporters/glow/pooled_pair.py, kernels/cortex_m/integer_pooled_pair.py): two QConv + MaxPool layers in
+a row, computed on Cortex-M with the DSP extension as one layer over windows of 16-bit centred rows.
 
 Checked: small float CNNs of varied geometry — one input channel (LDR groups), an even number (LDRD groups),
 3 channels, a 5x3 kernel, a strided second convolution, 3x3 poolings (each position max-ed in), runs padded to
@@ -199,7 +199,7 @@ def test_halfword_bound_is_exact_at_the_extremes():
     """integer_halves.halves_within: when it admits weights for inputs in [lo, hi], A1 = (T - A0) >> 8 computed
     in wrapping 32-bit arithmetic equals the exact sum at the inputs that push each odd row to its extremes; a
     row just past the bound is refused."""
-    from pegasus.exporters.glow.kernels.integer_halves import halfwords, halves_within
+    from pegasus.exporters.glow.kernels.cortex_m.integer_halves import halfwords, halves_within
 
     rng = np.random.default_rng(3)
     for lo, hi in ((0, 255), (-127, 128), (-255, 0)):

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.exporters.glow.export import export_bundle
 from pegasus.exporters.glow.fuse import fuse_layers
-from pegasus.exporters.glow.kernels import conv_plane
+from pegasus.exporters.glow.kernels.reference import conv_plane
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx

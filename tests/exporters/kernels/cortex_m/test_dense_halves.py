@@ -1,4 +1,4 @@
-"""Dense layers whose weights are stored as halfword pairs of rows (exporters/glow/kernels/integer_halves.py):
+"""Dense layers whose weights are stored as halfword pairs of rows (exporters/glow/kernels/cortex_m/integer_halves.py):
 ``256 w1 + w0`` per tap of rows 2i, 2i + 1, one SMLAD summing 256 A1 + A0 and one over the SXTB16'd low bytes
 summing A0. Checked: the stored layout decoded here (the borrow that makes each halfword exact, the taps'
 (0, 2, 1, 3) order, blocks of four rows interleaved per group, an M % 4 == 2 layer's last pair alone); which
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels import integer_flavours
-from pegasus.exporters.glow.kernels.integer_halves import HALF_LIMIT, halve_rows, halves_rows
+from pegasus.exporters.glow.kernels.cortex_m.integer_halves import HALF_LIMIT, halve_rows, halves_rows
+from pegasus.exporters.glow.kernels.integer import integer_flavours
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter

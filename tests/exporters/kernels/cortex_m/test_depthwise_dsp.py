@@ -1,4 +1,4 @@
-"""The channels-last int8 depthwise QConv of DSP Cortex-M cores (exporters/glow/kernels/integer_depthwise_dsp.py:
+"""The channels-last int8 depthwise QConv of DSP Cortex-M cores (kernels/cortex_m/integer_depthwise_dsp.py:
 blocks of up to four positions along a row, channel pairs, the positions after the second kept on the stack).
 
 - Bundles of many geometries byte for byte against the reference interpreter on Cortex-M4, M7, M33 and M55:
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels import integer_depthwise_dsp
+from pegasus.exporters.glow.kernels.cortex_m import integer_depthwise_dsp
 from pegasus.exporters.glow.memory.plan import align, overlap_bytes
 from pegasus.exporters.glow.pipeline import stream_of
 from pegasus.exporters.glow.target import resolve_target

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pegasus.exporters.glow.kernels.integer_conv_plan import stored_taps
+from pegasus.exporters.glow.kernels.integer.integer_conv_plan import stored_taps
 from tests.support.bundle_cases import Case
 from tests.support.paired_weights import assert_bundle_matches
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.integer_conv_plan import pack_weights
+from pegasus.exporters.glow.kernels.integer.integer_conv_plan import pack_weights
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir import serialize

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels import integer_conv_pool, integer_halves
+from pegasus.exporters.glow.kernels.cortex_m import integer_halves
+from pegasus.exporters.glow.kernels.fused import integer_conv_pool
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter

@@ -1,4 +1,4 @@
-"""Every block of an im2col tile in one function (exporters/glow/kernels/integer_smlad_tile.py), reading the
+"""Every block of an im2col tile in one function (exporters/glow/kernels/cortex_m/integer_smlad_tile.py), reading the
 ``tile_stream`` that replaces a paired layer's biases and weights (integer_conv_plan.py: TFLite rounding whose
 rounding constants fold — a fused ReLU —, an even number of output channels, at most TILE_GROUPS groups).
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.integer_conv_plan import TILE_GROUPS, block_table, pack_weights
+from pegasus.exporters.glow.kernels.integer.integer_conv_plan import TILE_GROUPS, block_table, pack_weights
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
 from tests.support import toolchains

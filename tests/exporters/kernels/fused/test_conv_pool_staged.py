@@ -1,4 +1,4 @@
-"""A float Conv fused with a pooling whose windows overlap (kernels/conv_pool.py ``conv_pool_workspace``): on
+"""A float Conv fused with a pooling whose windows overlap (kernels/fused/conv_pool.py ``conv_pool_workspace``): on
 hosted targets it computes the convolution once into a planned workspace (a max pool: a band of rows of every
 channel at a time; an average: a block of channels at a time) and pools from there (the recomputation of the
 shared values cost ResNet-50's stem 2.25 times its convolution); Cortex-M keeps pooling from the convolution's
@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.exporters.glow.codegen import layer_workspaces
 from pegasus.exporters.glow.fuse import fuse_layers
-from pegasus.exporters.glow.kernels import conv_pool as pool_kernels
+from pegasus.exporters.glow.kernels.fused import conv_pool as pool_kernels
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.importers.onnx.loader import import_onnx

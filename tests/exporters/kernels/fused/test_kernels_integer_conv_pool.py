@@ -1,4 +1,4 @@
-"""A QConv fused with the MaxPool that reads it (exporters/glow/fuse.py, kernels/integer_conv_pool.py), compiled
+"""A QConv fused with the MaxPool that reads it (exporters/glow/fuse.py, kernels/fused/integer_conv_pool.py), compiled
 into bundles and compared byte for byte with the reference interpreter running the two layers one after the other.
 
 The geometries are chosen to break the kernel: pooling stride different from its kernel (overlapping and

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import pegasus.exporters.glow.kernels  # noqa: F401  (registers the flavours)
-from pegasus.exporters.glow.kernels.integer_flavours import FLAVOURS, flavour, flavour_of
+from pegasus.exporters.glow.kernels.integer.integer_flavours import FLAVOURS, flavour, flavour_of
 
 LOOKED_UP = ("madd.lanes", "madd.dot", "smlad.dot", "smlad.tile", "smlad.pointwise", "halves.fits", "halves.pack")
 

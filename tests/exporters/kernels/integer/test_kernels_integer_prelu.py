@@ -1,4 +1,4 @@
-"""QPRelu's emitter (exporters/glow/kernels/integer_prelu.py) bit for bit against its NumPy reference: single-op
+"""QPRelu's emitter (exporters/glow/kernels/integer/integer_prelu.py) bit for bit against its NumPy reference: single-op
 layers over uint8/int8/int16 inputs, int8/uint8/int16 slopes broadcast per channel (channels first and last), per
 element or one for all, under the tflite and half_up roundings, with clamps and identity factors above 1 (a left
 shift), the identity side from a table when x has more elements than levels, on the host and bare metal on

@@ -1,5 +1,5 @@
-"""Pointwise (1x1, unpadded) and strided float convolutions on hosted targets (kernels/conv.py): a pointwise one
-is one correlation over the flattened positions (``_pointwise_correlation``), a strided pointwise one reads the
+"""Pointwise (1x1, unpadded) and strided float convolutions on hosted targets (kernels/reference/conv.py): a pointwise
+one is one correlation over the flattened positions (``_pointwise_correlation``), a strided pointwise one reads the
 input positions gathered into a planned workspace first, and any other Conv strided along its last axis reads
 each tap's run of that axis gathered (zeros in the padding) into the workspace (``_row_taps_correlation``);
 none of these workspaces on Cortex-M (``conv_workspace``). Against onnxruntime (NumPy for float64): planes whose

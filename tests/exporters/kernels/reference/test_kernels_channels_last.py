@@ -1,5 +1,5 @@
-"""Channels-last float kernels (kernels/conv_channels_last.py, kernels/pool_channels_last.py) in bundles
-against onnxruntime running the channels-first ONNX op on the transposed input (rtol 1e-4 / atol 1e-5;
+"""Channels-last float kernels (kernels/reference/conv_channels_last.py, kernels/reference/pool_channels_last.py) in
+bundles against onnxruntime running the channels-first ONNX op on the transposed input (rtol 1e-4 / atol 1e-5;
 float16 within its own precision, integers exactly).
 
 Covers float32 (a few float16/float64) Conv (dense, grouped, depthwise with multiplier 1, 2 and 3, 1×1,
@@ -24,11 +24,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels import conv as conv_kernels
-from pegasus.exporters.glow.kernels import conv_channels_last, pool_channels_last
-from pegasus.exporters.glow.kernels import conv_pool as conv_pool_kernels
-from pegasus.exporters.glow.kernels import linear as linear_kernels
-from pegasus.exporters.glow.kernels import pool as pool_kernels
+from pegasus.exporters.glow.kernels.fused import conv_pool as conv_pool_kernels
+from pegasus.exporters.glow.kernels.reference import conv as conv_kernels
+from pegasus.exporters.glow.kernels.reference import conv_channels_last, pool_channels_last
+from pegasus.exporters.glow.kernels.reference import linear as linear_kernels
+from pegasus.exporters.glow.kernels.reference import pool as pool_kernels
 from pegasus.exporters.glow.llvm.numeric import Numeric
 from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.exporters.glow.target import resolve_target

@@ -19,8 +19,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.errors import PegasusError
-from pegasus.exporters.glow.kernels import conv as conv_kernels
-from pegasus.exporters.glow.kernels import linear as linear_kernels
+from pegasus.exporters.glow.kernels.reference import conv as conv_kernels
+from pegasus.exporters.glow.kernels.reference import linear as linear_kernels
 from pegasus.exporters.glow.llvm.simd import Simd
 from pegasus.exporters.glow.llvm.windows import narrow_tail
 from pegasus.importers.onnx.loader import import_onnx

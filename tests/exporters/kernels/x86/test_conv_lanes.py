@@ -1,5 +1,5 @@
 """Float convolutions on small channels-first planes with the output channels in the lanes
-(exporters/glow/kernels/conv_lanes.py) against a NumPy convolution in float64 (test_conv_plane.reference) and
+(exporters/glow/kernels/x86/conv_lanes.py) against a NumPy convolution in float64 (test_conv_plane.reference) and
 onnxruntime: 1x1 on 7x7 and 14x14 planes, planes smaller than a position tile, position and channel remainders
 (output channels not a whole number of vectors or blocks), batches, no bias, a fused Relu, a stride-2 projection
 (read where they are); larger kernels over the input copied with its padding: 3x3 on 7x7 and 14x14, stride 2
@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pegasus.exporters.glow.fuse import fuse_layers
-from pegasus.exporters.glow.kernels import conv_lanes
+from pegasus.exporters.glow.kernels.x86 import conv_lanes
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.importers.onnx.loader import import_onnx

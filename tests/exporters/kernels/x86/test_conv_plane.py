@@ -1,4 +1,4 @@
-"""Float convolutions over the flattened plane (exporters/glow/kernels/conv_plane.py) against a NumPy direct
+"""Float convolutions over the flattened plane (exporters/glow/kernels/reference/conv_plane.py) against a NumPy direct
 convolution written here (rtol 1e-4 / atol 1e-5; float16 2e-3), and onnxruntime on a Conv + Relu and on Conv +
 Relu + pooling layers (staged): tiles crossing row ends, the plane's first and last tiles (masked loads), tail
 tiles, planes smaller than a tile, dilations, 5x5, 1x3 and 3x1 kernels, even kernels with SAME_UPPER padding,
@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from pegasus.exporters.glow.codegen import layer_workspaces
 from pegasus.exporters.glow.fuse import fuse_layers
-from pegasus.exporters.glow.kernels import conv_plane
+from pegasus.exporters.glow.kernels.reference import conv_plane
 from pegasus.exporters.glow.lower import lower_for_export
 from pegasus.importers.onnx.loader import import_onnx
 from tests.support import host_runner
@@ -144,7 +144,7 @@ def test_conv_relu_pool_staged_from_the_plane(cpu, pool, monkeypatch, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Stride-1 pooling over the plane (kernels/pool_plane.py)
+# Stride-1 pooling over the plane (kernels/reference/pool_plane.py)
 
 
 def pool_reference(x: np.ndarray, op: str, kernel, pads, dilations, include_pads: bool) -> np.ndarray:
@@ -177,7 +177,7 @@ POOL_CASES = {
 @pytest.mark.parametrize("cpu", list(CPUS))
 @pytest.mark.parametrize("key", list(POOL_CASES))
 def test_stride1_pool_over_the_plane_matches_numpy(cpu, key, monkeypatch, tmp_path):
-    from pegasus.exporters.glow.kernels import pool_plane
+    from pegasus.exporters.glow.kernels.reference import pool_plane
 
     use_cpu(cpu, monkeypatch)
     emitted = []

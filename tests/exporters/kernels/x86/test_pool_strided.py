@@ -1,4 +1,4 @@
-"""Float MaxPool with a row stride of 2 or more on x86-64 with AVX (kernels/pool_plane.py emit_strided_max):
+"""Float MaxPool with a row stride of 2 or more on x86-64 with AVX (kernels/reference/pool_plane.py emit_strided_max):
 runs of s*L inputs per window row, max over the rows, taps shuffled out of the runs (windows no wider than two
 strides: one run and the columns after it); rows clamped into the input, columns outside masked. Checked
 against NumPy for the host, an AVX2 and an AVX-512 CPU (each skipped when this machine cannot run its code),
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from pegasus.exporters.glow.kernels import pool_plane
+from pegasus.exporters.glow.kernels.reference import pool_plane
 from pegasus.importers.onnx.loader import import_onnx
 from tests.support import host_runner
 from tests.support.plane_cases import CPUS, use_cpu
