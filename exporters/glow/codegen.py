@@ -282,7 +282,8 @@ def _emit_layer_body(function: ir.Function, graph: Graph, unit: Layer, choice: C
 def layer_workspaces(graph: Graph, layers: list[Layer], target: Target,
                      choices: list[Choice] | None = None) -> dict[int, int]:
     """Scratch bytes each layer's implementation needs on ``target`` (its ``workspace`` hook; layers without a
-    workspace left out). ``choices``: the select stage's (default: selected here, on a graph not yet packed)."""
+    workspace left out). ``choices``: the select stage's (default: selected here — only for layers whose
+    implementations read no packed weights, e.g. float layers: the pipeline passes its own)."""
     if choices is None:
         choices = [selection.choice for selection in select_layers(graph, layers, target)]
     sizes = {}

@@ -155,7 +155,7 @@ def run_glow(args: argparse.Namespace) -> int:
         from pegasus.exporters.glow.memory.plot import plot_memory_plan
 
         plot_memory_plan(result.graph, result.plan, Path(args.dump_memory_plan))
-    if args.explain:
+    if getattr(args, "explain", False):
         from pegasus.exporters.glow.pipeline import explain
 
         print(explain(result.schedule))

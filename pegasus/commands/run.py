@@ -90,7 +90,7 @@ def _prepare(args: argparse.Namespace, graph, target, work: Path) -> tuple[Path,
 
     name = c_identifier(Path(args.model).stem)
     result = export_bundle(graph, work, name, target, reuse_input_memory=args.reuse_input_memory)
-    if args.explain:
+    if getattr(args, "explain", False):
         from pegasus.exporters.glow.pipeline import explain
 
         print(explain(result.schedule))

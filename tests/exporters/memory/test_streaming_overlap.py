@@ -273,17 +273,10 @@ def _mlperf_builders():
 
 
 def _m7_plan(graph: Graph, reuse: bool):
-    """The Cortex-M7 bundle's plan, as export_bundle makes it (planning only)."""
-    from pegasus.exporters.glow.codegen import layer_streams, layer_workspaces
-    from pegasus.exporters.glow.fuse import fuse_layers
-    from pegasus.exporters.glow.lower import lower_for_export
-    from pegasus.exporters.glow.memory.plan import plan_memory
-    from pegasus.exporters.glow.row_chains import chain_rows
+    """The Cortex-M7 bundle's plan, as export_bundle makes it (the pipeline's stages up to the plan)."""
+    from pegasus.exporters.glow.pipeline import schedule
 
-    lowered, target = lower_for_export(graph), resolve_target("arm", "cortex-m7")
-    layers = chain_rows(lowered, fuse_layers(lowered))
-    return plan_memory(lowered, layers, layer_workspaces(lowered, layers, target),
-                       layer_streams(lowered, layers, target), reuse)
+    return schedule(graph, resolve_target("arm", "cortex-m7"), reuse).plan
 
 
 def test_mlperf_ram_against_half_the_tflm_arena(lowered_models):
