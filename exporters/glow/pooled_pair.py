@@ -145,7 +145,7 @@ def _stage(graph: Graph, conv: Node, pool: Node, together: bool, producers: dict
     w = graph.type_of(conv.inputs[1])
     m = graph.type_of(conv.outputs[0]).shape[-1 if last else 1]
     if w.rank != 4 or m % 2 or w.dtype is not DType.INT8 or w.shape[:2] != (m, channels):
-        return None     # not (M, C, KH, KW) bytes as imported: laid out by a packer already
+        return None     # the kernel reads (M, C, KH, KW) int8 weights, an even number of channels
     kernel = tuple(int(k) for k in w.shape[2:])
     win = Conv.geometry(attrs, first_shape(x.shape, last), (m, channels, *kernel))
     if (any(win.pads_begin) or any(win.pads_end) or any(d != 1 for d in win.dilations)

@@ -10,7 +10,6 @@ from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.cortex_m.integer_pooled_pair import emit_pooled_pair
 from pegasus.exporters.glow.kernels.registry import workspace
 from pegasus.exporters.glow.kernels.strategy import Choice, Query, choose, hook, implementation, run_hook
-from pegasus.exporters.glow.pooled_pair import pair_of
 from pegasus.exporters.glow.row_chains import ROW_CONVS
 from pegasus.exporters.glow.row_emit import emit_row_chain
 
@@ -64,8 +63,8 @@ def pooled_pair_workspace(k: KernelContext) -> int:
 
 @hook("pack", "pooled_pair")
 def pack_pooled_pair(query: Query, choice: Choice) -> list[tuple[str, dict[int, object], str]]:
-    """Both convolutions' weights as the pair's kernel reads them (pooled_pair.py ``pair_of``)."""
-    found = pair_of(query.graph, query.layer.nodes[2], query.target)   # B: the pair is found from its second
-    assert found is not None, f"pooled pair '{query.node.name}': its weights can no longer be laid"
-    plan, first, second = found
+    """Both convolutions' weights as the pair's kernel reads them, by the plan grouping made (pooled_pair.py)."""
+    plan, graph = query.layer.plan, query.graph
+    first, second = plan.first.lay(graph.value_of(plan.a.inputs[1])), plan.second.lay(graph.value_of(plan.b.inputs[1]))
+    assert first is not None and second is not None, f"pooled pair '{query.node.name}': its weights cannot be laid"
     return [(plan.a.name, {1: first}, "paired"), (plan.b.name, {1: second}, "paired")]
