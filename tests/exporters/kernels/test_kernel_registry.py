@@ -2,7 +2,6 @@
 registration for the same key: a second ``@workspace("QConv")`` would otherwise silently replace the first and
 change which bytes a layer gets."""
 
-import inspect
 import sys
 
 import pytest
@@ -72,13 +71,3 @@ def test_refused_registration_changes_nothing(fresh_tables, kind):
     assert _total() == registered
 
 
-@pytest.mark.skipif("channels_first" not in inspect.signature(registry.packer).parameters,
-                    reason="packers are keyed by implementation, not by layout")
-def test_packer_layouts_keyed_apart(fresh_tables):
-    """One op may have a channels-last and a channels-first packer, but not two of either."""
-    registry.packer("TestOnlyOp")(lambda *args: "last")
-    registry.packer("TestOnlyOp", channels_first=True)(lambda *args: "first")
-    with pytest.raises(ValueError, match="channels-first packer for TestOnlyOp registered twice"):
-        registry.packer("TestOnlyOp", channels_first=True)(lambda *args: None)
-    with pytest.raises(ValueError, match="channels-last packer for TestOnlyOp registered twice"):
-        registry.packer("TestOnlyOp")(lambda *args: None)
