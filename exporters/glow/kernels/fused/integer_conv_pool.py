@@ -288,57 +288,96 @@ def pooled_params(query: Query) -> dict[str, str | None]:
     return {"weights": HALVES if pooled_halves(node, graph, target, pooled) else BYTES, "table": None}
 
 
-@implementation("QConv+group", "QConv+group", family="fused", params=pooled_params)
-def qconv_pool(k: KernelContext) -> None:
-    """A QConv and its MaxPool (module docstring); ``k.outputs`` is the pooling's output."""
-    b, layer = k.builder, k.layer
-    pooled = k.outputs[0]
-    cp = conv_plan(replace(k, outputs=[conv_output(k)]))
-    paired = cp.paired      # depthwise weights stored as centred 16-bit pairs (pack_weights), read as int16
-    if paired:
-        cp = replace(cp, w=TensorRef(b.bitcast(cp.w.ptr, I16.as_pointer()),
-                                     TensorType((*cp.w.shape[:-1], cp.w.shape[-1] * 2), DType.INT16)), paired=False)
-    conv = cp.y
-    last = cp.channels_last
-    pool_attrs = layer.pool.attrs
-    conv_sizes = conv.shape[1:-1] if last else conv.shape[2:]
-    pool_axes = axes_of(MaxPool.geometry(pool_attrs, first_shape(conv.shape, last)), conv_sizes)
-    rq = Requant(k.table, k.attrs, conv, acc_bound(cp.mac, cp.bias))
-    red = reduction(cp)
-    dot = Dot(k, cp)
-    if dot.dual:    # scheduled as integer_smlad.TUNING says (module docstring)
-        tuned(b.function)
-    xa, acc = cp.xa, cp.mac.acc
-    out = conv.element
-    signed = conv.type.dtype != DType.UINT8
-    lowest = integer_range(conv.type.dtype.numpy)[0]
-    # the max of a window's sums, requantised once: with non-negative multipliers the requantisation is monotonic
-    # (rounding and clamps never reorder), so max(rq(a), rq(b)) = rq(max(a, b)) — one requantisation per pooled
-    # output instead of one per convolution value (LeNet conv1: 4 per output)
-    raw_max = all(int(m) >= 0 for m in k.attrs.multiplier)
-    pair = 2 if pool_axes[-1].kernel % 2 == 0 else 1
-    # the pair's windows one byte apart along rows of 4q + 1 taps: their words are shared (Dot.neighbours)
-    reduce_add = intrinsic(k.module, f"llvm.vector.reduce.add.v{red.run}i{acc.width}", acc,
-                           [ir.VectorType(acc, red.run)])
-    neighbours = (pair == 2 and dot.dual and dot.per_word == 4 and acc is I32 and not last
-                  and cp.axes[-1].stride * pool_axes[-1].dilation == 1 and red.run % 4 == 1
-                  and 1 <= red.run // 4 <= UNROLLED_WORDS)
-    limits = [axis.interior() for axis in cp.axes]
-    checked = [i for i, (limit, axis) in enumerate(zip(limits, cp.axes)) if limit != (0, axis.out)]
-    if cp.halves and (checked or red.run != cp.axes[-1].kernel or not dot.dual):
-        raise AssertionError(f"layer '{k.node.name}': halfword weights laid for runs of the kernel's rows, no padding")
-    y_spatial = pooled.strides[1:-1] if last else pooled.strides[2:]
-    y_channel = 1 if last else pooled.strides[1]
+@dataclass
+class _PooledConv:
+    """One QConv + MaxPool layer being emitted (module docstring): its plan, the pooling's axes, the dot-product
+    flavour and the requantisation, decided once; ``block`` writes a block of output channels."""
 
-    def sums(batch: Value, group: Value, rows: list[Value], positions: list[list[Value]]) -> list[list[Value]]:
+    k: KernelContext
+
+    def __post_init__(self) -> None:
+        k = self.k
+        b = self.b = k.builder
+        self.pooled = k.outputs[0]
+        cp = conv_plan(replace(k, outputs=[conv_output(k)]))
+        self.paired = cp.paired      # depthwise weights stored as centred 16-bit pairs (pack_weights), read as int16
+        if self.paired:
+            cp = replace(cp, w=TensorRef(b.bitcast(cp.w.ptr, I16.as_pointer()),
+                                         TensorType((*cp.w.shape[:-1], cp.w.shape[-1] * 2), DType.INT16)), paired=False)
+        self.cp = cp
+        conv = cp.y
+        last = cp.channels_last
+        conv_sizes = conv.shape[1:-1] if last else conv.shape[2:]
+        self.pool_axes = axes_of(MaxPool.geometry(k.layer.pool.attrs, first_shape(conv.shape, last)), conv_sizes)
+        self.rq = Requant(k.table, k.attrs, conv, acc_bound(cp.mac, cp.bias))
+        self.red = red = reduction(cp)
+        self.dot = dot = Dot(k, cp)
+        if dot.dual:    # scheduled as integer_smlad.TUNING says (module docstring)
+            tuned(b.function)
+        self.acc = acc = cp.mac.acc
+        self.out = conv.element
+        self.signed = conv.type.dtype != DType.UINT8
+        self.lowest = integer_range(conv.type.dtype.numpy)[0]
+        # the max of a window's sums, requantised once: with non-negative multipliers the requantisation is
+        # monotonic (rounding and clamps never reorder), so max(rq(a), rq(b)) = rq(max(a, b)) — one
+        # requantisation per pooled output instead of one per convolution value (LeNet conv1: 4 per output)
+        self.raw_max = all(int(m) >= 0 for m in k.attrs.multiplier)
+        self.pair = 2 if self.pool_axes[-1].kernel % 2 == 0 else 1
+        # the pair's windows one byte apart along rows of 4q + 1 taps: their words are shared (Dot.neighbours)
+        self.reduce_add = intrinsic(k.module, f"llvm.vector.reduce.add.v{red.run}i{acc.width}", acc,
+                                    [ir.VectorType(acc, red.run)])
+        self.neighbours = (self.pair == 2 and dot.dual and dot.per_word == 4 and acc is I32 and not last
+                           and cp.axes[-1].stride * self.pool_axes[-1].dilation == 1 and red.run % 4 == 1
+                           and 1 <= red.run // 4 <= UNROLLED_WORDS)
+        self.limits = [axis.interior() for axis in cp.axes]
+        self.checked = [i for i, (limit, axis) in enumerate(zip(self.limits, cp.axes)) if limit != (0, axis.out)]
+        if cp.halves and (self.checked or red.run != cp.axes[-1].kernel or not dot.dual):
+            raise AssertionError(f"layer '{k.node.name}': halfword weights laid for runs of the kernel's rows, "
+                                 "no padding")
+        self.y_spatial = self.pooled.strides[1:-1] if last else self.pooled.strides[2:]
+        self.y_channel = 1 if last else self.pooled.strides[1]
+
+    def _interior(self, slots, lanes, bases, rows) -> None:
+        """The positions' windows inside the input: runs of the reduction, no bounds."""
+        b, red, dot = self.b, self.red, self.dot
+        with loop_nest(b, [count for count, _, _ in red.dims], names="rstuvwxyz") as indices:
+            x_at = affine(b, 0, *((i, x_step) for i, (_, x_step, _) in zip(indices, red.dims)))
+            w_at = affine(b, 0, *((i, w_step) for i, (_, _, w_step) in zip(indices, red.dims)))
+            xs, ws = [b.add(base, x_at) for base in bases], [b.add(row, w_at) for row in rows]
+            if self.neighbours:
+                dot.neighbours(slots, xs[0], ws, red.run)
+            elif lanes:
+                dot.vector_run(lanes, xs, ws, red.run)
+            else:
+                dot.run(slots, xs, ws, red.run)
+        for row, lane_row in zip(slots, lanes or []):
+            for slot, lane_slot in zip(row, lane_row):
+                b.store(b.add(b.load(slot), b.call(self.reduce_add, [b.load(lane_slot)])), slot)
+
+    def _border(self, slots, positions, bases, rows) -> None:
+        """Each position alone, over its taps inside the input."""
+        b, cp, xa = self.b, self.cp, self.cp.xa
+        steps = [axis.dilation * step for axis, step in zip(cp.axes, xa.spatial)]
+        _, w_channel, w_taps = weight_steps(cp)
+        for p, (coords, base) in enumerate(zip(positions, bases)):
+            ranges = [axis.taps(b, o) for axis, o in zip(cp.axes, coords)]
+            with for_range(b, cp.in_group, name="ci") as ci:
+                with range_nest(b, ranges) as ks:
+                    x_at = affine(b, 0, (base, 1), (ci, xa.channel), *zip(ks, steps))
+                    w_at = affine(b, 0, (ci, w_channel), *zip(ks, w_taps))
+                    self.dot.single([slots[p]], [x_at], [b.add(row, w_at) for row in rows])
+
+    def sums(self, batch: Value, group: Value, rows: list[Value], positions: list[list[Value]]) -> list[list[Value]]:
         """acc[p][c]: the convolution's sums at ``positions`` (output coordinates) for the block's weight rows (of
         halfwords: the pair's one row, summing A0 and T, then A0 and A1: integer_halves.py)."""
+        b, cp, acc, red = self.b, self.cp, self.acc, self.red
+        xa = cp.xa
         slots = [[entry_alloca(b, acc) for _ in range(2 if cp.halves else len(rows))] for _ in positions]
         for row in slots:
             for slot in row:
                 b.store(ir.Constant(acc, 0), slot)
         lanes = None
-        if dot.vector and red.run > 1:
+        if self.dot.vector and red.run > 1:
             vector = ir.VectorType(acc, red.run)
             lanes = [[entry_alloca(b, vector) for _ in rows] for _ in positions]
             for row in lanes:
@@ -347,94 +386,79 @@ def qconv_pool(k: KernelContext) -> None:
         origins = [[axis.origin(b, o) for axis, o in zip(cp.axes, coords)] for coords in positions]
         x_group = affine(b, 0, (batch, xa.batch), (group, cp.in_group * xa.channel))
         bases = [affine(b, 0, (x_group, 1), *zip(origin, xa.spatial)) for origin in origins]
-
-        def interior() -> None:
-            with loop_nest(b, [count for count, _, _ in red.dims], names="rstuvwxyz") as indices:
-                x_at = affine(b, 0, *((i, x_step) for i, (_, x_step, _) in zip(indices, red.dims)))
-                w_at = affine(b, 0, *((i, w_step) for i, (_, _, w_step) in zip(indices, red.dims)))
-                xs, ws = [b.add(base, x_at) for base in bases], [b.add(row, w_at) for row in rows]
-                if neighbours:
-                    dot.neighbours(slots, xs[0], ws, red.run)
-                elif lanes:
-                    dot.vector_run(lanes, xs, ws, red.run)
-                else:
-                    dot.run(slots, xs, ws, red.run)
-            for row, lane_row in zip(slots, lanes or []):
-                for slot, lane_slot in zip(row, lane_row):
-                    b.store(b.add(b.load(slot), b.call(reduce_add, [b.load(lane_slot)])), slot)
-
-        def border() -> None:
-            """Each position alone, over its taps inside the input."""
-            steps = [axis.dilation * step for axis, step in zip(cp.axes, xa.spatial)]
-            _, w_channel, w_taps = weight_steps(cp)
-            for p, (coords, base) in enumerate(zip(positions, bases)):
-                ranges = [axis.taps(b, o) for axis, o in zip(cp.axes, coords)]
-                with for_range(b, cp.in_group, name="ci") as ci:
-                    with range_nest(b, ranges) as ks:
-                        x_at = affine(b, 0, (base, 1), (ci, xa.channel), *zip(ks, steps))
-                        w_at = affine(b, 0, (ci, w_channel), *zip(ks, w_taps))
-                        dot.single([slots[p]], [x_at], [b.add(row, w_at) for row in rows])
-
         inside = None
         for coords in positions:
-            ok = window_inside(b, [coords[i] for i in checked], [limits[i] for i in checked])
+            ok = window_inside(b, [coords[i] for i in self.checked], [self.limits[i] for i in self.checked])
             inside = ok if inside is None else b.and_(inside, ok)
         if inside is None:
-            interior()
+            self._interior(slots, lanes, bases, rows)
         else:
             with b.if_else(inside, likely=True) as (then, otherwise):
                 with then:
-                    interior()
+                    self._interior(slots, lanes, bases, rows)
                 with otherwise:
-                    border()
+                    self._border(slots, positions, bases, rows)
         totals = [[b.load(slot) for slot in row] for row in slots]
         if cp.halves:
             by_row = integer_halves.unpair(b, [list(row) for row in zip(*totals)])    # [A0 per position, A1 ...]
             return [list(cells) for cells in zip(*by_row)]
         return totals
 
-    def block(batch: Value, group: Value, local0: Value, width: int) -> None:
+    def _window_max(self, batch, group, rows, chans, biases, best, pool_coords) -> None:
+        """Into ``best`` (one slot per channel): the max over the pooling window at ``pool_coords``."""
+        b, pair, width = self.b, self.pair, len(chans)
+        ranges = [axis.taps(b, o) for axis, o in zip(self.pool_axes, pool_coords)]
+        starts = [axis.origin(b, o) for axis, o in zip(self.pool_axes, pool_coords)]
+        *outer, (lo, hi) = ranges
+        with range_nest(b, outer) as outer_taps:
+            count = b.udiv(b.add(b.sub(hi, lo), const(pair - 1)), const(pair)) if pair > 1 else b.sub(hi, lo)
+            with for_range(b, count, name="pair") as index:
+                first = affine(b, 0, (lo, 1), (index, pair))
+                taps = [affine(b, j, (first, 1)) for j in range(pair)]
+                positions = [[affine(b, 0, (start, 1), (t, axis.dilation)) for start, t, axis in
+                              zip(starts, [*outer_taps, tap], self.pool_axes)] for tap in taps]
+                totals = self.sums(batch, group, rows, positions)
+                cells = [(p, c) for p in range(len(taps)) for c in range(width)]
+                values = ([totals[p][c] for p, c in cells] if self.raw_max
+                          else self.rq.many(b, [(totals[p][c], chans[c], biases[c]) for p, c in cells]))
+                if pair > 1:    # a last tap past the window's: its value is the first's
+                    ok = b.icmp_signed("<", taps[1], hi)
+                    values = values[:width] + [b.select(ok, v, values[c]) for c, v in enumerate(values[width:])]
+                for (_, c), value in zip(cells, values):
+                    current = b.load(best[c])
+                    larger = (b.icmp_signed(">", value, current) if self.signed or self.raw_max
+                              else b.icmp_unsigned(">", value, current))
+                    b.store(b.select(larger, value, current), best[c])
+
+    def block(self, batch: Value, group: Value, local0: Value, width: int) -> None:
+        """Output channels ``local0`` .. + ``width`` of ``group``: every pooled output, max then requantised."""
+        b, cp, acc = self.b, self.cp, self.acc
         chans = [affine(b, c, (group, cp.out_group), (local0, 1)) for c in range(width)]
-        rows = [b.mul(_place(b, chan, paired), const(weight_steps(cp)[0])) for chan in chans]
+        rows = [b.mul(_place(b, chan, self.paired), const(weight_steps(cp)[0])) for chan in chans]
         if cp.halves:       # a pair of channels (even ones first: an even count, blocks of BLOCK = 2) in one row
             rows = [b.mul(b.lshr(chans[0], const(1)), const(weight_steps(cp)[0]))]
         biases = [None if cp.bias is None else cp.bias.load(b, chan) for chan in chans]
-        with loop_nest(b, [axis.out for axis in pool_axes], names="abcdefgh") as pool_coords:
-            best = [entry_alloca(b, acc if raw_max else out) for _ in chans]
+        with loop_nest(b, [axis.out for axis in self.pool_axes], names="abcdefgh") as pool_coords:
+            best = [entry_alloca(b, acc if self.raw_max else self.out) for _ in chans]
+            start = ir.Constant(acc, -(1 << (acc.width - 1))) if self.raw_max else ir.Constant(self.out, self.lowest)
             for slot in best:
-                b.store(ir.Constant(acc, -(1 << (acc.width - 1))) if raw_max else ir.Constant(out, lowest), slot)
-            ranges = [axis.taps(b, o) for axis, o in zip(pool_axes, pool_coords)]
-            starts = [axis.origin(b, o) for axis, o in zip(pool_axes, pool_coords)]
-            *outer, (lo, hi) = ranges
-            with range_nest(b, outer) as outer_taps:
-                count = b.udiv(b.add(b.sub(hi, lo), const(pair - 1)), const(pair)) if pair > 1 else b.sub(hi, lo)
-                with for_range(b, count, name="pair") as index:
-                    first = affine(b, 0, (lo, 1), (index, pair))
-                    taps = [affine(b, j, (first, 1)) for j in range(pair)]
-                    positions = [[affine(b, 0, (start, 1), (t, axis.dilation)) for start, t, axis in
-                                  zip(starts, [*outer_taps, tap], pool_axes)] for tap in taps]
-                    totals = sums(batch, group, rows, positions)
-                    cells = [(p, c) for p in range(len(taps)) for c in range(width)]
-                    values = ([totals[p][c] for p, c in cells] if raw_max
-                              else rq.many(b, [(totals[p][c], chans[c], biases[c]) for p, c in cells]))
-                    if pair > 1:    # a last tap past the window's: its value is the first's
-                        ok = b.icmp_signed("<", taps[1], hi)
-                        values = values[:width] + [b.select(ok, v, values[c]) for c, v in enumerate(values[width:])]
-                    for (_, c), value in zip(cells, values):
-                        current = b.load(best[c])
-                        larger = (b.icmp_signed(">", value, current) if signed or raw_max
-                                  else b.icmp_unsigned(">", value, current))
-                        b.store(b.select(larger, value, current), best[c])
-            y_at = affine(b, 0, (batch, pooled.strides[0]), *zip(pool_coords, y_spatial))
+                b.store(start, slot)
+            self._window_max(batch, group, rows, chans, biases, best, pool_coords)
+            y_at = affine(b, 0, (batch, self.pooled.strides[0]), *zip(pool_coords, self.y_spatial))
             results = [b.load(slot) for slot in best]
-            if raw_max:
-                results = rq.many(b, list(zip(results, chans, biases)))
+            if self.raw_max:
+                results = self.rq.many(b, list(zip(results, chans, biases)))
             for chan, result in zip(chans, results):
-                pooled.store(b, result, affine(b, 0, (y_at, 1), (chan, y_channel)))
+                self.pooled.store(b, result, affine(b, 0, (y_at, 1), (chan, self.y_channel)))
 
-    with loop_nest(b, [cp.x.shape[0], cp.group], names="ng") as (batch, group):
-        for_tiles(b, 0, cp.out_group, BLOCK, lambda local0, width: block(batch, group, local0, width))
 
+@implementation("QConv+group", "QConv+group", family="fused", params=pooled_params)
+def qconv_pool(k: KernelContext) -> None:
+    """A QConv and its MaxPool (module docstring); ``k.outputs`` is the pooling's output."""
+    layer = _PooledConv(k)
+    with loop_nest(k.builder, [layer.cp.x.shape[0], layer.cp.group], names="ng") as (batch, group):
+        for_tiles(k.builder, 0, layer.cp.out_group, BLOCK,
+                  lambda local0, width: layer.block(batch, group, local0, width))
 
 
 @packer("QConv+group")
