@@ -216,7 +216,7 @@ def describe(graph: Graph, node) -> str:
     """A layer's node as op, group, output shape and weight shape, then the start of its (often long) name."""
     weight = next((graph.type_of(name) for name in node.inputs
                    if name and graph.tensors[name].is_constant and len(graph.type_of(name).shape) >= 2), None)
-    if weight is not None:      # int32 words of two 16-bit weights (integer_conv_plan.spread_pairs): the weights
+    if weight is not None:      # int32 words of two 16-bit weights (integer_conv_weights.spread_pairs): the weights
         weight = weight.shape[:-1] + (weight.shape[-1] * (2 if weight.dtype is DType.INT32 else 1),)
     group = getattr(node.attrs, "group", 1)
     shape = "x".join(map(str, graph.type_of(node.outputs[0]).shape))

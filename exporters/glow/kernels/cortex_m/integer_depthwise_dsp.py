@@ -11,7 +11,7 @@ Thumb-2's registers decide the rest: the four channels of a word are taken as tw
 (x1, x3) — SXTAB16 without and with its rotation, sign- or zero-extending and adding ``-zx`` in one
 instruction — so a pass keeps 8 sums (in r2-r9), the kernel row's weight words, an input, the two pointers
 and the ``-zx`` constant in registers (the 16 sums of all four channels cannot). The weights are the pairs
-(w0, w2), (w1, w3) (stored so at export, integer_conv_plan.spread_pairs, or spread by SXTB16 from bytes).
+(w0, w2), (w1, w3) (stored so at export, integer_conv_weights.spread_pairs, or spread by SXTB16 from bytes).
 Each channel's requantisation parameters are read once for the block's positions.
 
 The code is unrolled with constant offsets: per kernel row, its weights, then its columns in order (an
@@ -26,7 +26,7 @@ channels of 48x48 3.11 (4.28), 32 of 24x24 3.09 (3.82), 64 of 12x12 2.98 (3.59),
 256 of 3x3 2.34 (3.39), its stride-2 layers 2.76-3.26 (3.44-3.69). The products take 1 per MAC, centring
 and weights about 0.6, the requantisation (doubling, SMMULR, shift, rounding, SSAT, store: 6 per output)
 0.75. Under TFLite's rounding with a fused ReLU the layer's bias is replaced by a table of (2 b, K, M, t + 1)
-per channel and its weights are stored doubled (integer_conv_plan.depthwise_table): the sums start at 2 b and
+per channel and its weights are stored doubled (integer_conv_weights.depthwise_table): the sums start at 2 b and
 each output is SMMLAR, ASR, SSAT and the store, 4 instructions (MobileNetV1 0.25's depthwise layers 2.9 -> 2.6
 instructions per MAC).
 
@@ -180,7 +180,7 @@ class _Kernel:
 
     def __init__(self, k: KernelContext, cp: ConvPlan):
         self.b, self.cp = k.builder, cp
-        # a layer whose bias was replaced by its table (integer_conv_plan.depthwise_table) reads its requantisation
+        # a layer whose bias was replaced by its table (integer_conv_weights.depthwise_table) reads its requantisation
         # there: no tables of Requant's own
         self.table = depthwise_layout(cp)
         self.rq = (Requant(lambda values, ty: None, k.attrs, cp.y, acc_bound(cp.sums, None)) if self.table

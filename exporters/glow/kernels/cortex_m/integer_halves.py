@@ -16,7 +16,7 @@ wrap: only T - A0 modulo 2**32 is used. A word of four weights thus costs 3 inst
 SMLAD) instead of 4 (two SXTB16, two SMLAD). Only 8-bit signed weights of zero point 0, an even number of
 output channels and i32 sums.
 
-Dense layers (integer_conv_plan.dense_halves, read by integer_smlad.py): per pair of rows and group of four
+Dense layers (integer_conv_weights.dense_halves, read by integer_smlad.py): per pair of rows and group of four
 taps, the words (h0, h2) and (h1, h3) — the order of the im2col buffer's pairs (x0, x2), (x1, x3) — the pairs
 of each block of four rows interleaved group by group (an M % 4 == 2 layer's last pair alone), so that a block
 of four rows loads a group's weights with one LDM: 14 instructions per 16 MACs (LDRD, LDM, 4 SXTB16,
@@ -29,7 +29,7 @@ the pair of channels a block computes is one row of halfwords, its accumulators 
 folds into the biases there. LeNet int8 conv2 + pool2 on Cortex-M7: 2,364,569 -> 2,159,769 instructions.
 
 ``halves_rows`` and ``halve_rows`` are the flavours ``halves.fits`` and ``halves.pack`` (integer_flavours.py) that
-integer_conv_plan.dense_halves looks up.
+integer_conv_weights.dense_halves looks up.
 """
 
 from __future__ import annotations

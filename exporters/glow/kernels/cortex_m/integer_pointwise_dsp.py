@@ -7,7 +7,7 @@ loop — weighed as much as the products (MobileNetV1 0.25's 8 -> 16 layer: 0.58
 integer_smlad_tile.py). Here a position's 8 (4) input bytes are loaded once and centred into 4 (2) words of
 pairs (x0, x2), (x1, x3) by SXTAB16/UXTAB16; then per output channel one LDM takes its record — the row's
 doubled weights as the pairs SMLAD multiplies, the doubled bias the sum starts at, M, t + 1 and K
-(integer_conv_plan.pointwise_records; the requantisation of integer_dot.Requant with ``fold_constant``) —
+(integer_conv_weights.pointwise_records; the requantisation of integer_dot.Requant with ``fold_constant``) —
 into r4-r11, and the output is 2 or 4 SMLADs, SMMLAR, ASR, SSAT and a post-incremented STRB: about 10
 instructions per output. The inputs, the record and the two walking pointers take the 14 registers; the
 input pointer and the ends wait on the stack, and the record pointer goes back by one SUB per position.

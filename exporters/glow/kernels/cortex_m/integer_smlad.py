@@ -3,7 +3,7 @@
 
 The buffer holds each group of four taps of a tile's positions as, per position, the two words of pairs
 (x0, x2) and (x1, x3) (integer_conv_plan.ConvPlan.slot): what SXTB16/UXTB16 makes of a weight word of
-four bytes, (w0, w2) and (w1, w3), and what 8-bit weights stored as pairs hold (integer_conv_plan.spread_pairs,
+four bytes, (w0, w2) and (w1, w3), and what 8-bit weights stored as pairs hold (integer_conv_weights.spread_pairs,
 the rows of each pair of output channels interleaved word by word). A block of 2 output channels x 2
 positions over pairs takes per group one LDM of the positions' four words, one LDM of the rows' four and
 8 SMLAD: 10 instructions per 16 MACs (``_group_runs``). LLVM forms LDM only from loads into ascending
@@ -106,7 +106,7 @@ def dot_dual(b: ir.IRBuilder, cp: ConvPlan, buffer: Value, w_rows: list[Value], 
     words = b.bitcast(buffer, I32.as_pointer())
     if base is not None:
         pass
-    elif cp.paired:    # 16-bit pairs (integer_conv_plan.spread_pairs): w_rows count 16-bit values
+    elif cp.paired:    # 16-bit pairs (integer_conv_weights.spread_pairs): w_rows count 16-bit values
         base = b.gep(b.bitcast(cp.w.ptr, I16.as_pointer()), [w_rows[0]], inbounds=True)
     elif cp.halves:       # halfwords of two rows (integer_halves.py): a pair of rows takes the bytes of two
         base = b.bitcast(b.gep(b.bitcast(cp.w.ptr, ir.IntType(8).as_pointer()), [w_rows[0]], inbounds=True),

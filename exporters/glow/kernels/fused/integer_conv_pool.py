@@ -17,7 +17,7 @@ visited along the last axis two at a time (a pair whose second tap is missing co
 max is the same). A convolution value is a reduction over ``Reduction.dims`` loops around runs of taps that
 lie contiguous both in the input and in the weight row: channels first, a row of the window along its last
 axis (dilation 1); channels last, a tap's C/group channels (weights re-laid (M, k..., C/group) at export,
-integer_conv_plan.pack_weights). On Cortex-M with the DSP extension a run is taken a word at a time: four
+integer_conv_weights.pack_weights). On Cortex-M with the DSP extension a run is taken a word at a time: four
 8-bit inputs become the centred pairs (x0, x2), (x1, x3) by SXTAB16/UXTAB16, four weights (w0 - zw, w2 - zw),
 (w1 - zw, w3 - zw) the same way, and SMLAD multiplies the pairs (SMLALD into 64 bits; two int16 are a pair as
 loaded); the rest of a run, and every tap elsewhere, is a single multiply-accumulate of centred values. A
@@ -42,16 +42,8 @@ from llvmlite import ir
 from pegasus.exporters.glow.kernels.context import KernelContext
 from pegasus.exporters.glow.kernels.cortex_m import integer_halves
 from pegasus.exporters.glow.kernels.cortex_m.integer_smlad import tuned
-from pegasus.exporters.glow.kernels.integer.integer_conv_plan import (
-    BYTES,
-    HALVES,
-    ConvPlan,
-    conv_plan,
-    pack_weights,
-    weights_layout,
-    weights_table,
-    window_inside,
-)
+from pegasus.exporters.glow.kernels.integer.integer_conv_plan import BYTES, HALVES, ConvPlan, conv_plan, window_inside
+from pegasus.exporters.glow.kernels.integer.integer_conv_weights import pack_weights, weights_layout, weights_table
 from pegasus.exporters.glow.kernels.integer.integer_dot import Operand, Requant, acc_bound, dsp, load_word
 from pegasus.exporters.glow.kernels.registry import packer
 from pegasus.exporters.glow.kernels.strategy import Choice, Query, implementation
@@ -279,7 +271,7 @@ class Dot:
 
 
 def pooled_params(query: Query) -> dict[str, str | None]:
-    """How the layer's weights are stored: channels last as integer_conv_plan.py ``weights_layout`` and
+    """How the layer's weights are stored: channels last as integer_conv_weights.py ``weights_layout`` and
     ``weights_table`` say, channels first as halfword pairs of rows where ``pooled_halves`` lays them."""
     node, graph, target, pooled = query.node, query.graph, query.target, query.layer.pool is not None
     if node.attrs.channels_last:
@@ -464,7 +456,7 @@ def qconv_pool(k: KernelContext) -> None:
 @packer("QConv+group")
 def pack_pooled_halves(query: Query, choice: Choice) -> dict[int, np.ndarray]:
     """A QConv fused with its MaxPool: channels last, its weights as the channels-last kernels read them
-    (integer_conv_plan.py ``pack_weights``); channels first on a CPU with the DSP extension, its weights (M, C, k...)
+    (integer_conv_weights.py ``pack_weights``); channels first on a CPU with the DSP extension, its weights (M, C, k...)
     as halfword pairs of rows (integer_halves.py: per pair of channels, one SMLAD sums A0 and T = 256 A1 + A0 over
     a word of two halfwords, one more A0 over their SXTB16'd low bytes) in the order ``Dot`` reads each row of
     the window (``integer_halves.run_order``), as int16 (M / 2, C, k...): where the windows never cross the
@@ -503,7 +495,7 @@ def pooled_halves(node: Node, graph: Graph, target, pooled: bool) -> dict[int, n
 
 def _place(b: ir.IRBuilder, chan: Value, paired: bool) -> Value:
     """Where output channel ``chan``'s weights lie among the channels: in order, or — weights stored as 16-bit
-    pairs (integer_conv_plan.spread_pairs) — each group of four as w0 w2 w1 w3."""
+    pairs (integer_conv_weights.spread_pairs) — each group of four as w0 w2 w1 w3."""
     if not paired:
         return chan
     j = b.and_(chan, const(3))

@@ -30,12 +30,10 @@ from pegasus.exporters.glow.kernels.integer.integer_conv_plan import (
     Activation,
     conv_plan,
     depthwise,
-    pack_weights,
     pointwise_layout,
     weight_shape,
-    weights_layout,
-    weights_table,
 )
+from pegasus.exporters.glow.kernels.integer.integer_conv_weights import pack_weights, weights_layout, weights_table
 from pegasus.exporters.glow.kernels.integer.integer_depthwise import direct_taps, qconv_depthwise_last, qconv_direct
 from pegasus.exporters.glow.kernels.integer.integer_im2col import qconv_im2col
 from pegasus.exporters.glow.kernels.reference.conv import weights_known
@@ -78,7 +76,7 @@ def direct_applies(query: Query) -> Verdict:
 
 
 def qconv_params(query: Query) -> dict[str, str | None]:
-    """How the layer's weights are stored and what replaces its biases (integer_conv_plan.py ``weights_layout``,
+    """How the layer's weights are stored and what replaces its biases (integer_conv_weights.py ``weights_layout``,
     ``weights_table``; channels first: as imported)."""
     node, pooled = query.node, query.layer.pool is not None
     if not node.attrs.channels_last:
@@ -89,7 +87,7 @@ def qconv_params(query: Query) -> dict[str, str | None]:
 
 @packer(*IMPLEMENTATIONS)
 def pack_qconv(query: Query, choice: Choice) -> dict[int, np.ndarray]:
-    """A channels-last layer's weights as its kernels read them (integer_conv_plan.py ``pack_weights``), laid out
+    """A channels-last layer's weights as its kernels read them (integer_conv_weights.py ``pack_weights``), laid out
     as the choice says."""
     node = query.node
     if not node.attrs.channels_last:

@@ -282,7 +282,7 @@ def qconv_depthwise_last(k: KernelContext, cp: ConvPlan) -> None:
     rq = Requant(k.table, k.attrs, cp.y, acc_bound(cp.mac, cp.bias))
     lanes, size = depthwise_block(k, cp)
     kernel = tuple(axis.kernel for axis in cp.axes)
-    # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_plan.spread_pairs)
+    # W' is (k..., 1, M), or (k..., 1, M / 2) words of two 16-bit weights (integer_conv_weights.spread_pairs)
     w_steps = [stride * cp.ya.channels // (2 if cp.paired else 1) for stride in strides_of(kernel)]
     layer = _DepthwiseLast(b, cp, rq, lanes, size, uses_dsp(k, cp), w_steps, seeds_bias(cp.mac, cp.bias))
     with loop_nest(b, [cp.x.shape[0], *(axis.out for axis in cp.axes)], names="nabcdefg") as (batch, *coords):

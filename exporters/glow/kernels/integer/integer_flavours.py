@@ -11,7 +11,7 @@ up. The flavours (name: registered by, what it is):
   blocks (integer_im2col.py ``_Im2colConv.dot``);
 - ``smlad.tile`` (integer_smlad_tile.py): every block of a tile of a layer with a ``tile_stream``;
 - ``halves.fits``, ``halves.pack`` (integer_halves.py): whether a dense layer's 8-bit weights can be halfword
-  pairs of rows for SMLAD, and those halfwords (integer_conv_plan.dense_halves);
+  pairs of rows for SMLAD, and those halfwords (integer_conv_weights.dense_halves);
 - ``smlad.pointwise`` (integer_pointwise_dsp.py): the kernel of a 1x1 layer of 4 or 8 channels whose biases were
   replaced by its ``pointwise_records`` (integer_conv_plan.pointwise_layout): its inputs held in registers.
 """

@@ -11,7 +11,7 @@ pass 16 KB.
 On Cortex-M CPUs with the DSP extension (M4/M7/M33/M55) the dot products use SMLAD, two 16-bit MACs per
 instruction (integer_smlad.py): the buffer holds each group of four taps of a position as the pairs
 (x0, x2), (x1, x3) — what SXTB16 makes of a weight word of bytes, and what 8-bit weights stored as pairs
-hold (integer_conv_plan.spread_pairs) — and a block of 2 channels x 2 positions over pairs takes 10
+hold (integer_conv_weights.spread_pairs) — and a block of 2 channels x 2 positions over pairs takes 10
 instructions per 16 MACs. Channels last, a weight row is (k..., C/group) (integer_conv_plan.py), so each row
 of the window along its last axis is one contiguous run of the input: 8-bit inputs are copied a word of four
 at a time, SXTAB16/UXTAB16 centring the two pairs, one STRD storing them (``Words``). A paired layer of fewer
@@ -223,7 +223,7 @@ def qconv_im2col(k: KernelContext, cp: ConvPlan) -> None:
         return
     b = k.builder
     taps = Taps.of(k.module, cp)
-    # a paired layer's biases may have been replaced by its blocks' table (integer_conv_plan.block_table), which
+    # a paired layer's biases may have been replaced by its blocks' table (integer_conv_weights.block_table), which
     # holds the requantisation's parameters too: no tables of Requant's own then
     layout = block_layout(cp)
     tiled = tile_layout(cp)     # or by its tile_stream, which holds the weights too (integer_smlad_tile.py)

@@ -1,4 +1,4 @@
-"""8-bit QConv weights stored as 16-bit pairs for Cortex-M's DSP kernels (integer_conv_plan.spreads_pairs):
+"""8-bit QConv weights stored as 16-bit pairs for Cortex-M's DSP kernels (integer_conv_weights.spreads_pairs):
 dense channels-last layers of a multiple of four input channels, rows of each pair of output channels
 interleaved (``interleave_rows``), read by the SMLAD loop of integer_im2col.py (inline and as a shared
 function, blocks of 2 channels with 1 left over). Checked: the stored layout against the weights written out
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.integer.integer_conv_plan import pack_weights
+from pegasus.exporters.glow.kernels.integer.integer_conv_weights import pack_weights
 from pegasus.exporters.glow.pipeline import schedule
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.ir import serialize
@@ -81,7 +81,7 @@ def test_bundles_on_cortex_m(cpu, tmp_path):
 def test_weights_stay_bytes_where_read_as_bytes():
     """A QConv fused with its MaxPool (integer_conv_pool.py reads bytes) and a dense layer keep their 8-bit
     weights on a DSP CPU; the 8-channel layer beside them is spread (twice the bytes), and so is a layer of 6
-    input channels, in the first words of an array of its window's shape (integer_conv_plan.pack_weights)."""
+    input channels, in the first words of an array of its window's shape (integer_conv_weights.pack_weights)."""
     graph = Graph("pool")
     x = RNG.integers(-128, 127, (1, 8, 8, 8), endpoint=True).astype(np.int8)
     graph.tensors["x"] = Tensor("x", TensorType.of(x))

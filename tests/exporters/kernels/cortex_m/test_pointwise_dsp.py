@@ -1,6 +1,6 @@
 """1x1 QConv layers of 4 or 8 input channels on DSP Cortex-M cores, each position's inputs held in registers
 and one record per output channel (exporters/glow/kernels/cortex_m/integer_pointwise_dsp.py,
-integer_conv_plan.pointwise_records).
+integer_conv_weights.pointwise_records).
 
 - The records' layout against the layer's weights, biases and requantisation written out here, and which
   layers get them (stride 2, padding, 16 channels, no fused ReLU, an odd number of outputs: not).
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.integer.integer_conv_plan import block_table, pack_weights
+from pegasus.exporters.glow.kernels.integer.integer_conv_weights import block_table, pack_weights
 from pegasus.exporters.glow.memory.plan import align, overlap_bytes
 from pegasus.exporters.glow.pipeline import stream_of
 from pegasus.exporters.glow.target import resolve_target

@@ -1,5 +1,5 @@
 """The select stage decides how a QConv's weights are stored and what replaces its biases (integer_conv.py
-``qconv_params``, integer_conv_plan.py ``weights_layout``, ``weights_table``); the pack stage lays exactly that
+``qconv_params``, integer_conv_weights.py ``weights_layout``, ``weights_table``); the pack stage lays exactly that
 out, and the kernels read the choice instead of guessing from the weights' dtype or the biases' length."""
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from pegasus.exporters.glow.export import export_bundle
-from pegasus.exporters.glow.kernels.integer.integer_conv_plan import TILE_GROUPS, block_table, pack_weights
+from pegasus.exporters.glow.kernels.integer.integer_conv_plan import TILE_GROUPS
+from pegasus.exporters.glow.kernels.integer.integer_conv_weights import block_table, pack_weights
 from pegasus.exporters.glow.target import resolve_target
 from pegasus.runtime import interpreter
 from tests.support import toolchains

@@ -49,7 +49,7 @@ def test_layers_of_one_shape_share_one_function(cpu, tmp_path):
     assert len({case.attrs["multiplier"] for case in CASES}) == len(CASES)
     result = export_bundle(graph, tmp_path, "net", resolve_target("arm", cpu))
     # a block of tables per layer, in the weights; on DSP cores every layer's parameters are in the table that
-    # replaces its biases (integer_conv_plan.block_table, depthwise_table: TFLite rounding and a fused ReLU)
+    # replaces its biases (integer_conv_weights.block_table, depthwise_table: TFLite rounding and a fused ReLU)
     assert len(result.plan.parameters) == (len(CASES) if cpu == "cortex-m0" else 0)
     assert len(layer_functions(tmp_path / "net.o")) == 2
     rodata = subprocess.run(["arm-none-eabi-nm", str(tmp_path / "net.o")], capture_output=True, text=True).stdout
