@@ -213,15 +213,9 @@ def fuse_layers(graph: Graph, target=None) -> list[Layer]:
 
 
 def headed_layer(graph: Graph, node: Node, target=None) -> Layer | None:
-    """The layer ``fuse_layers`` heads with ``node`` (None: it joins another's): a packer asks whether it ends
-    with a pooling (whose group kernel then reads the node's weights) or takes a residual sum before choosing
-    their layout. For an export without fusion (``target.fused`` False) every node is a layer of its own."""
+    """The layer ``fuse_layers`` heads with ``node`` (None: it joins another's): pooled_pair.py asks whether two
+    convolutions each end with their pooling. For an export without fusion (``target.fused`` False) every node is a
+    layer of its own."""
     if target is not None and not getattr(target, "fused", True):
         return Layer([node])
     return next((layer for layer in fuse_layers(graph, target) if layer.nodes[0] is node), None)
-
-
-def heads_pooling(graph: Graph, node: Node, target=None) -> bool:
-    """Whether ``fuse_layers`` ends ``node``'s layer with a pooling (``headed_layer``)."""
-    layer = headed_layer(graph, node, target)
-    return layer is not None and layer.pool is not None
